@@ -1,0 +1,60 @@
+# Set-up is two commands: `make demo` and `make test`. Each installs what is
+# missing: a project-local Python virtual environment with the pinned
+# OpenVINO wheel (its C library and headers are what ov/ uses), Go modules,
+# and the binaries.
+
+OPENVINO_VERSION := 2026.3.0
+NUMPY_VERSION    := 2.4.6
+STATICCHECK      := honnef.co/go/tools/cmd/staticcheck@v0.8.2
+PYTHON           ?= python3
+VENV             := .venv
+OV_STAMP         := $(VENV)/.openvino-$(OPENVINO_VERSION)
+CACHE            := .cache
+DEMO_MODEL       := $(CACHE)/models/small-seed1
+FUZZTIME         ?= 15s
+
+export CGO_ENABLED := 1
+SHELL := /bin/bash
+.SHELLFLAGS := -o pipefail -ec
+
+.PHONY: all setup build demo test lint unit fuzz bench clean
+
+all: build
+
+setup: $(OV_STAMP)
+
+$(OV_STAMP):
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install --quiet --disable-pip-version-check openvino==$(OPENVINO_VERSION) numpy==$(NUMPY_VERSION)
+	ln -sfn $$(cd $(VENV) && ls -d lib/python3*/site-packages/openvino) $(VENV)/openvino
+	test -e $(VENV)/openvino/include/openvino/c/openvino.h
+	touch $@
+
+build: setup
+	go build -o bin/ovrun ./cmd/ovrun
+	go build -o bin/ovtrace ./cmd/ovtrace
+
+$(DEMO_MODEL)/config.json: | build
+	bin/ovrun synth --preset small --seed 1 --out $(DEMO_MODEL)
+
+demo: build $(DEMO_MODEL)/config.json
+	bin/ovrun run --model $(DEMO_MODEL) --ladder 256,512,1024,2048 --policy grow-one-ahead \
+		--prompt-tokens 64 --decode-tokens 1984 --json $(CACHE)/demo-run.json
+
+lint: setup
+	@test -z "$$(gofmt -l $$(git ls-files '*.go') 2>/dev/null)" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt: files above need formatting"; exit 1; }
+	go vet ./...
+	go run $(STATICCHECK) ./...
+
+unit: build
+	@mkdir -p $(CACHE)
+	go test -count=1 ./... 2>&1 | tee $(CACHE)/test.log; status=$${PIPESTATUS[0]}; \
+	echo "== Go test summary =="; grep -E '^(ok|FAIL|--- FAIL|panic)' $(CACHE)/test.log || true; exit $$status
+
+fuzz: setup
+	go test -run='^$$' -fuzz=FuzzParseSafetensorsHeader -fuzztime=$(FUZZTIME) ./model/
+
+test: lint unit fuzz
+
+clean:
+	rm -rf bin $(CACHE)

@@ -1,0 +1,124 @@
+package main
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/ovtoolkit/ovrun/model"
+	"github.com/ovtoolkit/ovrun/ov"
+	"github.com/ovtoolkit/ovrun/runtime"
+)
+
+// Flags shared by the commands that compile.
+var (
+	modelFlag        = &cli.StringFlag{Name: "model", Usage: "checkpoint `DIR` in Hugging Face layout (config.json, *.safetensors)", Required: true, EnvVars: []string{"OVRUN_MODEL"}}
+	deviceFlag       = &cli.StringFlag{Name: "device", Value: "CPU", Usage: "OpenVINO `DEVICE`: CPU, GPU or NPU", EnvVars: []string{"OVRUN_DEVICE"}}
+	precisionFlag    = &cli.StringFlag{Name: "precision", Usage: "inference precision hint `f32|bf16|f16` (default: the device's; bf16 on CPUs with AMX, so correctness checks ask for f32)"}
+	threadsFlag      = &cli.IntFlag{Name: "infer-threads", Usage: "INFERENCE_NUM_THREADS for the compiled graphs (0: OpenVINO decides)"}
+	cacheDirFlag     = &cli.StringFlag{Name: "cache-dir", Usage: "OpenVINO model cache `DIR` (CACHE_DIR); off by default so compile costs are real"}
+	propFlag         = &cli.StringSliceFlag{Name: "prop", Usage: "extra compile property `KEY=VALUE` (repeatable)"}
+	jsonFlag         = &cli.StringFlag{Name: "json", Usage: "write a machine-readable summary to `FILE`"}
+	quietFlag        = &cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}, Usage: "no progress output"}
+	promptIDsFlag    = &cli.StringFlag{Name: "prompt-ids", Usage: "prompt token ids, comma-separated (`1,2,3`)"}
+	promptTokensFlag = &cli.IntFlag{Name: "prompt-tokens", Usage: "a seeded random prompt of `N` tokens"}
+	seedFlag         = &cli.Uint64Flag{Name: "seed", Value: 1, Usage: "seed of the random prompt (and teacher-forced tokens)"}
+	prefillChunkFlag = &cli.IntFlag{Name: "prefill-chunk", Value: 64, Usage: "tokens per prefill call (static shape of the prefill graph); 0 feeds the prompt through the decode graph"}
+)
+
+func compileFlags() []cli.Flag {
+	return []cli.Flag{modelFlag, deviceFlag, precisionFlag, threadsFlag, cacheDirFlag, propFlag}
+}
+
+func ovOptions(c *cli.Context) (runtime.OVOptions, error) {
+	o := runtime.OVOptions{
+		Device:       strings.ToUpper(c.String(deviceFlag.Name)),
+		InferThreads: c.Int(threadsFlag.Name),
+		CacheDir:     c.String(cacheDirFlag.Name),
+		Properties:   map[string]string{},
+	}
+	switch p := strings.ToLower(c.String(precisionFlag.Name)); p {
+	case "", "f32", "bf16", "f16":
+		o.Precision = p
+	default:
+		return o, fmt.Errorf("--precision %q: want f32, bf16 or f16", p)
+	}
+	for _, kv := range c.StringSlice(propFlag.Name) {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || k == "" {
+			return o, fmt.Errorf("--prop %q: want KEY=VALUE", kv)
+		}
+		o.Properties[k] = v
+	}
+	return o, nil
+}
+
+// openModel loads OpenVINO and the checkpoint, in that order, so a missing
+// library is reported before any work.
+func openModel(c *cli.Context) (*model.Checkpoint, *runtime.OVCompiler, error) {
+	opts, err := ovOptions(c)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := ov.Load(); err != nil {
+		return nil, nil, err
+	}
+	ck, err := model.Load(c.String(modelFlag.Name))
+	if err != nil {
+		return nil, nil, err
+	}
+	comp, err := runtime.NewOVCompiler(ck, opts)
+	if err != nil {
+		ck.Close()
+		return nil, nil, err
+	}
+	return ck, comp, nil
+}
+
+// prompt resolves --prompt-ids or --prompt-tokens.
+func prompt(c *cli.Context, vocab int) ([]int64, error) {
+	ids, n := c.String(promptIDsFlag.Name), c.Int(promptTokensFlag.Name)
+	switch {
+	case ids != "" && n > 0:
+		return nil, fmt.Errorf("give --prompt-ids or --prompt-tokens, not both")
+	case ids != "":
+		return parseIDs(ids, vocab)
+	case n > 0:
+		return runtime.SeededTokens(c.Uint64(seedFlag.Name), n, vocab), nil
+	}
+	return nil, fmt.Errorf("give a prompt: --prompt-ids 1,2,3 or --prompt-tokens N")
+}
+
+func parseIDs(s string, vocab int) ([]int64, error) {
+	var out []int64
+	for _, f := range strings.Split(s, ",") {
+		v, err := strconv.ParseInt(strings.TrimSpace(f), 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("--prompt-ids: %q is not a token id", f)
+		}
+		if v < 0 || v >= int64(vocab) {
+			return nil, fmt.Errorf("--prompt-ids: token %d is outside the vocabulary [0, %d)", v, vocab)
+		}
+		out = append(out, v)
+	}
+	return out, nil
+}
+
+func parseInts(flag, s string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		v, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil {
+			return nil, fmt.Errorf("--%s: %q is not an integer", flag, f)
+		}
+		out = append(out, v)
+	}
+	return out, nil
+}
+
+// oneLine keeps an error to a single line for the terminal.
+func oneLine(err error) string {
+	return strings.Join(strings.Fields(strings.ReplaceAll(err.Error(), "\n", " ")), " ")
+}

@@ -1,0 +1,48 @@
+// Command ovrun runs decoder LLMs on a ladder of statically compiled context
+// capacities with OpenVINO, growing the KV cache with the context and
+// compiling the next capacity while the current one decodes.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/urfave/cli/v2"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	app := &cli.App{
+		Name:  "ovrun",
+		Usage: "run decoder LLMs on a ladder of compiled context capacities (compile ahead, not up front)",
+		Description: `ovrun compiles a Llama/Qwen2 checkpoint into OpenVINO graphs of static context
+capacity and decodes with them. Start with:
+
+   ovrun synth --preset small --out /tmp/small          # a synthetic checkpoint
+   ovrun generate --model /tmp/small --capacity 256 --prompt-tokens 16 --max-new-tokens 32
+   ovrun run --model /tmp/small --ladder 256,512,1024 --policy grow-one-ahead \
+       --prompt-tokens 64 --decode-tokens 900 --json run.json
+
+OpenVINO's C library is found in the project's .venv or through OVRUN_OPENVINO_LIB.`,
+		HideHelpCommand: true,
+		Commands: []*cli.Command{
+			synthCommand,
+			exportIRCommand,
+			generateCommand,
+			runCommand,
+		},
+	}
+	if err := app.RunContext(ctx, os.Args); err != nil {
+		fmt.Fprintln(os.Stderr, "ovrun:", oneLine(err))
+		code := 1
+		if errors.Is(err, context.Canceled) {
+			code = 130
+		}
+		os.Exit(code)
+	}
+}

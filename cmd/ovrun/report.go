@@ -1,0 +1,87 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"text/tabwriter"
+	"time"
+
+	"github.com/ovtoolkit/ovrun/runtime"
+)
+
+// progress draws one status line on a terminal, at most every 100 ms.
+type progress struct {
+	on    bool
+	last  time.Time
+	drawn bool
+}
+
+func newProgress(quiet bool) *progress {
+	fi, err := os.Stderr.Stat()
+	return &progress{on: !quiet && err == nil && fi.Mode()&os.ModeCharDevice != 0}
+}
+
+func (p *progress) update(s runtime.Progress) {
+	if !p.on || (!s.Waiting && time.Since(p.last) < 100*time.Millisecond && s.Step != s.Total) {
+		return
+	}
+	p.last = time.Now()
+	state := fmt.Sprintf("%.1f tok/s", s.TokensPerS)
+	if s.Waiting {
+		state = "waiting for the next graph"
+	}
+	next := ""
+	if s.Next != "" {
+		next = "  next: " + s.Next
+	}
+	fmt.Fprintf(os.Stderr, "\r\033[K%d/%d tokens  rung %d  %s%s", s.Step, s.Total, s.Capacity, state, next)
+	p.drawn = true
+}
+
+func (p *progress) done() {
+	if p.drawn {
+		fmt.Fprint(os.Stderr, "\r\033[K")
+	}
+}
+
+// printSummary writes the short human summary of a run.
+func printSummary(w io.Writer, s *runtime.Summary) {
+	fmt.Fprintf(w, "%s on %s: %d prompt + %d/%d decode tokens, finish %s\n",
+		s.Policy, s.Device, s.PromptTokens, s.DecodedTokens, s.DecodeTokens, s.FinishReason)
+	fmt.Fprintf(w, "foreground compile %.2f s  critical path %.2f s  decode %.2f s  boundary wait %.2f s  overlapped compile %.2f s\n",
+		s.ForegroundCompileS, s.CriticalPathS, s.DecodeS, s.BoundaryWaitS, s.SuccessorCompileOverlappedS)
+	fmt.Fprintf(w, "KV reserved avg %s peak %s (%s), live avg %s; migrated %s in %.3f s; peak RSS %s\n",
+		mib(s.KVReservedAvgBytes), mib(float64(s.KVReservedPeakBytes)), s.KVMeasured, mib(s.KVLiveAvgBytes),
+		mib(float64(s.MigrateBytes)), s.MigrateS, mib(float64(s.PeakRSSBytes)))
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "rung\tcompile s\twhen\tready\twait s\tmigrate s\tsteps\ttok/s\t")
+	for _, r := range s.Rungs {
+		if !r.Compiled && r.FirstStep < 0 && r.CompileAttempts == 0 {
+			continue
+		}
+		when := "background"
+		if r.Foreground {
+			when = "foreground"
+		}
+		steps := "-"
+		if r.FirstStep > 0 {
+			steps = fmt.Sprintf("%d-%d", r.FirstStep, r.LastStep)
+		}
+		fmt.Fprintf(tw, "%d\t%.2f\t%s\t%v\t%.3f\t%.3f\t%s\t%.1f\t\n", r.Capacity, r.CompileS, when, r.ReadyAtBoundary, r.WaitS, r.MigrateS, steps, r.TokensPerS)
+	}
+	tw.Flush()
+	for _, b := range s.Boundaries {
+		if b.Verified {
+			fmt.Fprintf(w, "boundary %d->%d at step %d: top-1 %v, cosine %.7f\n", b.From, b.To, b.Step, b.Top1OK, b.Cosine)
+		}
+	}
+	for _, n := range s.Notes {
+		fmt.Fprintln(w, "note:", n)
+	}
+	if s.Error != "" {
+		fmt.Fprintln(w, "error:", s.Error)
+	}
+}
+
+func mib(b float64) string { return fmt.Sprintf("%.1f MiB", b/(1<<20)) }

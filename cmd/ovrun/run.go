@@ -1,0 +1,142 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/ovtoolkit/ovrun/ov"
+	"github.com/ovtoolkit/ovrun/runtime"
+)
+
+// processStart is the origin of every *_start_s offset in run summaries.
+var processStart = time.Now()
+
+var runCommand = &cli.Command{
+	Name:  "run",
+	Usage: "decode across a ladder of compiled capacities under one policy",
+	Description: `Policies (the seed's progression):
+   direct          B0: one graph at the largest capacity, max KV from the start
+   pyramid         B1: every rung compiled up front, one shared max-size KV
+   grow-eager      I1: every rung up front, KV sized to the rung, copied at boundaries
+   grow-one-ahead  I2: first rung up front, rung k+1 compiled while rung k decodes
+   lazy            each rung compiled when its boundary is reached
+   grow-remap      one-ahead compiles, KV in one reservation committed as tokens arrive
+
+The first rung is the smallest that holds the prompt plus one token. Decode
+steps past the largest rung stop the run with finish_reason "capacity".
+--json writes the run summary (also on errors and Ctrl-C, with what was done).
+
+On a CPU both decode and background compiles use the same cores; see
+--compile-cpus, --compile-nice and --infer-threads.`,
+	Flags: append(compileFlags(),
+		&cli.StringFlag{Name: "ladder", Value: "1024,2048,4096,8192", Usage: "ascending context `CAPACITIES`"},
+		&cli.StringFlag{Name: "policy", Value: "grow-one-ahead", Usage: "`POLICY`: direct, pyramid, grow-eager, grow-one-ahead, lazy, grow-remap"},
+		promptIDsFlag, promptTokensFlag, seedFlag, prefillChunkFlag,
+		&cli.IntFlag{Name: "decode-tokens", Value: 256, Usage: "decode `STEPS`"},
+		&cli.BoolFlag{Name: "teacher-forced", Usage: "feed a seeded token stream (identical for every policy) instead of the model's own predictions"},
+		&cli.BoolFlag{Name: "verify", Usage: "at every boundary compare the first step with a control that never switched (not for timing)"},
+		&cli.StringFlag{Name: "compile-cpus", Usage: "pin background compiles to these `CPUS` (e.g. 1 or 2-3)"},
+		&cli.IntFlag{Name: "compile-nice", Usage: "nice `N` (0-19) for the background compile thread"},
+		jsonFlag, quietFlag,
+	),
+	Action: runAction,
+}
+
+func runAction(c *cli.Context) error {
+	caps, err := parseInts("ladder", c.String("ladder"))
+	if err != nil {
+		return err
+	}
+	ladder, err := runtime.NewLadder(caps)
+	if err != nil {
+		return err
+	}
+	policy, err := runtime.ParsePolicy(c.String("policy"))
+	if err != nil {
+		return err
+	}
+	cpus, err := parseCPUList(c.String("compile-cpus"))
+	if err != nil {
+		return err
+	}
+	ck, comp, err := openModel(c)
+	if err != nil {
+		return err
+	}
+	defer ck.Close()
+	defer comp.Close()
+	vocab := ck.Config.VocabSize
+	ids, err := prompt(c, vocab)
+	if err != nil {
+		return err
+	}
+	cfg := runtime.RunConfig{
+		Ladder: ladder, Policy: policy, Prompt: ids, DecodeTokens: c.Int("decode-tokens"),
+		Verify: c.Bool("verify"), PrefillChunk: c.Int(prefillChunkFlag.Name),
+		Background:   runtime.BackgroundOptions{CPUs: cpus, Nice: c.Int("compile-nice")},
+		ProcessStart: processStart,
+	}
+	if c.Bool("teacher-forced") {
+		// A stream independent of the prompt's: seed+1.
+		cfg.Forced = runtime.SeededTokens(c.Uint64(seedFlag.Name)+1, cfg.DecodeTokens, vocab)
+	}
+	prog := newProgress(c.Bool(quietFlag.Name))
+	cfg.Progress = prog.update
+	sum, runErr := runtime.Run(c.Context, comp, runtime.ShapeOf(ck.Config), cfg)
+	prog.done()
+	sum.Model = c.String(modelFlag.Name)
+	sum.Device = comp.Options().Device
+	sum.Precision = comp.Options().Precision
+	sum.Seed = c.Uint64(seedFlag.Name)
+	sum.OpenVINOVersion, _ = ov.Version()
+	var werr error
+	if p := c.String(jsonFlag.Name); p != "" {
+		werr = writeJSON(p, sum)
+	}
+	if !c.Bool(quietFlag.Name) || runErr == nil {
+		printSummary(os.Stdout, sum)
+	}
+	return errors.Join(runErr, werr)
+}
+
+func writeJSON(path string, v any) error {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, append(b, '\n'), 0o644); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	return os.Rename(tmp, path)
+}
+
+func parseCPUList(s string) ([]int, error) {
+	if s == "" {
+		return nil, nil
+	}
+	var out []int
+	for _, part := range strings.Split(s, ",") {
+		lo, hi, isRange := strings.Cut(part, "-")
+		a, err := parseInts("compile-cpus", lo)
+		if err != nil {
+			return nil, err
+		}
+		b := a
+		if isRange {
+			if b, err = parseInts("compile-cpus", hi); err != nil {
+				return nil, err
+			}
+		}
+		for c := a[0]; c <= b[0]; c++ {
+			out = append(out, c)
+		}
+	}
+	return out, nil
+}

@@ -1,0 +1,231 @@
+package compilecost
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+)
+
+// ErrInvalidProfile is wrapped by every validation error of a Profile.
+var ErrInvalidProfile = errors.New("invalid compile-cost profile")
+
+// Profile is the measured compile cost of one model on one device and
+// OpenVINO version, one Rung per measured capacity, plus a Fit that extends it
+// to other capacities. It is stored as cost.json (see Load and Save).
+type Profile struct {
+	// Model names the model (a preset or checkpoint directory name).
+	Model string `json:"model"`
+	// Device is the OpenVINO device the graphs were compiled for, e.g. "CPU".
+	Device string `json:"device"`
+	// OpenVINOVersion is the runtime's version string.
+	OpenVINOVersion string `json:"openvino_version"`
+	// Precision is the inference precision hint, when one was set.
+	Precision string `json:"precision,omitempty"`
+	// Rungs holds one entry per measured capacity, ascending.
+	Rungs []Rung `json:"rungs"`
+	// Fit is the model of median compile time against capacity.
+	Fit Fit `json:"fit"`
+}
+
+// Rung is the measured cost of compiling the graph of one capacity.
+type Rung struct {
+	// Capacity is the KV capacity (tokens) of the graph.
+	Capacity int `json:"capacity"`
+	// CompileS holds the wall time of each repeated compile, seconds.
+	CompileS []float64 `json:"compile_s"`
+	// CompileCPUS holds the CPU time of each compile, seconds, when measured.
+	CompileCPUS []float64 `json:"compile_cpu_s,omitempty"`
+	// MedianS is the median of CompileS, seconds.
+	MedianS float64 `json:"median_s"`
+	// IRBuildS holds the time to emit and read the IR of each repetition, seconds.
+	IRBuildS []float64 `json:"ir_build_s"`
+	// PeakRSSBytes is the peak resident set size seen while compiling.
+	PeakRSSBytes int64 `json:"peak_rss_bytes"`
+}
+
+// median returns the rung's median compile time: MedianS when set, else
+// the median of CompileS.
+func (r Rung) median() float64 {
+	if r.MedianS > 0 || len(r.CompileS) == 0 {
+		return r.MedianS
+	}
+	return Median(r.CompileS)
+}
+
+// Median returns the median of xs (the mean of the two middle values for an
+// even count), or 0 for an empty slice. xs is not modified.
+func Median(xs []float64) float64 {
+	n := len(xs)
+	if n == 0 {
+		return 0
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	if n%2 == 1 {
+		return s[n/2]
+	}
+	return (s[n/2-1] + s[n/2]) / 2
+}
+
+// Predict returns the predicted compile time in seconds of the graph of the
+// given capacity: the measured median when that capacity was measured
+// (measured is true), otherwise the Fit's value, never negative. When the
+// profile has no fit yet (Fit.Model empty) one is computed from the rungs.
+// A profile without rungs predicts 0.
+func (p Profile) Predict(capacity int) (seconds float64, measured bool) {
+	for _, r := range p.Rungs {
+		if r.Capacity == capacity {
+			return max(r.median(), 0), true
+		}
+	}
+	f := p.Fit
+	if f.Model == "" {
+		f = FitProfile(p.Rungs)
+	}
+	return f.At(capacity), false
+}
+
+// CompileFunc returns Predict as a cost function for SimConfig.CompileS.
+func (p Profile) CompileFunc() func(capacity int) float64 {
+	return func(capacity int) float64 {
+		s, _ := p.Predict(capacity)
+		return s
+	}
+}
+
+// Validate checks the profile: a model and a device are named; there is at
+// least one rung; capacities are positive, strictly ascending (hence unique);
+// every time is finite and non-negative; each rung has compile times or a
+// positive median; the fit, if present, names a known model. Errors wrap
+// ErrInvalidProfile and name the problem.
+func (p *Profile) Validate() error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: %s", ErrInvalidProfile, fmt.Sprintf(format, args...))
+	}
+	if p.Model == "" {
+		return bad("model is empty")
+	}
+	if p.Device == "" {
+		return bad("device is empty")
+	}
+	if len(p.Rungs) == 0 {
+		return bad("no rungs")
+	}
+	for i, r := range p.Rungs {
+		if r.Capacity <= 0 {
+			return bad("rung %d: capacity %d is not positive", i, r.Capacity)
+		}
+		if i > 0 {
+			prev := p.Rungs[i-1].Capacity
+			if r.Capacity == prev {
+				return bad("rung %d: capacity %d is duplicated", i, r.Capacity)
+			}
+			if r.Capacity < prev {
+				return bad("rung %d: capacity %d is below the previous %d (rungs must ascend)", i, r.Capacity, prev)
+			}
+		}
+		for _, field := range []struct {
+			name string
+			xs   []float64
+		}{{"compile_s", r.CompileS}, {"compile_cpu_s", r.CompileCPUS}, {"ir_build_s", r.IRBuildS}, {"median_s", []float64{r.MedianS}}} {
+			for j, x := range field.xs {
+				if math.IsNaN(x) || math.IsInf(x, 0) || x < 0 {
+					return bad("capacity %d: %s[%d] = %v is not a finite non-negative time", r.Capacity, field.name, j, x)
+				}
+			}
+		}
+		if len(r.CompileS) == 0 && r.MedianS <= 0 {
+			return bad("capacity %d: no compile times and no median", r.Capacity)
+		}
+		if r.PeakRSSBytes < 0 {
+			return bad("capacity %d: peak_rss_bytes %d is negative", r.Capacity, r.PeakRSSBytes)
+		}
+	}
+	switch p.Fit.Model {
+	case "", FitNone, FitConstant, FitLinear, FitPower:
+	default:
+		return bad("fit model %q is not one of %q, %q, %q", p.Fit.Model, FitConstant, FitLinear, FitPower)
+	}
+	for _, v := range []float64{p.Fit.A, p.Fit.B, p.Fit.R2, p.Fit.MaxRelErr} {
+		if math.IsNaN(v) || math.IsInf(v, 0) {
+			return bad("fit holds a non-finite number")
+		}
+	}
+	return nil
+}
+
+// fillDerived sets missing rung medians and a missing fit.
+func (p *Profile) fillDerived() {
+	for i := range p.Rungs {
+		if p.Rungs[i].MedianS <= 0 && len(p.Rungs[i].CompileS) > 0 {
+			p.Rungs[i].MedianS = Median(p.Rungs[i].CompileS)
+		}
+	}
+	if p.Fit.Model == "" {
+		p.Fit = FitProfile(p.Rungs)
+	}
+}
+
+// Load reads and validates a profile (cost.json). Missing medians are
+// computed from compile_s and a missing fit is computed from the rungs.
+func Load(path string) (*Profile, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("load compile-cost profile: %w", err)
+	}
+	var p Profile
+	if err := json.Unmarshal(b, &p); err != nil {
+		return nil, fmt.Errorf("load compile-cost profile %s: %w", path, err)
+	}
+	if err := p.Validate(); err != nil {
+		return nil, fmt.Errorf("load %s: %w", path, err)
+	}
+	p.fillDerived()
+	return &p, nil
+}
+
+// Save validates the profile, fills missing medians and a missing fit (in
+// p, too), and writes it as indented JSON to path, atomically: a temporary
+// file in the same directory is renamed over path.
+func (p *Profile) Save(path string) error {
+	if err := p.Validate(); err != nil {
+		return fmt.Errorf("save %s: %w", path, err)
+	}
+	p.fillDerived()
+	out := *p
+	out.Rungs = slices.Clone(p.Rungs)
+	for i := range out.Rungs {
+		if out.Rungs[i].CompileS == nil {
+			out.Rungs[i].CompileS = []float64{}
+		}
+		if out.Rungs[i].IRBuildS == nil {
+			out.Rungs[i].IRBuildS = []float64{}
+		}
+	}
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(&out); err != nil {
+		return fmt.Errorf("save %s: %w", path, err)
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*.tmp")
+	if err != nil {
+		return fmt.Errorf("save compile-cost profile: %w", err)
+	}
+	_, werr := tmp.Write(buf.Bytes())
+	cerr := tmp.Close()
+	if err := errors.Join(werr, cerr); err != nil {
+		os.Remove(tmp.Name())
+		return fmt.Errorf("save %s: %w", path, err)
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		os.Remove(tmp.Name())
+		return fmt.Errorf("save compile-cost profile: %w", err)
+	}
+	return nil
+}

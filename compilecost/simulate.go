@@ -1,0 +1,553 @@
+package compilecost
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+)
+
+// Run policies (the names of `ovrun run --policy`).
+const (
+	// PolicyDirect compiles one graph at the largest capacity up front and
+	// reserves the largest KV (B0).
+	PolicyDirect = "direct"
+	// PolicyPyramid compiles every rung up front, one after another, and
+	// reserves one KV buffer of the largest capacity (B1). A switch repacks
+	// the live KV for the larger graph, charged as MigrateS.
+	PolicyPyramid = "pyramid"
+	// PolicyGrowEager compiles every rung up front and keeps KV sized to the
+	// current rung, copying live KV forward at each boundary; old and new
+	// buffers coexist during the copy (I1).
+	PolicyGrowEager = "grow-eager"
+	// PolicyGrowOneAhead compiles the first rung in the foreground and each
+	// successor in the background while the rung before it decodes, one
+	// compile at a time; KV as in grow-eager (I2).
+	PolicyGrowOneAhead = "grow-one-ahead"
+	// PolicyLazy compiles each successor at its boundary, so every boundary
+	// waits for a full compile; KV as in grow-eager.
+	PolicyLazy = "lazy"
+	// PolicyGrowRemap schedules compiles like grow-one-ahead but grows KV by
+	// remapping: no migrate time and no moment with two buffers.
+	PolicyGrowRemap = "grow-remap"
+)
+
+// Policies returns the policy names Simulate accepts.
+func Policies() []string {
+	return []string{PolicyDirect, PolicyPyramid, PolicyGrowEager, PolicyGrowOneAhead, PolicyLazy, PolicyGrowRemap}
+}
+
+// ErrInvalidSimConfig is wrapped by SimConfig.Validate's errors.
+var ErrInvalidSimConfig = errors.New("invalid simulation config")
+
+// SimConfig describes one request and the costs to plan it with.
+//
+// Tokens: the prompt occupies positions 0..PromptTokens-1 and decode step s
+// (0-based) writes position PromptTokens+s, so it needs a rung of capacity
+// greater than that position (RungFor(ladder, PromptTokens+s+1)). The first
+// rung is therefore the smallest capacity >= PromptTokens+1, and decoding
+// stops after DecodeTokens steps or when the largest rung is full.
+type SimConfig struct {
+	// Ladder holds the capacities, strictly ascending.
+	Ladder []int
+	// PromptTokens is the prompt length (>= 1); DecodeTokens the number of
+	// tokens to decode (>= 0).
+	PromptTokens, DecodeTokens int
+	// Policy is one of Policies().
+	Policy string
+	// CompileS returns the compile time of a capacity's graph, seconds
+	// (e.g. Profile.CompileFunc()).
+	CompileS func(capacity int) float64
+	// DecodeStepS returns the time of one decode step on a capacity's graph, seconds.
+	DecodeStepS func(capacity int) float64
+	// PrefillS is the prefill time, seconds, on the first rung's graph.
+	PrefillS float64
+	// MigrateS returns the time to move liveTokens of KV from the fromCap
+	// graph to the toCap graph, seconds; nil means free.
+	MigrateS func(fromCap, toCap, liveTokens int) float64
+	// Lookahead is how many rungs ahead of the current one a background
+	// compile may run (grow-one-ahead and grow-remap): 0 chooses per rung,
+	// one ahead when its one-ahead Deadline is met and two ahead when it is
+	// not; k >= 1 fixes it. Background compiles still run one at a time.
+	Lookahead int
+	// KVBytesPerToken is the KV size of one token over all layers, bytes.
+	KVBytesPerToken int64
+	// BackgroundSlowdown, when > 0, multiplies the decode step time while a
+	// background compile runs (e.g. 1.05 for 5% slower); it must then be >= 1.
+	// Zero means decode is unaffected. Prefill and migrates are never slowed.
+	BackgroundSlowdown float64
+}
+
+// Validate checks the config. Errors wrap ErrInvalidSimConfig.
+func (c SimConfig) Validate() error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: %s", ErrInvalidSimConfig, fmt.Sprintf(format, args...))
+	}
+	if err := ValidateLadder(c.Ladder); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidSimConfig, err)
+	}
+	if !slices.Contains(Policies(), c.Policy) {
+		return bad("unknown policy %q (want one of %v)", c.Policy, Policies())
+	}
+	if c.PromptTokens < 1 {
+		return bad("prompt tokens %d < 1", c.PromptTokens)
+	}
+	if maxCap := c.Ladder[len(c.Ladder)-1]; c.PromptTokens+1 > maxCap {
+		return bad("a prompt of %d tokens leaves no room to decode in the largest rung (%d)", c.PromptTokens, maxCap)
+	}
+	if c.DecodeTokens < 0 {
+		return bad("decode tokens %d < 0", c.DecodeTokens)
+	}
+	if c.CompileS == nil || c.DecodeStepS == nil {
+		return bad("CompileS and DecodeStepS are required")
+	}
+	if !finiteNonNeg(c.PrefillS) {
+		return bad("prefill time %v is not a finite non-negative time", c.PrefillS)
+	}
+	if c.Lookahead < 0 {
+		return bad("lookahead %d < 0", c.Lookahead)
+	}
+	if c.KVBytesPerToken < 0 {
+		return bad("KV bytes per token %d < 0", c.KVBytesPerToken)
+	}
+	if c.BackgroundSlowdown != 0 && !(c.BackgroundSlowdown >= 1 && !math.IsInf(c.BackgroundSlowdown, 0)) {
+		return bad("background slowdown %v must be 0 (none) or a finite factor >= 1", c.BackgroundSlowdown)
+	}
+	for _, capacity := range c.Ladder {
+		if v := c.CompileS(capacity); !finiteNonNeg(v) {
+			return bad("compile time %v for capacity %d is not a finite non-negative time", v, capacity)
+		}
+		if v := c.DecodeStepS(capacity); !finiteNonNeg(v) {
+			return bad("decode step time %v for capacity %d is not a finite non-negative time", v, capacity)
+		}
+	}
+	return nil
+}
+
+func finiteNonNeg(x float64) bool { return x >= 0 && !math.IsInf(x, 1) }
+
+// SimRung is the predicted timeline of one rung. Times ending in _start_s
+// or _end_s are offsets from process start; the rest are durations.
+type SimRung struct {
+	// Capacity is the rung's capacity.
+	Capacity int `json:"capacity"`
+	// CompileS is the compile time; CompileStartS and CompileEndS place it.
+	CompileS      float64 `json:"compile_s"`
+	CompileStartS float64 `json:"compile_start_s"`
+	CompileEndS   float64 `json:"compile_end_s"`
+	// Foreground reports a blocking compile: up front, or at a lazy
+	// boundary. Background compiles run while another rung decodes.
+	Foreground bool `json:"foreground"`
+	// Lookahead is how many rungs ahead a background compile was launched
+	// (0 for foreground compiles).
+	Lookahead int `json:"lookahead,omitempty"`
+	// Deadline is the one-ahead deadline of a background compile.
+	Deadline *Deadline `json:"deadline,omitempty"`
+	// ReadyAtBoundary reports that the graph was compiled when the first
+	// step needing it arrived (always true for the first rung).
+	ReadyAtBoundary bool `json:"ready_at_boundary"`
+	// WaitS is the boundary wait for this rung's graph.
+	WaitS float64 `json:"wait_s"`
+	// MigrateS is the time to move KV into this rung; MigrateBytes the live
+	// KV moved (0 for grow-remap and the first rung).
+	MigrateS     float64 `json:"migrate_s"`
+	MigrateBytes int64   `json:"migrate_bytes"`
+	// FirstStep and LastStep are the decode steps run on this rung
+	// (0-based), both -1 when none ran on it.
+	FirstStep int `json:"first_step"`
+	LastStep  int `json:"last_step"`
+	// DecodeStartS and DecodeEndS bound the rung's decode window.
+	DecodeStartS float64 `json:"decode_start_s"`
+	DecodeEndS   float64 `json:"decode_end_s"`
+	// DecodeS is the time inside its decode steps; TokensPerS = steps / DecodeS.
+	DecodeS    float64 `json:"decode_s"`
+	TokensPerS float64 `json:"tokens_per_s"`
+}
+
+// SimResult is the predicted timeline and totals of one run. When the
+// config is invalid only the echoed inputs and Error are set.
+type SimResult struct {
+	// Policy, Ladder, PromptTokens and DecodeTokens echo the config.
+	Policy       string `json:"policy"`
+	Ladder       []int  `json:"ladder"`
+	PromptTokens int    `json:"prompt_tokens"`
+	DecodeTokens int    `json:"decode_tokens"`
+	// Steps is the number of tokens decoded; FinishReason is "length" when
+	// that is DecodeTokens and "capacity" when the largest rung filled first.
+	Steps        int    `json:"steps"`
+	FinishReason string `json:"finish_reason,omitempty"`
+	// ForegroundCompileS is compile time on the path to the first decoded token.
+	ForegroundCompileS float64 `json:"foreground_compile_s"`
+	// CriticalPathS is process start to the end of the last decoded token
+	// (the end of prefill when nothing is decoded).
+	CriticalPathS float64 `json:"critical_path_s"`
+	// PrefillS is the prefill time.
+	PrefillS float64 `json:"prefill_s"`
+	// DecodeS is the time inside decode steps.
+	DecodeS float64 `json:"decode_s"`
+	// BoundaryWaitS is the total time steps waited at boundaries for graphs.
+	BoundaryWaitS float64 `json:"boundary_wait_s"`
+	// MigrateS is the total time moving KV at boundaries.
+	MigrateS float64 `json:"migrate_s"`
+	// BackgroundCompileS is the total time of background compiles.
+	BackgroundCompileS float64 `json:"background_compile_s"`
+	// OverlappedS is background compile time that ran while decode steps ran.
+	OverlappedS float64 `json:"successor_compile_overlapped_s"`
+	// KVReservedAvgBytes is allocated KV integrated over the decode (first
+	// decode step to last token, waits and migrates included) divided by its
+	// duration. KVReservedPeakBytes includes the moment old and new buffers
+	// coexist during a copy. KVLiveAvgBytes averages the KV the tokens so
+	// far need (a step counts the token it writes). With no decode steps the
+	// averages are the values at the end of prefill.
+	KVReservedAvgBytes  float64 `json:"kv_reserved_avg_bytes"`
+	KVReservedPeakBytes int64   `json:"kv_reserved_peak_bytes"`
+	KVLiveAvgBytes      float64 `json:"kv_live_avg_bytes"`
+	// Rungs is the per-rung timeline, ascending capacity: the rungs the
+	// policy compiles (all of the ladder for pyramid and grow-eager, the
+	// largest for direct, the rungs the request reaches otherwise).
+	Rungs []SimRung `json:"rungs"`
+	// Notes explains scheduling decisions and missed deadlines.
+	Notes []string `json:"notes,omitempty"`
+	// Error is set, and nothing else computed, when the config is invalid.
+	Error string `json:"error,omitempty"`
+}
+
+// Simulate predicts the timeline of cfg.Policy on one request.
+//
+// All up-front compiles run one after another from time 0, then prefill on
+// the first rung, then decode. Background compiles (grow-one-ahead,
+// grow-remap) run one at a time: the compile of rung j may start once rung
+// j-L is bound (L from SimConfig.Lookahead; the first background compile
+// starts when the first rung is bound, so it overlaps prefill) and once the
+// previous background compile ends. At a boundary the step waits until the
+// successor's graph is ready, the successor is bound, KV is migrated
+// (MigrateS; none for grow-remap) and decode continues. Lazy compiles the
+// successor at the boundary. Decode steps take DecodeStepS of the current
+// rung (of the largest for direct), times BackgroundSlowdown while a
+// background compile runs.
+func Simulate(cfg SimConfig) SimResult {
+	res := SimResult{
+		Policy:       cfg.Policy,
+		Ladder:       slices.Clone(cfg.Ladder),
+		PromptTokens: cfg.PromptTokens,
+		DecodeTokens: cfg.DecodeTokens,
+	}
+	if err := cfg.Validate(); err != nil {
+		res.Error = err.Error()
+		return res
+	}
+	p, err := newPlan(cfg)
+	if err == nil {
+		err = p.run(&res)
+	}
+	if err != nil {
+		out := SimResult{Policy: res.Policy, Ladder: res.Ladder, PromptTokens: res.PromptTokens, DecodeTokens: res.DecodeTokens}
+		out.Error = err.Error()
+		return out
+	}
+	return res
+}
+
+// plan holds the derived quantities of a validated config.
+type plan struct {
+	cfg        SimConfig
+	ladder     []int     // the rungs decode may use (just the largest for direct)
+	compile    []float64 // compile time per ladder index
+	decodeStep []float64 // decode step time per ladder index
+	steps      int       // tokens decoded
+	r0, rEnd   int       // first and last rung decoded on
+}
+
+func newPlan(cfg SimConfig) (*plan, error) {
+	p := &plan{cfg: cfg, ladder: cfg.Ladder}
+	if cfg.Policy == PolicyDirect {
+		p.ladder = cfg.Ladder[len(cfg.Ladder)-1:]
+	}
+	maxCap := p.ladder[len(p.ladder)-1]
+	p.steps = min(cfg.DecodeTokens, maxCap-cfg.PromptTokens)
+	var ok bool
+	if p.r0, ok = RungFor(p.ladder, cfg.PromptTokens+1); !ok {
+		return nil, fmt.Errorf("%w: no rung holds the prompt", ErrInvalidSimConfig)
+	}
+	p.rEnd = p.r0
+	if p.steps > 0 {
+		p.rEnd, _ = RungFor(p.ladder, cfg.PromptTokens+p.steps)
+	}
+	for _, c := range p.ladder {
+		p.compile = append(p.compile, cfg.CompileS(c))
+		p.decodeStep = append(p.decodeStep, cfg.DecodeStepS(c))
+	}
+	return p, nil
+}
+
+// first and last return the decode steps run on rung j; count their number.
+func (p *plan) first(j int) int {
+	if j == p.r0 {
+		return 0
+	}
+	return p.ladder[j-1] - p.cfg.PromptTokens
+}
+
+func (p *plan) last(j int) int { return min(p.ladder[j]-p.cfg.PromptTokens-1, p.steps-1) }
+
+func (p *plan) count(j int) int { return max(p.last(j)-p.first(j)+1, 0) }
+
+// slowdown returns the decode step multiplier while a background compile runs.
+func (p *plan) slowdown() float64 { return max(p.cfg.BackgroundSlowdown, 1) }
+
+// copies reports whether the policy moves KV at a boundary.
+func (p *plan) copies() bool {
+	switch p.cfg.Policy {
+	case PolicyPyramid, PolicyGrowEager, PolicyGrowOneAhead, PolicyLazy:
+		return true
+	}
+	return false
+}
+
+// migrate returns the migrate time from rung j to rung j+1; live KV at a
+// boundary is exactly the old rung's capacity.
+func (p *plan) migrate(j int) (float64, error) {
+	if !p.copies() || p.cfg.MigrateS == nil {
+		return 0, nil
+	}
+	from, to := p.ladder[j], p.ladder[j+1]
+	m := p.cfg.MigrateS(from, to, from)
+	if !finiteNonNeg(m) {
+		return 0, fmt.Errorf("%w: migrate time %v from %d to %d is not a finite non-negative time", ErrInvalidSimConfig, m, from, to)
+	}
+	return m, nil
+}
+
+// reserved returns the KV bytes allocated while rung j is current.
+func (p *plan) reserved(j int) int64 {
+	switch p.cfg.Policy {
+	case PolicyDirect, PolicyPyramid:
+		return int64(p.cfg.Ladder[len(p.cfg.Ladder)-1]) * p.cfg.KVBytesPerToken
+	}
+	return int64(p.ladder[j]) * p.cfg.KVBytesPerToken
+}
+
+func (p *plan) background() bool {
+	return p.cfg.Policy == PolicyGrowOneAhead || p.cfg.Policy == PolicyGrowRemap
+}
+
+// interval is a busy span of the background compiler.
+type interval struct{ start, end float64 }
+
+// advance returns when work seconds of decode, started at t, finish, given
+// that decode runs f times slower inside the busy intervals (sorted,
+// disjoint).
+func advance(t, work float64, busy []interval, f float64) float64 {
+	if f <= 1 {
+		return t + work
+	}
+	for _, iv := range busy {
+		if iv.end <= t {
+			continue
+		}
+		if iv.start > t {
+			free := iv.start - t
+			if work <= free {
+				return t + work
+			}
+			work -= free
+			t = iv.start
+		}
+		room := (iv.end - t) / f
+		if work <= room {
+			return t + work*f
+		}
+		work -= room
+		t = iv.end
+	}
+	return t + work
+}
+
+// overlap returns the length of [a, b] covered by busy.
+func overlap(a, b float64, busy []interval) float64 {
+	var s float64
+	for _, iv := range busy {
+		s += max(0, min(b, iv.end)-max(a, iv.start))
+	}
+	return s
+}
+
+// run fills res with the timeline.
+func (p *plan) run(res *SimResult) error {
+	cfg := p.cfg
+	bpt := float64(cfg.KVBytesPerToken)
+	P := cfg.PromptTokens
+	res.Steps = p.steps
+	res.FinishReason = "length"
+	if p.steps < cfg.DecodeTokens {
+		res.FinishReason = "capacity"
+	}
+	res.PrefillS = cfg.PrefillS
+
+	rungs := map[int]*SimRung{} // by ladder index
+	newRung := func(j int) *SimRung {
+		r := &SimRung{Capacity: p.ladder[j], CompileS: p.compile[j], FirstStep: -1, LastStep: -1}
+		rungs[j] = r
+		return r
+	}
+
+	// Up-front compiles.
+	var t float64
+	upFront := []int{p.r0}
+	if cfg.Policy == PolicyPyramid || cfg.Policy == PolicyGrowEager {
+		upFront = upFront[:0]
+		for j := range p.ladder {
+			upFront = append(upFront, j)
+		}
+	}
+	for _, j := range upFront {
+		r := newRung(j)
+		r.Foreground = true
+		r.CompileStartS, r.CompileEndS = t, t+p.compile[j]
+		t = r.CompileEndS
+	}
+	res.ForegroundCompileS = t
+
+	// Background schedule: lookahead per rung, from the deadlines.
+	lookahead := map[int]int{}
+	var deadlines map[int]Deadline
+	if p.background() {
+		ds, err := p.deadlines()
+		if err != nil {
+			return err
+		}
+		deadlines = map[int]Deadline{}
+		for _, d := range ds {
+			j, _ := RungFor(p.ladder, d.Capacity)
+			deadlines[j] = d
+			switch {
+			case cfg.Lookahead > 0:
+				lookahead[j] = cfg.Lookahead
+			case d.Met:
+				lookahead[j] = 1
+			case j-2 >= p.r0:
+				lookahead[j] = 2
+				res.Notes = append(res.Notes, fmt.Sprintf("rung %d: one-ahead deadline misses by %.2f s; launching two ahead", d.Capacity, -d.SlackS))
+			default:
+				lookahead[j] = 1
+				res.Notes = append(res.Notes, fmt.Sprintf("rung %d: one-ahead deadline misses by %.2f s; no earlier rung to launch from", d.Capacity, -d.SlackS))
+			}
+		}
+	}
+	bind := map[int]float64{p.r0: t}
+	var busy []interval
+	nextBG := p.r0 + 1
+	var bgFree float64 // when the background compiler is next idle
+	scheduleBackground := func(current int) {
+		for p.background() && nextBG <= p.rEnd {
+			j := nextBG
+			anchor := max(j-lookahead[j], p.r0)
+			if anchor > current {
+				return
+			}
+			r := newRung(j)
+			r.Lookahead = lookahead[j]
+			d := deadlines[j]
+			r.Deadline = &d
+			r.CompileStartS = max(bind[anchor], bgFree)
+			r.CompileEndS = r.CompileStartS + p.compile[j]
+			bgFree = r.CompileEndS
+			busy = append(busy, interval{r.CompileStartS, r.CompileEndS})
+			res.BackgroundCompileS += p.compile[j]
+			nextBG++
+		}
+	}
+
+	// Prefill, then decode rung by rung.
+	rungs[p.r0].ReadyAtBoundary = true
+	t += cfg.PrefillS
+	decodeStart := t
+	var reservedInt, liveInt float64
+	peak := p.reserved(p.r0)
+	for j := p.r0; j <= p.rEnd; j++ {
+		scheduleBackground(j)
+		r := rungs[j]
+		r.DecodeStartS = t
+		n, f0 := p.count(j), p.first(j)
+		if n > 0 {
+			r.FirstStep, r.LastStep = f0, p.last(j)
+		}
+		step := p.decodeStep[j]
+		prev := t
+		for k := range n {
+			end := advance(r.DecodeStartS, float64(k+1)*step, busy, p.slowdown())
+			liveInt += (end - prev) * float64(P+f0+k+1) * bpt
+			prev = end
+		}
+		t = prev
+		r.DecodeEndS = t
+		r.DecodeS = t - r.DecodeStartS
+		if r.DecodeS > 0 {
+			r.TokensPerS = float64(n) / r.DecodeS
+		}
+		res.DecodeS += r.DecodeS
+		res.OverlappedS += overlap(r.DecodeStartS, r.DecodeEndS, busy)
+		reservedInt += r.DecodeS * float64(p.reserved(j))
+		if j == p.rEnd {
+			break
+		}
+
+		// Boundary into rung j+1: wait for the graph, bind, migrate.
+		next := rungs[j+1]
+		if cfg.Policy == PolicyLazy {
+			next = newRung(j + 1)
+			next.Foreground = true
+			next.CompileStartS, next.CompileEndS = t, t+p.compile[j+1]
+		}
+		live := float64(p.ladder[j]) * bpt // the old rung is full
+		if wait := next.CompileEndS - t; wait > deadlineTol {
+			next.WaitS = wait
+			res.BoundaryWaitS += wait
+			reservedInt += wait * float64(p.reserved(j))
+			liveInt += wait * live
+			t = next.CompileEndS
+			if p.background() {
+				res.Notes = append(res.Notes, fmt.Sprintf("rung %d: not ready at boundary; waited %.2f s", next.Capacity, wait))
+			}
+		} else {
+			next.ReadyAtBoundary = true
+		}
+		bind[j+1] = t
+		m, err := p.migrate(j)
+		if err != nil {
+			return err
+		}
+		next.MigrateS = m
+		res.MigrateS += m
+		var during int64
+		switch {
+		case p.copies() && cfg.Policy != PolicyPyramid:
+			next.MigrateBytes = int64(p.ladder[j]) * cfg.KVBytesPerToken
+			during = p.reserved(j) + p.reserved(j+1)
+		case cfg.Policy == PolicyPyramid:
+			next.MigrateBytes = int64(p.ladder[j]) * cfg.KVBytesPerToken
+			during = p.reserved(j)
+		default: // remap: the new mapping replaces the old at once
+			during = p.reserved(j + 1)
+		}
+		peak = max(peak, during)
+		reservedInt += m * float64(during)
+		liveInt += m * live
+		t += m
+	}
+	res.CriticalPathS = t
+	res.KVReservedPeakBytes = peak
+	if span := t - decodeStart; span > 0 {
+		res.KVReservedAvgBytes = reservedInt / span
+		res.KVLiveAvgBytes = liveInt / span
+	} else {
+		res.KVReservedAvgBytes = float64(p.reserved(p.r0))
+		res.KVLiveAvgBytes = float64(P) * bpt
+	}
+	for j := range p.ladder {
+		if r, ok := rungs[j]; ok {
+			res.Rungs = append(res.Rungs, *r)
+		}
+	}
+	return nil
+}

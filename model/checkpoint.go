@@ -1,0 +1,136 @@
+package model
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+)
+
+// File names of a Hugging Face checkpoint directory.
+const (
+	SafetensorsName = "model.safetensors"
+	IndexName       = "model.safetensors.index.json"
+)
+
+// Checkpoint is a loaded, validated model directory. Tensor data are slices
+// of read-only file mappings, valid until Close.
+type Checkpoint struct {
+	Dir     string
+	Config  *Config
+	Tensors map[string]*Tensor // all shards merged
+
+	files []*SafetensorsFile
+}
+
+// Load reads dir/config.json and either dir/model.safetensors or the shards
+// named by dir/model.safetensors.index.json, then checks that every tensor the
+// architecture needs is present with the right shape (see CheckTensors).
+func Load(dir string) (*Checkpoint, error) {
+	cfg, err := LoadConfig(dir)
+	if err != nil {
+		return nil, err
+	}
+	c := &Checkpoint{Dir: dir, Config: cfg, Tensors: map[string]*Tensor{}}
+	if err := c.open(); err != nil {
+		c.Close()
+		return nil, err
+	}
+	if err := CheckTensors(cfg, c.Tensors); err != nil {
+		c.Close()
+		return nil, fmt.Errorf("checkpoint %s: %w", dir, err)
+	}
+	return c, nil
+}
+
+func (c *Checkpoint) open() error {
+	indexPath := filepath.Join(c.Dir, IndexName)
+	weightMap, err := readIndex(indexPath)
+	if errors.Is(err, os.ErrNotExist) {
+		single := filepath.Join(c.Dir, SafetensorsName)
+		if _, err := os.Stat(single); err != nil {
+			return fmt.Errorf("checkpoint %s: no %s or %s", c.Dir, SafetensorsName, IndexName)
+		}
+		sf, err := OpenSafetensors(single)
+		if err != nil {
+			return err
+		}
+		c.files = append(c.files, sf)
+		c.Tensors = sf.Tensors
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	shards := slices.Compact(slices.Sorted(maps.Values(weightMap)))
+	owner := map[string]string{} // tensor name -> shard it was found in
+	for _, shard := range shards {
+		sf, err := OpenSafetensors(filepath.Join(c.Dir, shard))
+		if err != nil {
+			return err
+		}
+		c.files = append(c.files, sf)
+		for _, name := range sf.Names() {
+			if prev, dup := owner[name]; dup {
+				return fmt.Errorf("%s: %w: tensor %q is in both %s and %s", indexPath, ErrCorrupt, name, prev, shard)
+			}
+			owner[name] = shard
+			c.Tensors[name] = sf.Tensors[name]
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(weightMap)) {
+		if want := weightMap[name]; owner[name] != want {
+			return fmt.Errorf("%s: %w: tensor %q is mapped to %s but is not in it", indexPath, ErrCorrupt, name, want)
+		}
+	}
+	return nil
+}
+
+// readIndex parses a shard index and returns its weight_map. A missing file
+// is reported with an error matching os.ErrNotExist.
+func readIndex(path string) (map[string]string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var idx struct {
+		WeightMap map[string]string `json:"weight_map"`
+	}
+	if err := json.Unmarshal(b, &idx); err != nil {
+		return nil, fmt.Errorf("%s: %w: %v", path, ErrCorrupt, err)
+	}
+	if len(idx.WeightMap) == 0 {
+		return nil, fmt.Errorf("%s: %w: empty or missing weight_map", path, ErrCorrupt)
+	}
+	for _, name := range slices.Sorted(maps.Keys(idx.WeightMap)) {
+		if f := idx.WeightMap[name]; f == "" || f != filepath.Base(f) || f == "." || f == ".." {
+			return nil, fmt.Errorf("%s: %w: tensor %q maps to %q, not a file in the checkpoint directory", path, ErrCorrupt, name, f)
+		}
+	}
+	return idx.WeightMap, nil
+}
+
+// Tensor returns the named tensor or an error wrapping ErrMissingTensor.
+func (c *Checkpoint) Tensor(name string) (*Tensor, error) {
+	t, ok := c.Tensors[name]
+	if !ok {
+		return nil, fmt.Errorf("checkpoint %s: %w %q", c.Dir, ErrMissingTensor, name)
+	}
+	return t, nil
+}
+
+// Close unmaps every file; tensor data must not be used afterwards.
+func (c *Checkpoint) Close() error {
+	if c == nil {
+		return nil
+	}
+	var errs []error
+	for _, f := range c.files {
+		errs = append(errs, f.Close())
+	}
+	c.files = nil
+	return errors.Join(errs...)
+}

@@ -1,0 +1,249 @@
+package model
+
+import (
+	"fmt"
+	"math"
+)
+
+// Graph I/O names. KV is explicit graph input and output owned by the
+// runtime: the graph reads past K/V for every slot of its capacity and
+// returns the K/V of the tokens it processed; the runtime writes those rows
+// into its buffers at their positions.
+const (
+	InputIDs     = "input_ids"    // i64 [1, T]
+	PositionIDs  = "position_ids" // i64 [1, T], consecutive, first = tokens already in the cache
+	LogitsIndex  = "logits_index" // i64 [1], row of the chunk whose logits are returned
+	OutputLogits = "logits"       // f32 [1, V]
+)
+
+// PastKey, PastValue, PresentKey and PresentValue name layer i's KV I/O.
+func PastKey(i int) string      { return fmt.Sprintf("past_key.%d", i) }
+func PastValue(i int) string    { return fmt.Sprintf("past_value.%d", i) }
+func PresentKey(i int) string   { return fmt.Sprintf("present_key.%d", i) }
+func PresentValue(i int) string { return fmt.Sprintf("present_value.%d", i) }
+
+// KV layout. Each layer's K and V cache is f32 [C, Hkv, D]: the capacity axis
+// is outermost, so the cache of capacity C is exactly the first C*Hkv*D
+// elements of any larger buffer with the same layout. A rung's KV can
+// therefore be a prefix view of one reservation sized for the largest rung,
+// and growing the context rebinds a longer view instead of copying.
+
+// GraphSpec selects the static shapes of one graph.
+type GraphSpec struct {
+	Capacity int // KV slots the graph attends over (past tokens it can hold)
+	Chunk    int // tokens processed per call: 1 for decode, >1 for prefill
+}
+
+// Name is a stable label such as "decode-c1024" or "prefill-c1024-t64".
+func (s GraphSpec) Name() string {
+	if s.Chunk == 1 {
+		return fmt.Sprintf("decode-c%d", s.Capacity)
+	}
+	return fmt.Sprintf("prefill-c%d-t%d", s.Capacity, s.Chunk)
+}
+
+// BuildIR emits the decoder as OpenVINO IR v11 XML whose constants live in w.
+//
+// Semantics of one call with T = spec.Chunk tokens at positions p..p+T-1:
+// slots 0..p-1 of the past K/V inputs hold the earlier tokens; slots p.. are
+// ignored (masked), whatever they contain. The outputs are the logits of
+// token logits_index and the K/V rows of the T tokens, which the caller
+// stores into slots p..p+T-1 before the next call. Tokens of a chunk padded
+// past the prompt never influence earlier tokens (causal mask); their K/V rows
+// are simply not stored.
+func BuildIR(w *Weights, spec GraphSpec) ([]byte, error) {
+	cfg := w.Config()
+	if spec.Capacity < 1 || spec.Chunk < 1 {
+		return nil, fmt.Errorf("graph %s: capacity and chunk must be positive", spec.Name())
+	}
+	b := &decoderBuilder{g: newGraph(spec.Name(), w), cfg: cfg, C: int64(spec.Capacity), T: int64(spec.Chunk)}
+	b.build()
+	if b.g.err != nil {
+		return nil, fmt.Errorf("graph %s: %w", spec.Name(), b.g.err)
+	}
+	return b.g.XML(), nil
+}
+
+type decoderBuilder struct {
+	g   *irGraph
+	cfg *Config
+	C   int64 // capacity
+	T   int64 // chunk length
+
+	cos, sin port // [T, 1, D]
+	mask     port // [T, C+T] additive f32
+}
+
+func (b *decoderBuilder) build() {
+	g, cfg := b.g, b.cfg
+	V, H := int64(cfg.VocabSize), int64(cfg.HiddenSize)
+	Hkv, D := int64(cfg.KVHeads()), int64(cfg.HeadDim())
+	ids := g.parameter(InputIDs, i64, []int64{1, b.T})    // [1, T]
+	pos := g.parameter(PositionIDs, i64, []int64{1, b.T}) // [1, T]
+	li := g.parameter(LogitsIndex, i64, []int64{1})       // [1]
+	past := make([][2]port, cfg.NumHiddenLayers)
+	for i := range past {
+		past[i][0] = g.parameter(PastKey(i), f32, []int64{b.C, Hkv, D})   // [C, Hkv, D]
+		past[i][1] = g.parameter(PastValue(i), f32, []int64{b.C, Hkv, D}) // [C, Hkv, D]
+	}
+
+	b.rotary(pos)
+	b.attentionMask(pos, past[0][0])
+
+	emb := g.weight("model.embed_tokens.weight")                                                                  // [V, H]
+	x := g.op("Gather", "opset8", []attr{{"batch_dims", "0"}}, []int64{1, b.T, H}, f32, emb, ids, g.scalarI64(0)) // [1, T, H]
+	for i := 0; i < cfg.NumHiddenLayers; i++ {
+		x = b.layer(i, x, past[i][0], past[i][1])
+	}
+	x = b.rmsNorm(x, "model.norm.weight")                                                                       // [1, T, H]
+	last := g.op("Gather", "opset8", []attr{{"batch_dims", "0"}}, []int64{1, 1, H}, f32, x, li, g.scalarI64(1)) // [1, 1, H]
+	last = b.reshape(last, []int64{1, H})                                                                       // [1, H]
+	logits := b.matmulT(last, g.weight("lm_head.weight"), []int64{1, V})                                        // [1, V]
+	g.result(OutputLogits, logits)
+}
+
+// rotary computes cos and sin of the HF rotary embedding for the chunk's positions.
+func (b *decoderBuilder) rotary(pos port) {
+	g := b.g
+	D := int64(b.cfg.HeadDim())
+	inv := make([]float32, D/2)
+	for j := range inv {
+		inv[j] = float32(1 / math.Pow(b.cfg.Theta(), float64(2*j)/float64(D)))
+	}
+	p := b.reshape(pos, []int64{b.T, 1})                                                          // [T, 1] i64
+	pf := g.op("Convert", "opset1", []attr{{"destination_type", "f32"}}, []int64{b.T, 1}, f32, p) // [T, 1]
+	freqs := b.mul(pf, g.constF32([]int64{1, D / 2}, inv...), []int64{b.T, D / 2})                // [T, D/2]
+	emb := g.op("Concat", "opset1", []attr{{"axis", "1"}}, []int64{b.T, D}, f32, freqs, freqs)    // [T, D]
+	emb = b.reshape(emb, []int64{b.T, 1, D})                                                      // [T, 1, D]
+	b.cos = g.op("Cos", "opset1", nil, []int64{b.T, 1, D}, f32, emb)                              // [T, 1, D]
+	b.sin = g.op("Sin", "opset1", nil, []int64{b.T, 1, D}, f32, emb)                              // [T, 1, D]
+}
+
+// attentionMask builds the additive mask over the C past slots followed by
+// the T chunk tokens: query t sees key j when key j's position is at most
+// t's, and a past slot counts only when it lies below the chunk's first
+// position (slots at or past it are unused capacity).
+func (b *decoderBuilder) attentionMask(pos, pastKey port) {
+	g := b.g
+	C, T := b.C, b.T
+	shape := g.op("ShapeOf", "opset3", []attr{{"output_type", "i64"}}, []int64{3}, i64, pastKey)                                     // [3]
+	cap0 := g.op("Gather", "opset8", []attr{{"batch_dims", "0"}}, []int64{}, i64, shape, g.scalarI64(0), g.scalarI64(0))             // [] = C
+	slots := g.op("Range", "opset4", []attr{{"output_type", "i64"}}, []int64{C}, i64, g.scalarI64(0), cap0, g.scalarI64(1))          // [C]
+	qpos := b.reshape(pos, []int64{T})                                                                                               // [T]
+	start := g.op("Gather", "opset8", []attr{{"batch_dims", "0"}}, []int64{1}, i64, qpos, g.constI64([]int64{1}, 0), g.scalarI64(0)) // [1]
+	live := g.op("Less", "opset1", []attr{{"auto_broadcast", "numpy"}}, []int64{C}, boolean, slots, start)                           // [C]
+	never := g.constI64([]int64{1}, math.MaxInt64)                                                                                   // [1]
+	kpast := g.op("Select", "opset1", []attr{{"auto_broadcast", "numpy"}}, []int64{C}, i64, live, slots, never)                      // [C]
+	kpos := g.op("Concat", "opset1", []attr{{"axis", "0"}}, []int64{C + T}, i64, kpast, qpos)                                        // [C+T]
+	kpos = b.reshape(kpos, []int64{1, C + T})                                                                                        // [1, C+T]
+	q := b.reshape(qpos, []int64{T, 1})                                                                                              // [T, 1]
+	see := g.op("LessEqual", "opset1", []attr{{"auto_broadcast", "numpy"}}, []int64{T, C + T}, boolean, kpos, q)                     // [T, C+T]
+	b.mask = g.op("Select", "opset1", []attr{{"auto_broadcast", "numpy"}}, []int64{T, C + T}, f32, see,
+		g.scalarF32(0), g.scalarF32(float32(math.Inf(-1)))) // [T, C+T]
+}
+
+// layer is one pre-norm decoder block; it emits the chunk's K/V as outputs.
+func (b *decoderBuilder) layer(i int, x, pastK, pastV port) port {
+	g, cfg := b.g, b.cfg
+	T, C := b.T, b.C
+	H := int64(cfg.HiddenSize)
+	Nh, Hkv, D := int64(cfg.NumAttentionHeads), int64(cfg.KVHeads()), int64(cfg.HeadDim())
+	G := Nh / Hkv
+	pre := fmt.Sprintf("model.layers.%d.", i)
+
+	h := b.rmsNorm(x, pre+"input_layernorm.weight")              // [1, T, H]
+	q := b.proj(h, pre+"self_attn.q_proj", Nh*D, cfg.QKVBias())  // [1, T, Nh*D]
+	k := b.proj(h, pre+"self_attn.k_proj", Hkv*D, cfg.QKVBias()) // [1, T, Hkv*D]
+	v := b.proj(h, pre+"self_attn.v_proj", Hkv*D, cfg.QKVBias()) // [1, T, Hkv*D]
+	q = b.rope(b.reshape(q, []int64{T, Nh, D}))                  // [T, Nh, D]
+	k = b.rope(b.reshape(k, []int64{T, Hkv, D}))                 // [T, Hkv, D]
+	v = b.reshape(v, []int64{T, Hkv, D})                         // [T, Hkv, D]
+	g.result(PresentKey(i), k)
+	g.result(PresentValue(i), v)
+
+	kall := g.op("Concat", "opset1", []attr{{"axis", "0"}}, []int64{C + T, Hkv, D}, f32, pastK, k) // [C+T, Hkv, D]
+	vall := g.op("Concat", "opset1", []attr{{"axis", "0"}}, []int64{C + T, Hkv, D}, f32, pastV, v) // [C+T, Hkv, D]
+	kall = b.unsqueeze(b.transpose(kall, []int64{1, 0, 2}), 1)                                     // [Hkv, 1, C+T, D]
+	vall = b.unsqueeze(b.transpose(vall, []int64{1, 0, 2}), 1)                                     // [Hkv, 1, C+T, D]
+	qh := b.transpose(b.reshape(q, []int64{T, Hkv, G, D}), []int64{1, 2, 0, 3})                    // [Hkv, G, T, D]
+	scale := g.scalarF32(float32(1 / math.Sqrt(float64(D))))
+	att := g.op("ScaledDotProductAttention", "opset13", []attr{{"causal", "false"}},
+		[]int64{Hkv, G, T, D}, f32, qh, kall, vall, b.mask, scale) // [Hkv, G, T, D]
+	att = b.transpose(att, []int64{2, 0, 1, 3})                  // [T, Hkv, G, D]
+	att = b.reshape(att, []int64{1, T, Nh * D})                  // [1, T, Nh*D]
+	o := b.proj(att, pre+"self_attn.o_proj", H, cfg.OProjBias()) // [1, T, H]
+	x = b.add(x, o, []int64{1, T, H})                            // [1, T, H]
+
+	h = b.rmsNorm(x, pre+"post_attention_layernorm.weight") // [1, T, H]
+	I := int64(cfg.IntermediateSize)
+	gate := b.proj(h, pre+"mlp.gate_proj", I, cfg.MLPBiases())       // [1, T, I]
+	up := b.proj(h, pre+"mlp.up_proj", I, cfg.MLPBiases())           // [1, T, I]
+	act := g.op("Swish", "opset4", nil, []int64{1, T, I}, f32, gate) // [1, T, I]
+	m := b.mul(act, up, []int64{1, T, I})                            // [1, T, I]
+	down := b.proj(m, pre+"mlp.down_proj", H, cfg.MLPBiases())       // [1, T, H]
+	return b.add(x, down, []int64{1, T, H})                          // [1, T, H]
+}
+
+// rope applies the rotary embedding to x [T, heads, D]: x*cos + rotate_half(x)*sin.
+func (b *decoderBuilder) rope(x port) port {
+	g := b.g
+	s := x.shape
+	half := []int64{s[0], s[1], s[2] / 2}
+	parts := g.add("Split", "opset1", "", []attr{{"num_splits", "2"}}, []port{x, g.scalarI64(-1)},
+		port{shape: half, et: f32}, port{shape: half, et: f32}) // 2 x [T, heads, D/2]
+	neg := g.op("Negative", "opset1", nil, half, f32, parts[1])                    // [T, heads, D/2]
+	rot := g.op("Concat", "opset1", []attr{{"axis", "-1"}}, s, f32, neg, parts[0]) // [T, heads, D]
+	return b.add(b.mul(x, b.cos, s), b.mul(rot, b.sin, s), s)                      // [T, heads, D]
+}
+
+// rmsNorm is x / sqrt(mean(x^2) + eps) * weight over the last axis.
+func (b *decoderBuilder) rmsNorm(x port, weight string) port {
+	g := b.g
+	s := x.shape
+	red := append(append([]int64{}, s[:len(s)-1]...), 1)
+	sq := b.mul(x, x, s)                                                                                          // [.., H]
+	mean := g.op("ReduceMean", "opset1", []attr{{"keep_dims", "true"}}, red, f32, sq, g.constI64([]int64{1}, -1)) // [.., 1]
+	mean = b.add(mean, g.scalarF32(float32(b.cfg.RMSNormEps)), red)                                               // [.., 1]
+	rms := g.op("Sqrt", "opset1", nil, red, f32, mean)                                                            // [.., 1]
+	n := g.op("Divide", "opset1", []attr{{"auto_broadcast", "numpy"}, {"m_pythondiv", "true"}}, s, f32, x, rms)   // [.., H]
+	return b.mul(n, g.weight(weight), s)                                                                          // [.., H]
+}
+
+// proj is x @ W^T (+ bias) for the HF linear layer named prefix.
+func (b *decoderBuilder) proj(x port, prefix string, out int64, bias bool) port {
+	s := append(append([]int64{}, x.shape[:len(x.shape)-1]...), out)
+	y := b.matmulT(x, b.g.weight(prefix+".weight"), s)
+	if bias {
+		y = b.add(y, b.g.weight(prefix+".bias"), s)
+	}
+	return y
+}
+
+func (b *decoderBuilder) matmulT(x, w port, shape []int64) port {
+	return b.g.op("MatMul", "opset1", []attr{{"transpose_a", "false"}, {"transpose_b", "true"}}, shape, f32, x, w)
+}
+
+func (b *decoderBuilder) add(x, y port, shape []int64) port {
+	return b.g.op("Add", "opset1", []attr{{"auto_broadcast", "numpy"}}, shape, x.et, x, y)
+}
+
+func (b *decoderBuilder) mul(x, y port, shape []int64) port {
+	return b.g.op("Multiply", "opset1", []attr{{"auto_broadcast", "numpy"}}, shape, x.et, x, y)
+}
+
+func (b *decoderBuilder) reshape(x port, shape []int64) port {
+	return b.g.op("Reshape", "opset1", []attr{{"special_zero", "false"}}, shape, x.et, x, b.g.constI64([]int64{int64(len(shape))}, shape...))
+}
+
+func (b *decoderBuilder) transpose(x port, order []int64) port {
+	shape := make([]int64, len(order))
+	for i, o := range order {
+		shape[i] = x.shape[o]
+	}
+	return b.g.op("Transpose", "opset1", nil, shape, x.et, x, b.g.constI64([]int64{int64(len(order))}, order...))
+}
+
+func (b *decoderBuilder) unsqueeze(x port, axis int64) port {
+	shape := append(append(append([]int64{}, x.shape[:axis]...), 1), x.shape[axis:]...)
+	return b.g.op("Unsqueeze", "opset1", nil, shape, x.et, x, b.g.scalarI64(axis))
+}

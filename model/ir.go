@@ -1,0 +1,213 @@
+package model
+
+import (
+	"bytes"
+	"fmt"
+	"strings"
+)
+
+// This file writes OpenVINO IR v11 XML. OpenVINO's C API cannot build graphs
+// op by op, so graphs are emitted as text and read from memory. Every op
+// records the shape of its output so the XML carries full port dimensions.
+
+// elem is an OpenVINO element type as the IR spells it ("f32", "i64", ...).
+type elem string
+
+const (
+	f32     elem = "f32"
+	f16     elem = "f16"
+	bf16    elem = "bf16"
+	i64     elem = "i64"
+	boolean elem = "boolean"
+)
+
+// precision is the port attribute IR v11 expects for an element type.
+func (e elem) precision() string {
+	switch e {
+	case f32:
+		return "FP32"
+	case f16:
+		return "FP16"
+	case bf16:
+		return "BF16"
+	case i64:
+		return "I64"
+	case boolean:
+		return "BOOL"
+	}
+	return strings.ToUpper(string(e))
+}
+
+// port is one output of a layer: what edges connect from.
+type port struct {
+	layer int
+	id    int
+	shape []int64
+	et    elem
+}
+
+type attr struct{ k, v string }
+
+type irLayer struct {
+	id      int
+	name    string
+	typ     string
+	version string
+	attrs   []attr
+	inputs  []port
+	outputs []port
+	names   []string // tensor names of each output (may be empty)
+}
+
+// irGraph accumulates layers and edges of one IR network.
+type irGraph struct {
+	name   string
+	layers []*irLayer
+	w      *Weights
+	count  map[string]int
+	err    error // first error while building; reported by the caller
+}
+
+func newGraph(name string, w *Weights) *irGraph {
+	return &irGraph{name: name, w: w, count: map[string]int{}}
+}
+
+// uname makes layer names unique and readable ("MatMul_3").
+func (g *irGraph) uname(base string) string {
+	g.count[base]++
+	return fmt.Sprintf("%s_%d", base, g.count[base])
+}
+
+// add appends a layer whose outputs have the given shapes and types.
+func (g *irGraph) add(typ, version, name string, attrs []attr, inputs []port, outs ...port) []port {
+	l := &irLayer{id: len(g.layers), name: name, typ: typ, version: version, attrs: attrs, inputs: inputs}
+	if l.name == "" {
+		l.name = g.uname(typ)
+	}
+	for i, o := range outs {
+		o.layer = l.id
+		o.id = len(inputs) + i
+		l.outputs = append(l.outputs, o)
+		l.names = append(l.names, "")
+	}
+	g.layers = append(g.layers, l)
+	return l.outputs
+}
+
+// op adds a single-output op.
+func (g *irGraph) op(typ, version string, attrs []attr, shape []int64, et elem, inputs ...port) port {
+	return g.add(typ, version, "", attrs, inputs, port{shape: shape, et: et})[0]
+}
+
+// parameter declares a named graph input.
+func (g *irGraph) parameter(name string, et elem, shape []int64) port {
+	p := g.add("Parameter", "opset1", name, []attr{{"shape", dims(shape)}, {"element_type", string(et)}}, nil, port{shape: shape, et: et})[0]
+	g.layers[p.layer].names[0] = name
+	return p
+}
+
+// result declares a named graph output.
+func (g *irGraph) result(name string, p port) {
+	g.layers[p.layer].names[p.id-len(g.layers[p.layer].inputs)] = name
+	g.add("Result", "opset1", name+"/sink", nil, []port{p})
+}
+
+// constAt references bytes already in the weights blob.
+func (g *irGraph) constAt(name string, et elem, shape []int64, offset, size int64) port {
+	return g.add("Const", "opset1", name, []attr{
+		{"element_type", string(et)}, {"shape", dims(shape)},
+		{"offset", fmt.Sprint(offset)}, {"size", fmt.Sprint(size)},
+	}, nil, port{shape: shape, et: et})[0]
+}
+
+// constBytes places small constant data in the weights pool.
+func (g *irGraph) constBytes(et elem, shape []int64, data []byte) port {
+	off, err := g.w.poolAdd(data)
+	if err != nil && g.err == nil {
+		g.err = err
+	}
+	return g.constAt(g.uname("Const"), et, shape, off, int64(len(data)))
+}
+
+func (g *irGraph) constI64(shape []int64, v ...int64) port {
+	return g.constBytes(i64, shape, le64(v))
+}
+
+func (g *irGraph) constF32(shape []int64, v ...float32) port {
+	return g.constBytes(f32, shape, le32(v))
+}
+
+// scalarI64 and scalarF32 are rank-0 constants.
+func (g *irGraph) scalarI64(v int64) port   { return g.constI64([]int64{}, v) }
+func (g *irGraph) scalarF32(v float32) port { return g.constF32([]int64{}, v) }
+
+// weight references a checkpoint tensor, converted to f32 when stored narrower
+// (OpenVINO treats Const(f16|bf16) -> Convert as compressed weights).
+func (g *irGraph) weight(name string) port {
+	t := g.w.tensor(name)
+	et := elem(strings.ToLower(string(t.DType)))
+	c := g.constAt(name, et, t.Shape, g.w.offset(name), int64(len(t.Data)))
+	if et == f32 {
+		return c
+	}
+	return g.op("Convert", "opset1", []attr{{"destination_type", "f32"}}, t.Shape, f32, c)
+}
+
+// XML renders the network.
+func (g *irGraph) XML() []byte {
+	var b bytes.Buffer
+	fmt.Fprintf(&b, "<?xml version=\"1.0\"?>\n<net name=%q version=\"11\">\n<layers>\n", g.name)
+	for _, l := range g.layers {
+		fmt.Fprintf(&b, "<layer id=\"%d\" name=%q type=%q version=%q>\n", l.id, l.name, l.typ, l.version)
+		if len(l.attrs) > 0 {
+			b.WriteString("<data")
+			for _, a := range l.attrs {
+				fmt.Fprintf(&b, " %s=%q", a.k, a.v)
+			}
+			b.WriteString("/>\n")
+		}
+		if len(l.inputs) > 0 {
+			b.WriteString("<input>\n")
+			for i, in := range l.inputs {
+				fmt.Fprintf(&b, "<port id=\"%d\">%s</port>\n", i, dimTags(in.shape))
+			}
+			b.WriteString("</input>\n")
+		}
+		if len(l.outputs) > 0 {
+			b.WriteString("<output>\n")
+			for i, o := range l.outputs {
+				names := ""
+				if l.names[i] != "" {
+					names = fmt.Sprintf(" names=%q", l.names[i])
+				}
+				fmt.Fprintf(&b, "<port id=\"%d\" precision=%q%s>%s</port>\n", o.id, o.et.precision(), names, dimTags(o.shape))
+			}
+			b.WriteString("</output>\n")
+		}
+		b.WriteString("</layer>\n")
+	}
+	b.WriteString("</layers>\n<edges>\n")
+	for _, l := range g.layers {
+		for i, in := range l.inputs {
+			fmt.Fprintf(&b, "<edge from-layer=\"%d\" from-port=\"%d\" to-layer=\"%d\" to-port=\"%d\"/>\n", in.layer, in.id, l.id, i)
+		}
+	}
+	b.WriteString("</edges>\n</net>\n")
+	return b.Bytes()
+}
+
+func dims(s []int64) string {
+	parts := make([]string, len(s))
+	for i, d := range s {
+		parts[i] = fmt.Sprint(d)
+	}
+	return strings.Join(parts, ",")
+}
+
+func dimTags(s []int64) string {
+	var b strings.Builder
+	for _, d := range s {
+		fmt.Fprintf(&b, "<dim>%d</dim>", d)
+	}
+	return b.String()
+}

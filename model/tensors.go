@@ -1,0 +1,114 @@
+package model
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+)
+
+// Sentinels of the architecture check, matched with errors.Is.
+var (
+	ErrMissingTensor = errors.New("missing tensor")
+	ErrShape         = errors.New("wrong tensor shape")
+)
+
+// ShapeError reports a tensor whose shape differs from the architecture's.
+// It matches ErrShape.
+type ShapeError struct {
+	Name      string
+	Got, Want []int64
+}
+
+func (e *ShapeError) Error() string {
+	return fmt.Sprintf("tensor %q has shape %v, want %v", e.Name, e.Got, e.Want)
+}
+
+func (e *ShapeError) Unwrap() error { return ErrShape }
+
+// TensorSpec is a tensor the decoder needs, under its Hugging Face name.
+type TensorSpec struct {
+	Name  string
+	Shape []int64
+}
+
+// RequiredTensors lists the tensors a Llama or Qwen2 decoder with cfg needs,
+// in a fixed order: the embedding, each layer's tensors in forward order, the
+// final norm, then lm_head.weight unless the embeddings are tied. Shapes are
+// the PyTorch [out, in] layout of the checkpoint. q/k/v biases appear when
+// cfg.QKVBias().
+func RequiredTensors(cfg *Config) []TensorSpec {
+	h := int64(cfg.HiddenSize)
+	v := int64(cfg.VocabSize)
+	in := int64(cfg.IntermediateSize)
+	q := int64(cfg.NumAttentionHeads * cfg.HeadDim())
+	kv := int64(cfg.KVHeads() * cfg.HeadDim())
+	bias := cfg.QKVBias()
+
+	specs := []TensorSpec{{"model.embed_tokens.weight", []int64{v, h}}}
+	for i := range cfg.NumHiddenLayers {
+		p := fmt.Sprintf("model.layers.%d.", i)
+		add := func(name string, shape ...int64) {
+			specs = append(specs, TensorSpec{p + name, shape})
+		}
+		add("input_layernorm.weight", h)
+		add("self_attn.q_proj.weight", q, h)
+		if bias {
+			add("self_attn.q_proj.bias", q)
+		}
+		add("self_attn.k_proj.weight", kv, h)
+		if bias {
+			add("self_attn.k_proj.bias", kv)
+		}
+		add("self_attn.v_proj.weight", kv, h)
+		if bias {
+			add("self_attn.v_proj.bias", kv)
+		}
+		add("self_attn.o_proj.weight", h, q)
+		add("post_attention_layernorm.weight", h)
+		add("mlp.gate_proj.weight", in, h)
+		add("mlp.up_proj.weight", in, h)
+		add("mlp.down_proj.weight", h, in)
+	}
+	specs = append(specs, TensorSpec{"model.norm.weight", []int64{h}})
+	if !cfg.TieWordEmbeddings {
+		specs = append(specs, TensorSpec{"lm_head.weight", []int64{v, h}})
+	}
+	return specs
+}
+
+// ParamCount is the number of parameters in the tensors RequiredTensors
+// lists (a tied lm_head counts once).
+func ParamCount(cfg *Config) int64 {
+	var n int64
+	for _, s := range RequiredTensors(cfg) {
+		n += numElements(s.Shape)
+	}
+	return n
+}
+
+// CheckTensors verifies that tensors holds every tensor cfg requires with the
+// right shape and a float dtype, and reports the first failure in
+// RequiredTensors order: a missing tensor wraps ErrMissingTensor, a wrong
+// shape is a *ShapeError (ErrShape), a non-float dtype wraps ErrUnsupported.
+// A tied checkpoint may still carry lm_head.weight; it is then checked too.
+func CheckTensors(cfg *Config, tensors map[string]*Tensor) error {
+	specs := RequiredTensors(cfg)
+	if cfg.TieWordEmbeddings {
+		if _, ok := tensors["lm_head.weight"]; ok {
+			specs = append(specs, TensorSpec{"lm_head.weight", []int64{int64(cfg.VocabSize), int64(cfg.HiddenSize)}})
+		}
+	}
+	for _, s := range specs {
+		t, ok := tensors[s.Name]
+		if !ok {
+			return fmt.Errorf("%w %q", ErrMissingTensor, s.Name)
+		}
+		if !slices.Equal(t.Shape, s.Shape) {
+			return &ShapeError{Name: s.Name, Got: t.Shape, Want: s.Shape}
+		}
+		if !t.DType.IsFloatWeight() {
+			return fmt.Errorf("%w: tensor %q has dtype %s; weights must be F32, F16 or BF16", ErrUnsupported, s.Name, t.DType)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,116 @@
+package runtime
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"syscall"
+	"unsafe"
+)
+
+// KVBuffer owns the memory of a KV cache: one anonymous mapping per layer for
+// K and one for V, each sized for the buffer's capacity. Mappings are outside
+// Go's heap, so OpenVINO tensors can point into them without copying.
+//
+// A buffer allocated with commit=true is written with zeros up front, the way
+// a device allocation is reserved in full. One allocated with commit=false
+// only reserves address space: pages become resident when tokens are
+// written, which is what growth without copy relies on.
+type KVBuffer struct {
+	shape    KVShape
+	capacity int
+	maps     [][]byte // 2*layers mappings: K0, V0, K1, V1, ...
+}
+
+// AllocKV maps a cache of the given capacity.
+func AllocKV(shape KVShape, capacity int, commit bool) (*KVBuffer, error) {
+	if capacity <= 0 {
+		return nil, fmt.Errorf("kv capacity must be positive, got %d", capacity)
+	}
+	n := capacity * shape.RowBytes()
+	b := &KVBuffer{shape: shape, capacity: capacity}
+	for i := 0; i < 2*shape.Layers; i++ {
+		m, err := syscall.Mmap(-1, 0, n, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_PRIVATE|syscall.MAP_ANON|syscall.MAP_NORESERVE)
+		if err != nil {
+			return nil, errors.Join(fmt.Errorf("map %d bytes of kv cache: %w", n, err), b.Free())
+		}
+		if commit {
+			clear(m)
+		}
+		b.maps = append(b.maps, m)
+	}
+	return b, nil
+}
+
+// Capacity is the number of token slots the buffer holds.
+func (b *KVBuffer) Capacity() int { return b.capacity }
+
+// Bytes is the size of the buffer's address space.
+func (b *KVBuffer) Bytes() int64 { return b.shape.BufferBytes(b.capacity) }
+
+// View returns the first capacity slots of every layer: for the [C, Hkv, D]
+// layout that is a valid cache of that capacity, holding the same tokens.
+func (b *KVBuffer) View(capacity int) (*KV, error) {
+	if capacity > b.capacity {
+		return nil, fmt.Errorf("%w: view of %d slots in a buffer of %d", ErrCapacity, capacity, b.capacity)
+	}
+	n := capacity * b.shape.RowBytes()
+	kv := &KV{Capacity: capacity}
+	for l := 0; l < b.shape.Layers; l++ {
+		kv.K = append(kv.K, b.maps[2*l][:n:n])
+		kv.V = append(kv.V, b.maps[2*l+1][:n:n])
+	}
+	return kv, nil
+}
+
+// Resident counts the bytes of the buffer that are backed by physical pages,
+// as the kernel reports them (mincore), not as computed from capacities.
+func (b *KVBuffer) Resident() (int64, error) {
+	page := os.Getpagesize()
+	var total int64
+	for _, m := range b.maps {
+		if len(m) == 0 {
+			continue
+		}
+		vec := make([]byte, (len(m)+page-1)/page)
+		_, _, e := syscall.Syscall(syscall.SYS_MINCORE, uintptr(unsafe.Pointer(&m[0])), uintptr(len(m)), uintptr(unsafe.Pointer(&vec[0])))
+		if e != 0 {
+			return 0, fmt.Errorf("mincore: %w", e)
+		}
+		for _, v := range vec {
+			if v&1 != 0 {
+				total += int64(page)
+			}
+		}
+	}
+	return total, nil
+}
+
+// Free unmaps the buffer; views of it must no longer be used.
+func (b *KVBuffer) Free() error {
+	if b == nil {
+		return nil
+	}
+	var errs []error
+	for _, m := range b.maps {
+		if err := syscall.Munmap(m); err != nil {
+			errs = append(errs, fmt.Errorf("unmap kv cache: %w", err))
+		}
+	}
+	b.maps = nil
+	return errors.Join(errs...)
+}
+
+// CopyLive copies the first tokens slots of every layer from src to dst and
+// returns the bytes copied.
+func CopyLive(dst, src *KV, tokens, rowBytes int) (int64, error) {
+	if tokens > dst.Capacity || tokens > src.Capacity {
+		return 0, fmt.Errorf("%w: copying %d tokens between caches of %d and %d", ErrCapacity, tokens, src.Capacity, dst.Capacity)
+	}
+	n := tokens * rowBytes
+	for l := range src.K {
+		copy(dst.K[l][:n], src.K[l][:n])
+		copy(dst.V[l][:n], src.V[l][:n])
+	}
+	return int64(2 * len(src.K) * n), nil
+}

@@ -1,0 +1,299 @@
+package runtime
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"strings"
+	"unsafe"
+
+	"github.com/ovtoolkit/ovrun/model"
+	"github.com/ovtoolkit/ovrun/ov"
+)
+
+// OVOptions configures compilation on an OpenVINO device.
+type OVOptions struct {
+	Device         string            // CPU, GPU, NPU
+	Precision      string            // f32, bf16, f16; empty keeps the device default
+	InferThreads   int               // INFERENCE_NUM_THREADS; 0 keeps the default
+	CacheDir       string            // CACHE_DIR; empty disables the model cache
+	Properties     map[string]string // any further key/value
+	DisablePinning bool              // ENABLE_CPU_PINNING=NO (CPU only)
+}
+
+// properties lists the compile properties in a stable order.
+func (o OVOptions) properties() []ov.Property {
+	var ps []ov.Property
+	if o.Precision != "" {
+		ps = append(ps, ov.Property{Key: "INFERENCE_PRECISION_HINT", Value: o.Precision})
+	}
+	if o.InferThreads > 0 {
+		ps = append(ps, ov.Property{Key: "INFERENCE_NUM_THREADS", Value: fmt.Sprint(o.InferThreads)})
+	}
+	if o.CacheDir != "" {
+		ps = append(ps, ov.Property{Key: "CACHE_DIR", Value: o.CacheDir})
+	}
+	if o.DisablePinning && strings.EqualFold(o.Device, "CPU") {
+		ps = append(ps, ov.Property{Key: "ENABLE_CPU_PINNING", Value: "NO"})
+	}
+	for _, k := range sortedKeys(o.Properties) {
+		ps = append(ps, ov.Property{Key: k, Value: o.Properties[k]})
+	}
+	return ps
+}
+
+// OVCompiler compiles decoder graphs of one checkpoint with OpenVINO. All its
+// graphs share one weights blob in C memory.
+type OVCompiler struct {
+	core    *ov.Core
+	weights *model.Weights
+	blob    *ov.HostBuffer
+	wt      *ov.Tensor
+	opts    OVOptions
+	shape   KVShape
+	vocab   int
+}
+
+var _ Compiler = (*OVCompiler)(nil)
+
+// NewOVCompiler loads OpenVINO and copies the checkpoint's weights into the
+// shared blob.
+func NewOVCompiler(ck *model.Checkpoint, opts OVOptions) (*OVCompiler, error) {
+	if opts.Device == "" {
+		opts.Device = "CPU"
+	}
+	core, err := ov.NewCore()
+	if err != nil {
+		return nil, err
+	}
+	c := &OVCompiler{core: core, opts: opts, shape: ShapeOf(ck.Config), vocab: ck.Config.VocabSize}
+	c.weights = model.NewWeights(ck)
+	if c.blob, err = ov.AllocHost(int(c.weights.Size())); err != nil {
+		return nil, errors.Join(err, c.Close())
+	}
+	if err := c.weights.Bind(c.blob.Bytes()); err != nil {
+		return nil, errors.Join(err, c.Close())
+	}
+	if c.wt, err = ov.NewTensorFromPtr(ov.U8, []int64{c.weights.Size()}, c.blob.Ptr()); err != nil {
+		return nil, errors.Join(err, c.Close())
+	}
+	return c, nil
+}
+
+// Options reports the compile options in use.
+func (c *OVCompiler) Options() OVOptions { return c.opts }
+
+// BuildIR emits the graph XML of a spec (for inspection and timing).
+func (c *OVCompiler) BuildIR(spec model.GraphSpec) ([]byte, error) {
+	return model.BuildIR(c.weights, spec)
+}
+
+// Compile builds, reads and compiles the graph, then prepares its infer
+// request with input and output tensors over C memory.
+func (c *OVCompiler) Compile(ctx context.Context, spec model.GraphSpec) (Executable, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	xml, err := model.BuildIR(c.weights, spec)
+	if err != nil {
+		return nil, err
+	}
+	return c.CompileIR(ctx, spec, xml)
+}
+
+// CompileIR compiles an already-emitted graph.
+func (c *OVCompiler) CompileIR(ctx context.Context, spec model.GraphSpec, xml []byte) (Executable, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	m, err := c.core.ReadModel(xml, c.wt)
+	if err != nil {
+		return nil, fmt.Errorf("read graph %s: %w", spec.Name(), err)
+	}
+	cm, err := c.core.CompileModel(m, c.opts.Device, c.opts.properties()...)
+	m.Close()
+	if err != nil {
+		return nil, fmt.Errorf("compile graph %s on %s: %w", spec.Name(), c.opts.Device, err)
+	}
+	e := &ovExecutable{spec: spec, compiled: cm, shape: c.shape, vocab: c.vocab}
+	if err := e.prepare(); err != nil {
+		return nil, errors.Join(fmt.Errorf("prepare graph %s: %w", spec.Name(), err), e.Close())
+	}
+	return e, nil
+}
+
+// Close frees the core and the weights; every Executable must be closed first.
+func (c *OVCompiler) Close() error {
+	var errs []error
+	if c.wt != nil {
+		c.wt.Close()
+	}
+	if c.blob != nil {
+		c.blob.Free()
+	}
+	if c.core != nil {
+		errs = append(errs, c.core.Close())
+	}
+	c.wt, c.blob, c.core = nil, nil, nil
+	return errors.Join(errs...)
+}
+
+// ovExecutable is a compiled graph with one infer request whose inputs and
+// outputs all live in C memory bound once: a step writes token ids, runs, and
+// copies the new K/V rows into the cache.
+type ovExecutable struct {
+	spec     model.GraphSpec
+	compiled *ov.CompiledModel
+	req      *ov.InferRequest
+	shape    KVShape
+	vocab    int
+
+	ids, pos, idx *ov.HostBuffer // i64 [1,T], [1,T], [1]
+	logits        *ov.HostBuffer // f32 [1,V]
+	present       []*ov.HostBuffer
+	tensors       []*ov.Tensor // bound once, freed on Close
+	kvTensors     []*ov.Tensor // bound per Bind
+	kv            *KV
+}
+
+var _ Executable = (*ovExecutable)(nil)
+
+func (e *ovExecutable) Spec() model.GraphSpec { return e.spec }
+
+func (e *ovExecutable) prepare() error {
+	var err error
+	if e.req, err = e.compiled.NewInferRequest(); err != nil {
+		return err
+	}
+	T := int64(e.spec.Chunk)
+	bind := func(name string, et ov.ElementType, shape []int64) (*ov.HostBuffer, error) {
+		n := et.Size()
+		for _, d := range shape {
+			n *= int(d)
+		}
+		buf, err := ov.AllocHost(n)
+		if err != nil {
+			return nil, err
+		}
+		t, err := ov.NewTensorFromPtr(et, shape, buf.Ptr())
+		if err != nil {
+			buf.Free()
+			return nil, err
+		}
+		e.tensors = append(e.tensors, t)
+		return buf, e.req.SetTensor(name, t)
+	}
+	if e.ids, err = bind(model.InputIDs, ov.I64, []int64{1, T}); err != nil {
+		return err
+	}
+	if e.pos, err = bind(model.PositionIDs, ov.I64, []int64{1, T}); err != nil {
+		return err
+	}
+	if e.idx, err = bind(model.LogitsIndex, ov.I64, []int64{1}); err != nil {
+		return err
+	}
+	if e.logits, err = bind(model.OutputLogits, ov.F32, []int64{1, int64(e.vocab)}); err != nil {
+		return err
+	}
+	row := []int64{T, int64(e.shape.KVHeads), int64(e.shape.HeadDim)}
+	for l := 0; l < e.shape.Layers; l++ {
+		for _, name := range []string{model.PresentKey(l), model.PresentValue(l)} {
+			buf, err := bind(name, ov.F32, row)
+			if buf != nil {
+				e.present = append(e.present, buf)
+			}
+			if err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func (e *ovExecutable) Bind(kv *KV) error {
+	if kv.Capacity != e.spec.Capacity {
+		return fmt.Errorf("bind a cache of %d slots to graph %s", kv.Capacity, e.spec.Name())
+	}
+	e.freeKV()
+	shape := []int64{int64(kv.Capacity), int64(e.shape.KVHeads), int64(e.shape.HeadDim)}
+	for l := 0; l < e.shape.Layers; l++ {
+		for i, mem := range [][]byte{kv.K[l], kv.V[l]} {
+			t, err := ov.NewTensorFromPtr(ov.F32, shape, unsafe.Pointer(&mem[0]))
+			if err != nil {
+				return err
+			}
+			e.kvTensors = append(e.kvTensors, t)
+			name := model.PastKey(l)
+			if i == 1 {
+				name = model.PastValue(l)
+			}
+			if err := e.req.SetTensor(name, t); err != nil {
+				return err
+			}
+		}
+	}
+	e.kv = kv
+	return nil
+}
+
+func (e *ovExecutable) Step(ids []int64, start int) ([]float32, error) {
+	n := len(ids)
+	switch {
+	case e.kv == nil:
+		return nil, fmt.Errorf("graph %s: step before a cache was bound", e.spec.Name())
+	case n == 0 || n > e.spec.Chunk:
+		return nil, fmt.Errorf("graph %s takes 1 to %d tokens per step, got %d", e.spec.Name(), e.spec.Chunk, n)
+	case start+n > e.spec.Capacity:
+		return nil, fmt.Errorf("%w: tokens %d..%d in graph %s", ErrCapacity, start, start+n-1, e.spec.Name())
+	}
+	idb, pb := e.ids.Bytes(), e.pos.Bytes()
+	for t := 0; t < e.spec.Chunk; t++ {
+		var id int64
+		if t < n {
+			id = ids[t]
+		}
+		binary.LittleEndian.PutUint64(idb[8*t:], uint64(id))
+		binary.LittleEndian.PutUint64(pb[8*t:], uint64(start+t))
+	}
+	binary.LittleEndian.PutUint64(e.idx.Bytes(), uint64(n-1))
+	if err := e.req.Infer(); err != nil {
+		return nil, fmt.Errorf("infer graph %s: %w", e.spec.Name(), err)
+	}
+	rb := e.shape.RowBytes()
+	for l := 0; l < e.shape.Layers; l++ {
+		copy(e.kv.K[l][start*rb:(start+n)*rb], e.present[2*l].Bytes()[:n*rb])
+		copy(e.kv.V[l][start*rb:(start+n)*rb], e.present[2*l+1].Bytes()[:n*rb])
+	}
+	return unsafe.Slice((*float32)(e.logits.Ptr()), e.vocab), nil
+}
+
+func (e *ovExecutable) freeKV() {
+	for _, t := range e.kvTensors {
+		t.Close()
+	}
+	e.kvTensors, e.kv = nil, nil
+}
+
+func (e *ovExecutable) Close() error {
+	e.freeKV()
+	var errs []error
+	for _, t := range e.tensors {
+		t.Close()
+	}
+	e.tensors = nil
+	if e.req != nil {
+		e.req.Close()
+	}
+	if e.compiled != nil {
+		e.compiled.Close()
+	}
+	for _, b := range append([]*ov.HostBuffer{e.ids, e.pos, e.idx, e.logits}, e.present...) {
+		if b != nil {
+			b.Free()
+		}
+	}
+	e.req, e.compiled, e.present = nil, nil, nil
+	e.ids, e.pos, e.idx, e.logits = nil, nil, nil, nil
+	return errors.Join(errs...)
+}

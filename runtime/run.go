@@ -1,0 +1,593 @@
+package runtime
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/ovtoolkit/ovrun/model"
+)
+
+// ErrCompile reports a graph that could not be compiled, even after the
+// foreground retry.
+var ErrCompile = errors.New("compile failed")
+
+// RunConfig is one decode across a ladder.
+type RunConfig struct {
+	Ladder       Ladder
+	Policy       Policy
+	Prompt       []int64
+	DecodeTokens int     // decode steps
+	Forced       []int64 // teacher-forced inputs, one per decode step; nil decodes greedily
+	Verify       bool    // compare the first step after every switch with a control that never switched
+	PrefillChunk int     // tokens per prefill call; <= 1 prefills through the decode graph
+	Background   BackgroundOptions
+
+	// ProcessStart is the origin of every *_start_s / *_end_s offset.
+	ProcessStart time.Time
+	// Progress, when set, is called after every decode step and while
+	// waiting at a boundary.
+	Progress func(Progress)
+}
+
+// Progress is the state of a run for a live display.
+type Progress struct {
+	Step, Total int
+	Capacity    int
+	TokensPerS  float64 // decode rate of the current rung
+	Next        string  // state of the next rung's compile
+	Waiting     bool    // blocked at a boundary
+}
+
+// run holds the state of one Run call.
+type run struct {
+	cfg   RunConfig
+	comp  Compiler
+	shape KVShape
+	ctx   context.Context
+	sch   *scheduler
+	s     *Summary
+
+	rungs   []int
+	jobs    []*compileJob
+	prefJob *compileJob // prefill graph of the first rung, when used
+	cur     int
+	buf     *KVBuffer
+	kv      *KV
+	exe     Executable
+	meter   kvMeter
+	fed     []int64 // every token fed so far: prompt, then decode inputs
+
+	decodeWindows [][2]time.Time
+	windowStart   time.Time
+	verifyS       float64
+	control       *verifier
+	lastSample    time.Time
+}
+
+// Run decodes cfg.DecodeTokens steps across the ladder under cfg.Policy and
+// returns the summary. On failure or cancellation the summary is still
+// returned, complete up to the last decoded token, with FinishReason and
+// Error set.
+func Run(ctx context.Context, comp Compiler, shape KVShape, cfg RunConfig) (*Summary, error) {
+	if cfg.ProcessStart.IsZero() {
+		cfg.ProcessStart = time.Now()
+	}
+	r := &run{cfg: cfg, comp: comp, shape: shape, ctx: ctx, s: &Summary{
+		Policy: string(cfg.Policy), Ladder: cfg.Ladder, PromptTokens: len(cfg.Prompt),
+		DecodeTokens: cfg.DecodeTokens, TeacherForced: cfg.Forced != nil,
+		Predictions: []int64{}, Rungs: []RungSummary{}, Boundaries: []BoundarySummary{},
+		Compiles: []CompileRecord{}, KVTimeline: []KVSample{}, KVMeasured: "allocated",
+	}}
+	r.s.RunStartS = r.off(time.Now())
+	if err := r.validate(); err != nil {
+		r.s.FinishReason, r.s.Error = "error", err.Error()
+		return r.s, err
+	}
+	r.sch = newScheduler(ctx, comp, cfg.Background, len(r.rungs)+2)
+	err := r.execute()
+	err = errors.Join(err, r.release())
+	r.finish(err)
+	return r.s, err
+}
+
+func (r *run) validate() error {
+	c := r.cfg
+	if _, err := ParsePolicy(string(c.Policy)); err != nil {
+		return err
+	}
+	if len(c.Ladder) == 0 {
+		return errors.New("the ladder is empty")
+	}
+	if len(c.Prompt) == 0 {
+		return errors.New("the prompt is empty")
+	}
+	if c.DecodeTokens < 1 {
+		return fmt.Errorf("decode tokens must be at least 1, got %d", c.DecodeTokens)
+	}
+	if c.Forced != nil && len(c.Forced) < c.DecodeTokens {
+		return fmt.Errorf("%d teacher-forced tokens for %d decode steps", len(c.Forced), c.DecodeTokens)
+	}
+	// The first decode step writes position len(prompt): it needs one slot more.
+	first, ok := c.Ladder.RungFor(len(c.Prompt) + 1)
+	if !ok {
+		return fmt.Errorf("%w: a prompt of %d tokens plus one decoded token needs %d slots; the largest rung holds %d",
+			ErrCapacity, len(c.Prompt), len(c.Prompt)+1, c.Ladder.Max())
+	}
+	if c.Policy == Direct {
+		r.rungs = []int{c.Ladder.Max()}
+		r.cur = 0
+	} else {
+		r.rungs = append([]int(nil), c.Ladder...)
+		r.cur = first
+	}
+	r.jobs = make([]*compileJob, len(r.rungs))
+	for _, capacity := range r.rungs {
+		r.s.Rungs = append(r.s.Rungs, RungSummary{Capacity: capacity, FirstStep: -1, LastStep: -1})
+	}
+	if need := len(c.Prompt) + c.DecodeTokens; need > c.Ladder.Max() {
+		r.note("prompt %d + decode %d tokens need %d slots; the largest rung holds %d, so decoding stops at capacity",
+			len(c.Prompt), c.DecodeTokens, need, c.Ladder.Max())
+	}
+	return nil
+}
+
+func (r *run) off(t time.Time) float64 { return t.Sub(r.cfg.ProcessStart).Seconds() }
+
+func (r *run) note(format string, args ...any) {
+	r.s.Notes = append(r.s.Notes, fmt.Sprintf(format, args...))
+}
+
+func (r *run) decodeSpec(i int) model.GraphSpec {
+	return model.GraphSpec{Capacity: r.rungs[i], Chunk: 1}
+}
+
+// execute is the run proper: foreground compiles, prefill, decode loop.
+func (r *run) execute() error {
+	if err := r.compileForeground(); err != nil {
+		return err
+	}
+	if err := r.allocate(); err != nil {
+		return err
+	}
+	r.launchSuccessor()
+	if err := r.prefill(); err != nil {
+		return err
+	}
+	return r.decode()
+}
+
+// compileForeground compiles what each policy needs before the first token.
+func (r *run) compileForeground() error {
+	t0 := time.Now()
+	defer func() { r.s.ForegroundCompileS = time.Since(t0).Seconds() }()
+	if r.cfg.PrefillChunk > 1 {
+		j := r.sch.foreground(model.GraphSpec{Capacity: r.rungs[r.cur], Chunk: r.cfg.PrefillChunk})
+		r.record(j, "prefill", 1)
+		r.prefJob = j
+		if j.err != nil {
+			return r.compileFailed(j)
+		}
+	}
+	last := r.cur
+	if r.cfg.Policy.upFront() {
+		last = len(r.rungs) - 1
+	}
+	for i := r.cur; i <= last; i++ {
+		j := r.sch.foreground(r.decodeSpec(i))
+		r.jobs[i] = j
+		r.recordRung(i, j, 1)
+		if j.err != nil {
+			return r.compileFailed(j)
+		}
+	}
+	return nil
+}
+
+func (r *run) compileFailed(j *compileJob) error {
+	if errors.Is(j.err, context.Canceled) {
+		return j.err
+	}
+	return fmt.Errorf("%w: graph %s: %w", ErrCompile, j.spec.Name(), j.err)
+}
+
+// record adds a compile attempt to the summary.
+func (r *run) record(j *compileJob, kind string, attempt int) {
+	c := CompileRecord{Capacity: j.spec.Capacity, Chunk: j.spec.Chunk, Kind: kind, Foreground: !j.background,
+		Attempt: attempt, StartS: r.off(j.start), EndS: r.off(j.end), CompileS: j.seconds()}
+	if j.err != nil {
+		c.Error = j.err.Error()
+	}
+	r.s.Compiles = append(r.s.Compiles, c)
+}
+
+// recordRung copies a finished decode-graph compile into the rung summary.
+func (r *run) recordRung(i int, j *compileJob, attempt int) {
+	r.record(j, "decode", attempt)
+	rs := &r.s.Rungs[i]
+	rs.Compiled = j.err == nil
+	rs.CompileS, rs.CompileStartS, rs.CompileEndS = j.seconds(), r.off(j.start), r.off(j.end)
+	rs.Foreground = !j.background
+	rs.CompileAttempts = attempt
+	rs.CompileError = ""
+	if j.err != nil {
+		rs.CompileError = j.err.Error()
+	}
+}
+
+// allocate reserves the KV for the first rung: the largest capacity for
+// shared-buffer policies (committed, except for grow-remap), else the
+// first rung's.
+func (r *run) allocate() error {
+	capacity, commit := r.rungs[r.cur], true
+	if r.cfg.Policy.sharedKV() {
+		capacity = r.rungs[len(r.rungs)-1]
+		commit = r.cfg.Policy != GrowRemap
+	}
+	if r.cfg.Policy == GrowRemap {
+		r.s.KVMeasured = "resident"
+	}
+	buf, err := AllocKV(r.shape, capacity, commit)
+	if err != nil {
+		return err
+	}
+	r.buf = buf
+	if r.kv, err = buf.View(r.rungs[r.cur]); err != nil {
+		return err
+	}
+	r.setReserved(time.Now(), r.reservedBytes())
+	return nil
+}
+
+// reservedBytes is the KV the policy holds: allocated sizes, or for
+// grow-remap the pages actually resident.
+func (r *run) reservedBytes() int64 {
+	if r.cfg.Policy == GrowRemap {
+		n, err := r.buf.Resident()
+		if err == nil {
+			return n
+		}
+	}
+	return r.buf.Bytes()
+}
+
+func (r *run) setReserved(t time.Time, bytes int64) {
+	r.meter.setReserved(t, bytes)
+	r.sample(t, true)
+}
+
+// sample appends a KV timeline point, at most about every 10 ms unless forced.
+func (r *run) sample(t time.Time, force bool) {
+	if !force && t.Sub(r.lastSample) < 10*time.Millisecond {
+		return
+	}
+	r.lastSample = t
+	r.s.KVTimeline = append(r.s.KVTimeline, KVSample{TS: r.off(t), ReservedBytes: r.meter.reserved, LiveBytes: r.meter.live})
+}
+
+// launchSuccessor queues the next rung's compile for background policies.
+func (r *run) launchSuccessor() {
+	next := r.cur + 1
+	if !r.cfg.Policy.background() || next >= len(r.rungs) || r.jobs[next] != nil {
+		return
+	}
+	r.jobs[next] = r.sch.background(r.decodeSpec(next))
+}
+
+func (r *run) prefill() error {
+	exe := r.jobs[r.cur].exe
+	if r.prefJob != nil {
+		exe = r.prefJob.exe
+	}
+	if err := exe.Bind(r.kv); err != nil {
+		return err
+	}
+	t0 := time.Now()
+	r.s.PrefillStartS = r.off(t0)
+	logits, err := Prefill(exe, r.cfg.Prompt)
+	if err != nil {
+		return err
+	}
+	t1 := time.Now()
+	r.s.PrefillEndS = r.off(t1)
+	r.s.PrefillS = t1.Sub(t0).Seconds()
+	r.fed = append(r.fed, r.cfg.Prompt...)
+	r.s.Predictions = append(r.s.Predictions, int64(Argmax(logits)))
+	r.exe = r.jobs[r.cur].exe
+	if err := r.exe.Bind(r.kv); err != nil {
+		return err
+	}
+	r.meter.setLive(t1, int64(len(r.fed))*r.shape.TokenBytes())
+	r.meter.begin(t1)
+	r.setReserved(t1, r.reservedBytes())
+	r.windowStart = t1
+	r.s.Rungs[r.cur].DecodeStartS = r.off(t1)
+	return nil
+}
+
+// decode runs the decode steps, switching rungs at boundaries.
+func (r *run) decode() error {
+	P := len(r.cfg.Prompt)
+	for i := 1; i <= r.cfg.DecodeTokens; i++ {
+		if err := r.ctx.Err(); err != nil {
+			return err
+		}
+		p := P + i - 1 // position of this step's input token
+		verify := false
+		if p >= r.rungs[r.cur] {
+			if r.cur+1 == len(r.rungs) {
+				r.s.FinishReason = "capacity"
+				r.note("stopped after %d of %d decode steps: the largest rung (%d) is full", i-1, r.cfg.DecodeTokens, r.rungs[r.cur])
+				return nil
+			}
+			if err := r.boundary(i); err != nil {
+				return err
+			}
+			verify = r.cfg.Verify
+		}
+		tok := r.s.Predictions[i-1]
+		if r.cfg.Forced != nil {
+			tok = r.cfg.Forced[i-1]
+		}
+		t0 := time.Now()
+		logits, err := r.exe.Step([]int64{tok}, p)
+		t1 := time.Now()
+		if err != nil {
+			return fmt.Errorf("decode step %d at position %d: %w", i, p, err)
+		}
+		rs := &r.s.Rungs[r.cur]
+		rs.DecodeS += t1.Sub(t0).Seconds()
+		r.s.DecodeS += t1.Sub(t0).Seconds()
+		if rs.FirstStep < 0 {
+			rs.FirstStep = i
+		}
+		rs.LastStep = i
+		r.s.DecodedTokens = i
+		r.fed = append(r.fed, tok)
+		r.s.Predictions = append(r.s.Predictions, int64(Argmax(logits)))
+		if verify {
+			if err := r.verifyStep(i, logits); err != nil {
+				return err
+			}
+		}
+		r.meter.setLive(t1, int64(len(r.fed))*r.shape.TokenBytes())
+		if r.cfg.Policy == GrowRemap {
+			r.meter.setReserved(t1, r.reservedBytes())
+		}
+		r.sample(t1, false)
+		r.progress(i, false)
+	}
+	r.s.FinishReason = "length"
+	return nil
+}
+
+// boundary switches from rung cur to cur+1 before decode step i.
+func (r *run) boundary(step int) error {
+	from, next := r.cur, r.cur+1
+	arrive := time.Now()
+	r.closeWindow(arrive)
+	rs := &r.s.Rungs[next]
+	rs.WaitStartS = r.off(arrive)
+	j := r.jobs[next]
+	attempt := 1
+	switch {
+	case j == nil: // lazy: compile now, on the critical path
+		r.progress(step-1, true)
+		j = r.sch.foreground(r.decodeSpec(next))
+		r.jobs[next] = j
+		r.recordRung(next, j, attempt)
+	case j.background:
+		rs.ReadyAtBoundary = j.ready()
+		if !rs.ReadyAtBoundary {
+			r.progress(step-1, true)
+			<-j.done
+		}
+		r.recordRung(next, j, attempt)
+	default:
+		rs.ReadyAtBoundary = true
+	}
+	if j.err != nil && r.ctx.Err() == nil {
+		// A failed background (or lazy) compile gets one foreground retry.
+		r.note("compile of rung %d failed (%v); retrying in the foreground", r.rungs[next], j.err)
+		attempt++
+		j = r.sch.foreground(r.decodeSpec(next))
+		r.jobs[next] = j
+		r.recordRung(next, j, attempt)
+	}
+	if j.err != nil {
+		return r.compileFailed(j)
+	}
+	waited := time.Now()
+	rs.WaitS = waited.Sub(arrive).Seconds()
+	r.s.BoundaryWaitS += rs.WaitS
+
+	// Move the live KV into the next rung's cache.
+	rs.MigrateStartS = r.off(waited)
+	live := len(r.fed)
+	if r.cfg.Policy.sharedKV() {
+		kv, err := r.buf.View(r.rungs[next])
+		if err != nil {
+			return err
+		}
+		r.kv = kv
+	} else {
+		nb, err := AllocKV(r.shape, r.rungs[next], true)
+		if err != nil {
+			return err
+		}
+		r.setReserved(time.Now(), r.buf.Bytes()+nb.Bytes()) // both buffers exist during the copy
+		kv, err := nb.View(r.rungs[next])
+		if err != nil {
+			return errors.Join(err, nb.Free())
+		}
+		n, err := CopyLive(kv, r.kv, live, r.shape.RowBytes())
+		if err != nil {
+			return errors.Join(err, nb.Free())
+		}
+		rs.MigrateBytes = n
+		old := r.buf
+		r.buf, r.kv = nb, kv
+		if err := old.Free(); err != nil {
+			return err
+		}
+		r.setReserved(time.Now(), r.buf.Bytes())
+	}
+	r.cur = next
+	r.exe = j.exe
+	if err := r.exe.Bind(r.kv); err != nil {
+		return err
+	}
+	done := time.Now()
+	rs.MigrateS = done.Sub(waited).Seconds()
+	r.s.MigrateS += rs.MigrateS
+	r.s.MigrateBytes += rs.MigrateBytes
+	r.s.Boundaries = append(r.s.Boundaries, BoundarySummary{From: r.rungs[from], To: r.rungs[next], Step: step})
+	r.windowStart = done
+	rs.DecodeStartS = r.off(done)
+	r.launchSuccessor()
+	return nil
+}
+
+// closeWindow ends the current rung's decode window at t.
+func (r *run) closeWindow(t time.Time) {
+	if r.windowStart.IsZero() {
+		return
+	}
+	r.decodeWindows = append(r.decodeWindows, [2]time.Time{r.windowStart, t})
+	r.s.Rungs[r.cur].DecodeEndS = r.off(t)
+	r.windowStart = time.Time{}
+}
+
+func (r *run) progress(step int, waiting bool) {
+	if r.cfg.Progress == nil {
+		return
+	}
+	rs := r.s.Rungs[r.cur]
+	p := Progress{Step: step, Total: r.cfg.DecodeTokens, Capacity: r.rungs[r.cur], Waiting: waiting}
+	if rs.DecodeS > 0 && rs.FirstStep > 0 {
+		p.TokensPerS = float64(rs.LastStep-rs.FirstStep+1) / rs.DecodeS
+	}
+	if next := r.cur + 1; next < len(r.rungs) {
+		switch j := r.jobs[next]; {
+		case j == nil:
+			p.Next = fmt.Sprintf("%d not started", r.rungs[next])
+		case j.ready() && j.err != nil:
+			p.Next = fmt.Sprintf("%d failed", r.rungs[next])
+		case j.ready():
+			p.Next = fmt.Sprintf("%d ready", r.rungs[next])
+		default:
+			p.Next = fmt.Sprintf("%d compiling %.1fs", r.rungs[next], time.Since(j.start).Seconds())
+		}
+	}
+	r.cfg.Progress(p)
+}
+
+// release waits for background compiles and frees executables and KV.
+func (r *run) release() error {
+	var errs []error
+	if r.control != nil {
+		errs = append(errs, r.control.close())
+	}
+	if r.sch != nil {
+		errs = append(errs, r.sch.close())
+	}
+	errs = append(errs, r.buf.Free())
+	return errors.Join(errs...)
+}
+
+// finish fills the totals; err is the run's outcome.
+func (r *run) finish(err error) {
+	end := time.Now()
+	s := r.s
+	if r.sch != nil {
+		// Background jobs that finished after the decode still belong in the record.
+		for i, j := range r.jobs {
+			if j != nil && j.background && !s.Rungs[i].Compiled && j.ready() && s.Rungs[i].CompileAttempts == 0 {
+				r.recordRung(i, j, 1)
+			}
+		}
+	}
+	r.closeWindow(end)
+	s.EndS = r.off(end)
+	last := end
+	s.CriticalPathS = last.Sub(r.cfg.ProcessStart).Seconds() - r.verifyS
+	s.VerifyS = r.verifyS
+	if r.meter.running {
+		s.KVReservedAvgBytes, s.KVLiveAvgBytes = r.meter.averages(end)
+		r.sample(end, true)
+	}
+	s.KVReservedPeakBytes = r.meter.peak
+	s.KVLiveFinalBytes = int64(len(r.fed)) * r.shape.TokenBytes()
+	for i := range s.Rungs {
+		rs := &s.Rungs[i]
+		if rs.DecodeS > 0 {
+			rs.TokensPerS = float64(rs.LastStep-rs.FirstStep+1) / rs.DecodeS
+		}
+	}
+	s.SuccessorCompileOverlappedS = r.overlap()
+	s.PeakRSSBytes = PeakRSS()
+	switch {
+	case err == nil:
+		if s.FinishReason == "" {
+			s.FinishReason = "length"
+		}
+	case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
+		s.FinishReason, s.Error = "interrupted", err.Error()
+	case errors.Is(err, ErrCompile):
+		s.FinishReason, s.Error = "compile_error", err.Error()
+	default:
+		s.FinishReason, s.Error = "error", err.Error()
+	}
+}
+
+// overlap is the background compile time that ran while decode ran.
+func (r *run) overlap() float64 {
+	var total float64
+	for _, j := range r.sch.jobs {
+		if !j.background || j.start.IsZero() {
+			continue
+		}
+		end := j.end
+		if end.IsZero() {
+			end = time.Now()
+		}
+		for _, w := range r.decodeWindows {
+			a, b := maxTime(j.start, w[0]), minTime(end, w[1])
+			if b.After(a) {
+				total += b.Sub(a).Seconds()
+			}
+		}
+	}
+	return total
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+func minTime(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
+}
+
+// Cosine is the cosine similarity of two vectors, in float64.
+func Cosine(a, b []float32) float64 {
+	var ab, aa, bb float64
+	for i := range a {
+		x, y := float64(a[i]), float64(b[i])
+		ab += x * y
+		aa += x * x
+		bb += y * y
+	}
+	if aa == 0 || bb == 0 {
+		return 0
+	}
+	return ab / math.Sqrt(aa*bb)
+}

@@ -1,0 +1,108 @@
+package runtime
+
+// Summary is the run summary written by `ovrun run --json`. Fields ending in
+// _s are seconds: *_start_s and *_end_s are offsets from process start, the
+// rest durations. See DESIGN.md sections 5 and 6 for the definitions.
+type Summary struct {
+	Policy          string `json:"policy"`
+	Model           string `json:"model"`
+	Device          string `json:"device"`
+	Precision       string `json:"precision,omitempty"`
+	OpenVINOVersion string `json:"openvino_version"`
+	Ladder          []int  `json:"ladder"`
+	PromptTokens    int    `json:"prompt_tokens"`
+	DecodeTokens    int    `json:"decode_tokens"`  // decode steps asked for
+	DecodedTokens   int    `json:"decoded_tokens"` // decode steps done
+	TeacherForced   bool   `json:"teacher_forced"`
+	Seed            uint64 `json:"seed"`
+
+	ForegroundCompileS          float64 `json:"foreground_compile_s"`
+	PrefillS                    float64 `json:"prefill_s"`
+	CriticalPathS               float64 `json:"critical_path_s"`
+	DecodeS                     float64 `json:"decode_s"`
+	BoundaryWaitS               float64 `json:"boundary_wait_s"`
+	SuccessorCompileOverlappedS float64 `json:"successor_compile_overlapped_s"`
+	MigrateS                    float64 `json:"migrate_s"`
+	MigrateBytes                int64   `json:"migrate_bytes"`
+	VerifyS                     float64 `json:"verify_s,omitempty"` // excluded from critical_path_s
+
+	KVReservedAvgBytes  float64 `json:"kv_reserved_avg_bytes"`
+	KVReservedPeakBytes int64   `json:"kv_reserved_peak_bytes"`
+	KVLiveAvgBytes      float64 `json:"kv_live_avg_bytes"`
+	KVLiveFinalBytes    int64   `json:"kv_live_final_bytes"`
+	KVMeasured          string  `json:"kv_measured"` // "allocated" (buffer sizes) or "resident" (mincore)
+	PeakRSSBytes        int64   `json:"peak_rss_bytes"`
+
+	RunStartS     float64 `json:"run_start_s"`
+	PrefillStartS float64 `json:"prefill_start_s"`
+	PrefillEndS   float64 `json:"prefill_end_s"`
+	EndS          float64 `json:"end_s"`
+
+	Rungs       []RungSummary     `json:"rungs"`
+	Compiles    []CompileRecord   `json:"compiles"`
+	KVTimeline  []KVSample        `json:"kv_timeline"`
+	Boundaries  []BoundarySummary `json:"boundaries"`
+	Predictions []int64           `json:"predictions"`
+	Notes       []string          `json:"notes,omitempty"`
+
+	FinishReason string `json:"finish_reason"` // length, capacity, compile_error, interrupted, error
+	Error        string `json:"error,omitempty"`
+}
+
+// RungSummary is what one capacity cost and did.
+type RungSummary struct {
+	Capacity        int     `json:"capacity"`
+	Compiled        bool    `json:"compiled"`
+	CompileS        float64 `json:"compile_s"`
+	CompileStartS   float64 `json:"compile_start_s"`
+	CompileEndS     float64 `json:"compile_end_s"`
+	Foreground      bool    `json:"foreground"`
+	CompileAttempts int     `json:"compile_attempts"`
+	CompileError    string  `json:"compile_error,omitempty"`
+	ReadyAtBoundary bool    `json:"ready_at_boundary"`
+	WaitS           float64 `json:"wait_s"`
+	MigrateS        float64 `json:"migrate_s"`
+	MigrateBytes    int64   `json:"migrate_bytes"`
+	FirstStep       int     `json:"first_step"` // decode step index (1-based), -1 when unused
+	LastStep        int     `json:"last_step"`
+	DecodeS         float64 `json:"decode_s"`
+	TokensPerS      float64 `json:"tokens_per_s"`
+	WaitStartS      float64 `json:"wait_start_s,omitempty"`
+	MigrateStartS   float64 `json:"migrate_start_s,omitempty"`
+	DecodeStartS    float64 `json:"decode_start_s,omitempty"`
+	DecodeEndS      float64 `json:"decode_end_s,omitempty"`
+}
+
+// CompileRecord is one compile attempt of one graph.
+type CompileRecord struct {
+	Capacity   int     `json:"capacity"`
+	Chunk      int     `json:"chunk"`
+	Kind       string  `json:"kind"` // decode, prefill, verify
+	Foreground bool    `json:"foreground"`
+	Attempt    int     `json:"attempt"`
+	StartS     float64 `json:"start_s"`
+	EndS       float64 `json:"end_s"`
+	CompileS   float64 `json:"compile_s"`
+	Error      string  `json:"error,omitempty"`
+}
+
+// KVSample is the KV level at a moment of the decode.
+type KVSample struct {
+	TS            float64 `json:"t_s"`
+	ReservedBytes int64   `json:"reserved_bytes"`
+	LiveBytes     int64   `json:"live_bytes"`
+}
+
+// BoundarySummary compares the first step after a switch with a control
+// that never switched (same inputs).
+type BoundarySummary struct {
+	From     int     `json:"from"`
+	To       int     `json:"to"`
+	Step     int     `json:"step"`
+	Top1     int64   `json:"top1"`
+	Top1Ctl  int64   `json:"top1_control"`
+	Top1OK   bool    `json:"top1_match"`
+	Cosine   float64 `json:"cosine"`
+	MaxAbs   float64 `json:"max_abs_diff"`
+	Verified bool    `json:"verified"`
+}
