@@ -21,8 +21,9 @@ const (
 type Fit struct {
 	// Model is one of FitNone, FitConstant, FitLinear, FitPower.
 	Model string `json:"model"`
-	// A and B are the model's coefficients (B is unused by FitConstant).
+	// A is the intercept (line), the scale (power law) or the constant.
 	A float64 `json:"a"`
+	// B is the slope (line) or the exponent (power law); unused by FitConstant.
 	B float64 `json:"b"`
 	// R2 is the coefficient of determination on the measured medians, in
 	// linear space for both models so that they compare. It is 1 for a fit

@@ -7,134 +7,17 @@ import (
 	"slices"
 )
 
-// Run policies (the names of `ovrun run --policy`).
-const (
-	// PolicyDirect compiles one graph at the largest capacity up front and
-	// reserves the largest KV (B0).
-	PolicyDirect = "direct"
-	// PolicyPyramid compiles every rung up front, one after another, and
-	// reserves one KV buffer of the largest capacity (B1). A switch repacks
-	// the live KV for the larger graph, charged as MigrateS.
-	PolicyPyramid = "pyramid"
-	// PolicyGrowEager compiles every rung up front and keeps KV sized to the
-	// current rung, copying live KV forward at each boundary; old and new
-	// buffers coexist during the copy (I1).
-	PolicyGrowEager = "grow-eager"
-	// PolicyGrowOneAhead compiles the first rung in the foreground and each
-	// successor in the background while the rung before it decodes, one
-	// compile at a time; KV as in grow-eager (I2).
-	PolicyGrowOneAhead = "grow-one-ahead"
-	// PolicyLazy compiles each successor at its boundary, so every boundary
-	// waits for a full compile; KV as in grow-eager.
-	PolicyLazy = "lazy"
-	// PolicyGrowRemap schedules compiles like grow-one-ahead but grows KV by
-	// remapping: no migrate time and no moment with two buffers.
-	PolicyGrowRemap = "grow-remap"
-)
-
-// Policies returns the policy names Simulate accepts.
-func Policies() []string {
-	return []string{PolicyDirect, PolicyPyramid, PolicyGrowEager, PolicyGrowOneAhead, PolicyLazy, PolicyGrowRemap}
-}
-
-// ErrInvalidSimConfig is wrapped by SimConfig.Validate's errors.
-var ErrInvalidSimConfig = errors.New("invalid simulation config")
-
-// SimConfig describes one request and the costs to plan it with.
-//
-// Tokens: the prompt occupies positions 0..PromptTokens-1 and decode step s
-// (0-based) writes position PromptTokens+s, so it needs a rung of capacity
-// greater than that position (RungFor(ladder, PromptTokens+s+1)). The first
-// rung is therefore the smallest capacity >= PromptTokens+1, and decoding
-// stops after DecodeTokens steps or when the largest rung is full.
-type SimConfig struct {
-	// Ladder holds the capacities, strictly ascending.
-	Ladder []int
-	// PromptTokens is the prompt length (>= 1); DecodeTokens the number of
-	// tokens to decode (>= 0).
-	PromptTokens, DecodeTokens int
-	// Policy is one of Policies().
-	Policy string
-	// CompileS returns the compile time of a capacity's graph, seconds
-	// (e.g. Profile.CompileFunc()).
-	CompileS func(capacity int) float64
-	// DecodeStepS returns the time of one decode step on a capacity's graph, seconds.
-	DecodeStepS func(capacity int) float64
-	// PrefillS is the prefill time, seconds, on the first rung's graph.
-	PrefillS float64
-	// MigrateS returns the time to move liveTokens of KV from the fromCap
-	// graph to the toCap graph, seconds; nil means free.
-	MigrateS func(fromCap, toCap, liveTokens int) float64
-	// Lookahead is how many rungs ahead of the current one a background
-	// compile may run (grow-one-ahead and grow-remap): 0 chooses per rung,
-	// one ahead when its one-ahead Deadline is met and two ahead when it is
-	// not; k >= 1 fixes it. Background compiles still run one at a time.
-	Lookahead int
-	// KVBytesPerToken is the KV size of one token over all layers, bytes.
-	KVBytesPerToken int64
-	// BackgroundSlowdown, when > 0, multiplies the decode step time while a
-	// background compile runs (e.g. 1.05 for 5% slower); it must then be >= 1.
-	// Zero means decode is unaffected. Prefill and migrates are never slowed.
-	BackgroundSlowdown float64
-}
-
-// Validate checks the config. Errors wrap ErrInvalidSimConfig.
-func (c SimConfig) Validate() error {
-	bad := func(format string, args ...any) error {
-		return fmt.Errorf("%w: %s", ErrInvalidSimConfig, fmt.Sprintf(format, args...))
-	}
-	if err := ValidateLadder(c.Ladder); err != nil {
-		return fmt.Errorf("%w: %w", ErrInvalidSimConfig, err)
-	}
-	if !slices.Contains(Policies(), c.Policy) {
-		return bad("unknown policy %q (want one of %v)", c.Policy, Policies())
-	}
-	if c.PromptTokens < 1 {
-		return bad("prompt tokens %d < 1", c.PromptTokens)
-	}
-	if maxCap := c.Ladder[len(c.Ladder)-1]; c.PromptTokens+1 > maxCap {
-		return bad("a prompt of %d tokens leaves no room to decode in the largest rung (%d)", c.PromptTokens, maxCap)
-	}
-	if c.DecodeTokens < 0 {
-		return bad("decode tokens %d < 0", c.DecodeTokens)
-	}
-	if c.CompileS == nil || c.DecodeStepS == nil {
-		return bad("CompileS and DecodeStepS are required")
-	}
-	if !finiteNonNeg(c.PrefillS) {
-		return bad("prefill time %v is not a finite non-negative time", c.PrefillS)
-	}
-	if c.Lookahead < 0 {
-		return bad("lookahead %d < 0", c.Lookahead)
-	}
-	if c.KVBytesPerToken < 0 {
-		return bad("KV bytes per token %d < 0", c.KVBytesPerToken)
-	}
-	if c.BackgroundSlowdown != 0 && !(c.BackgroundSlowdown >= 1 && !math.IsInf(c.BackgroundSlowdown, 0)) {
-		return bad("background slowdown %v must be 0 (none) or a finite factor >= 1", c.BackgroundSlowdown)
-	}
-	for _, capacity := range c.Ladder {
-		if v := c.CompileS(capacity); !finiteNonNeg(v) {
-			return bad("compile time %v for capacity %d is not a finite non-negative time", v, capacity)
-		}
-		if v := c.DecodeStepS(capacity); !finiteNonNeg(v) {
-			return bad("decode step time %v for capacity %d is not a finite non-negative time", v, capacity)
-		}
-	}
-	return nil
-}
-
-func finiteNonNeg(x float64) bool { return x >= 0 && !math.IsInf(x, 1) }
-
 // SimRung is the predicted timeline of one rung. Times ending in _start_s
 // or _end_s are offsets from process start; the rest are durations.
 type SimRung struct {
 	// Capacity is the rung's capacity.
 	Capacity int `json:"capacity"`
-	// CompileS is the compile time; CompileStartS and CompileEndS place it.
-	CompileS      float64 `json:"compile_s"`
+	// CompileS is the compile time.
+	CompileS float64 `json:"compile_s"`
+	// CompileStartS is when the compile started.
 	CompileStartS float64 `json:"compile_start_s"`
-	CompileEndS   float64 `json:"compile_end_s"`
+	// CompileEndS is when the compile finished (the graph was ready).
+	CompileEndS float64 `json:"compile_end_s"`
 	// Foreground reports a blocking compile: up front, or at a lazy
 	// boundary. Background compiles run while another rung decodes.
 	Foreground bool `json:"foreground"`
@@ -148,33 +31,40 @@ type SimRung struct {
 	ReadyAtBoundary bool `json:"ready_at_boundary"`
 	// WaitS is the boundary wait for this rung's graph.
 	WaitS float64 `json:"wait_s"`
-	// MigrateS is the time to move KV into this rung; MigrateBytes the live
-	// KV moved (0 for grow-remap and the first rung).
-	MigrateS     float64 `json:"migrate_s"`
-	MigrateBytes int64   `json:"migrate_bytes"`
-	// FirstStep and LastStep are the decode steps run on this rung
-	// (0-based), both -1 when none ran on it.
+	// MigrateS is the time to move KV into this rung.
+	MigrateS float64 `json:"migrate_s"`
+	// MigrateBytes is the live KV moved into this rung (0 for grow-remap
+	// and for the first rung).
+	MigrateBytes int64 `json:"migrate_bytes"`
+	// FirstStep is the first decode step (0-based) run on this rung, -1 if none.
 	FirstStep int `json:"first_step"`
-	LastStep  int `json:"last_step"`
-	// DecodeStartS and DecodeEndS bound the rung's decode window.
+	// LastStep is the last decode step run on this rung, -1 if none.
+	LastStep int `json:"last_step"`
+	// DecodeStartS is when the rung's decode window began.
 	DecodeStartS float64 `json:"decode_start_s"`
-	DecodeEndS   float64 `json:"decode_end_s"`
-	// DecodeS is the time inside its decode steps; TokensPerS = steps / DecodeS.
-	DecodeS    float64 `json:"decode_s"`
+	// DecodeEndS is when its last step ended (the boundary, or the end).
+	DecodeEndS float64 `json:"decode_end_s"`
+	// DecodeS is the time inside its decode steps.
+	DecodeS float64 `json:"decode_s"`
+	// TokensPerS is its steps divided by DecodeS (0 when none ran).
 	TokensPerS float64 `json:"tokens_per_s"`
 }
 
 // SimResult is the predicted timeline and totals of one run. When the
 // config is invalid only the echoed inputs and Error are set.
 type SimResult struct {
-	// Policy, Ladder, PromptTokens and DecodeTokens echo the config.
-	Policy       string `json:"policy"`
-	Ladder       []int  `json:"ladder"`
-	PromptTokens int    `json:"prompt_tokens"`
-	DecodeTokens int    `json:"decode_tokens"`
-	// Steps is the number of tokens decoded; FinishReason is "length" when
-	// that is DecodeTokens and "capacity" when the largest rung filled first.
-	Steps        int    `json:"steps"`
+	// Policy echoes SimConfig.Policy.
+	Policy string `json:"policy"`
+	// Ladder echoes SimConfig.Ladder.
+	Ladder []int `json:"ladder"`
+	// PromptTokens echoes SimConfig.PromptTokens.
+	PromptTokens int `json:"prompt_tokens"`
+	// DecodeTokens echoes SimConfig.DecodeTokens.
+	DecodeTokens int `json:"decode_tokens"`
+	// Steps is the number of tokens decoded.
+	Steps int `json:"steps"`
+	// FinishReason is "length" when Steps reached DecodeTokens and
+	// "capacity" when the largest rung filled first.
 	FinishReason string `json:"finish_reason,omitempty"`
 	// ForegroundCompileS is compile time on the path to the first decoded token.
 	ForegroundCompileS float64 `json:"foreground_compile_s"`
@@ -195,13 +85,15 @@ type SimResult struct {
 	OverlappedS float64 `json:"successor_compile_overlapped_s"`
 	// KVReservedAvgBytes is allocated KV integrated over the decode (first
 	// decode step to last token, waits and migrates included) divided by its
-	// duration. KVReservedPeakBytes includes the moment old and new buffers
-	// coexist during a copy. KVLiveAvgBytes averages the KV the tokens so
-	// far need (a step counts the token it writes). With no decode steps the
-	// averages are the values at the end of prefill.
-	KVReservedAvgBytes  float64 `json:"kv_reserved_avg_bytes"`
-	KVReservedPeakBytes int64   `json:"kv_reserved_peak_bytes"`
-	KVLiveAvgBytes      float64 `json:"kv_live_avg_bytes"`
+	// duration. With no decode steps it is the KV allocated at prefill.
+	KVReservedAvgBytes float64 `json:"kv_reserved_avg_bytes"`
+	// KVReservedPeakBytes is the most KV allocated at once, including the
+	// moment old and new buffers coexist during a copy.
+	KVReservedPeakBytes int64 `json:"kv_reserved_peak_bytes"`
+	// KVLiveAvgBytes is the time-weighted average of the KV the tokens so far
+	// need (a step counts the token it writes), over the same span as
+	// KVReservedAvgBytes; with no decode steps, the prompt's KV.
+	KVLiveAvgBytes float64 `json:"kv_live_avg_bytes"`
 	// Rungs is the per-rung timeline, ascending capacity: the rungs the
 	// policy compiles (all of the ladder for pyramid and grow-eager, the
 	// largest for direct, the rungs the request reaches otherwise).

@@ -26,8 +26,9 @@ type Checkpoint struct {
 	files []*SafetensorsFile
 }
 
-// Load reads dir/config.json and either dir/model.safetensors or the shards
-// named by dir/model.safetensors.index.json, then checks that every tensor the
+// Load reads dir/config.json and dir/model.safetensors or, when that is
+// absent (the order transformers uses), the shards named by
+// dir/model.safetensors.index.json, then checks that every tensor the
 // architecture needs is present with the right shape (see CheckTensors).
 func Load(dir string) (*Checkpoint, error) {
 	cfg, err := LoadConfig(dir)
@@ -47,13 +48,8 @@ func Load(dir string) (*Checkpoint, error) {
 }
 
 func (c *Checkpoint) open() error {
-	indexPath := filepath.Join(c.Dir, IndexName)
-	weightMap, err := readIndex(indexPath)
-	if errors.Is(err, os.ErrNotExist) {
-		single := filepath.Join(c.Dir, SafetensorsName)
-		if _, err := os.Stat(single); err != nil {
-			return fmt.Errorf("checkpoint %s: no %s or %s", c.Dir, SafetensorsName, IndexName)
-		}
+	single := filepath.Join(c.Dir, SafetensorsName)
+	if _, err := os.Stat(single); err == nil {
 		sf, err := OpenSafetensors(single)
 		if err != nil {
 			return err
@@ -61,6 +57,11 @@ func (c *Checkpoint) open() error {
 		c.files = append(c.files, sf)
 		c.Tensors = sf.Tensors
 		return nil
+	}
+	indexPath := filepath.Join(c.Dir, IndexName)
+	weightMap, err := readIndex(indexPath)
+	if errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("checkpoint %s: no %s or %s", c.Dir, SafetensorsName, IndexName)
 	}
 	if err != nil {
 		return err

@@ -306,6 +306,18 @@ func TestLoadSharded(t *testing.T) {
 	if len(c.files) != 2 {
 		t.Errorf("%d files open, want 2", len(c.files))
 	}
+	// A model.safetensors next to the index wins, as in transformers.
+	if err := Synthesize("tiny", 4, DTypeF32, dir); err != nil {
+		t.Fatal(err)
+	}
+	both, err := Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer both.Close()
+	if len(both.files) != 1 || both.Tensors["model.norm.weight"].DType != DTypeF32 {
+		t.Errorf("loaded %d files, dtype %s; want model.safetensors", len(both.files), both.Tensors["model.norm.weight"].DType)
+	}
 }
 
 func TestLoadShardedErrors(t *testing.T) {

@@ -143,12 +143,6 @@ type TensorInfo struct {
 	Begin, End int64
 }
 
-type headerEntry struct {
-	DType       *string  `json:"dtype"`
-	Shape       *[]int64 `json:"shape"`
-	DataOffsets *[]int64 `json:"data_offsets"`
-}
-
 // ParseSafetensorsHeader validates a safetensors JSON header against a data
 // section of dataLen bytes, as the reference implementation does: known
 // dtypes, non-negative dims, sizes that match shape times dtype, and entries
@@ -222,26 +216,39 @@ func parseHeaderEntry(name string, raw json.RawMessage) (TensorInfo, error) {
 	bad := func(format string, a ...any) error {
 		return fmt.Errorf("%w: tensor %q: %s", ErrCorrupt, name, fmt.Sprintf(format, a...))
 	}
-	var e headerEntry
 	if raw[0] != '{' {
 		return TensorInfo{}, bad("header entry is not a JSON object")
 	}
-	if err := json.Unmarshal(raw, &e); err != nil {
+	// Keys match exactly, as in the reference (encoding/json folds case).
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &fields); err != nil {
 		return TensorInfo{}, bad("bad header entry: %v", err)
 	}
-	switch {
-	case e.DType == nil:
-		return TensorInfo{}, bad("no dtype")
-	case e.Shape == nil:
-		return TensorInfo{}, bad("no shape")
-	case e.DataOffsets == nil || len(*e.DataOffsets) != 2:
+	var (
+		dtype         string
+		shape, offset []int64
+	)
+	for _, f := range []struct {
+		key string
+		dst any
+	}{{"dtype", &dtype}, {"shape", &shape}, {"data_offsets", &offset}} {
+		v, ok := fields[f.key]
+		if !ok || string(v) == "null" {
+			return TensorInfo{}, bad("no %s", f.key)
+		}
+		if err := json.Unmarshal(v, f.dst); err != nil {
+			var c bytes.Buffer
+			json.Compact(&c, v)
+			return TensorInfo{}, bad("bad %s %s", f.key, c.Bytes())
+		}
+	}
+	if len(offset) != 2 {
 		return TensorInfo{}, bad("data_offsets must be [begin, end]")
 	}
-	dt := DType(*e.DType)
+	dt := DType(dtype)
 	if dt.Size() == 0 {
-		return TensorInfo{}, bad("unknown dtype %q", *e.DType)
+		return TensorInfo{}, bad("unknown dtype %q", dtype)
 	}
-	shape := *e.Shape
 	numel := uint64(1)
 	overflow := false
 	for _, d := range shape {
@@ -256,7 +263,7 @@ func parseHeaderEntry(name string, raw json.RawMessage) (TensorInfo, error) {
 	if overflow || hi != 0 || nbytes > math.MaxInt64 {
 		return TensorInfo{}, bad("shape %v of %s overflows", shape, dt)
 	}
-	begin, end := (*e.DataOffsets)[0], (*e.DataOffsets)[1]
+	begin, end := offset[0], offset[1]
 	if begin < 0 || end < begin {
 		return TensorInfo{}, bad("data_offsets [%d %d] are not 0 <= begin <= end", begin, end)
 	}

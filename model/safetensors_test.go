@@ -172,7 +172,8 @@ func TestOpenSafetensorsErrors(t *testing.T) {
 		{name: "negative dimension", hdr: `{"w":{"dtype":"F32","shape":[-1],"data_offsets":[0,4]}}`, data: make([]byte, 4), want: `tensor "w": negative dimension`},
 		{name: "shape overflow", hdr: `{"w":{"dtype":"F32","shape":[4294967296,4294967296],"data_offsets":[0,4]}}`, data: make([]byte, 4), want: `tensor "w": shape [4294967296 4294967296] of F32 overflows`},
 		{name: "entry not an object", hdr: `{"w":3}`, want: `tensor "w": header entry is not a JSON object`},
-		{name: "bad shape element", hdr: `{"w":{"dtype":"F32","shape":["2"],"data_offsets":[0,8]}}`, data: make([]byte, 8), want: `tensor "w": bad header entry`},
+		{name: "bad shape element", hdr: "{\"w\":{\"dtype\":\"F32\",\"shape\":[\n\"2\"],\"data_offsets\":[0,8]}}", data: make([]byte, 8), want: `tensor "w": bad shape ["2"]`},
+		{name: "key case differs", hdr: `{"w":{"dtype":"F32","Shape":[2],"data_offsets":[0,8]}}`, data: make([]byte, 8), want: `tensor "w": no shape`},
 		{name: "whitespace entry not an object", hdr: "{\"w\":  \n 3}", want: `tensor "w": header entry is not a JSON object`},
 		{name: "data without tensors", hdr: `{}`, data: make([]byte, 3), want: "no tensors, but the data section is 3 bytes"},
 	} {

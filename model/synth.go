@@ -54,9 +54,6 @@ func Synthesize(preset string, seed uint64, dtype DType, dir string) error {
 		return fmt.Errorf("synthesize %s: dtype %q is not F32, F16 or BF16", preset, dtype)
 	}
 	cfg.TorchDtype = dtype.TorchName()
-	if _, err := os.Stat(filepath.Join(dir, IndexName)); err == nil {
-		return fmt.Errorf("synthesize %s: %s already holds a sharded checkpoint (%s)", preset, dir, IndexName)
-	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("synthesize %s: %w", preset, err)
 	}

@@ -200,10 +200,6 @@ func TestSynthesizeDistributions(t *testing.T) {
 }
 
 func TestSynthesizeErrors(t *testing.T) {
-	withIndex := t.TempDir()
-	if err := os.WriteFile(filepath.Join(withIndex, IndexName), []byte(`{}`), 0o644); err != nil {
-		t.Fatal(err)
-	}
 	for _, tc := range []struct {
 		name, preset string
 		dtype        DType
@@ -212,7 +208,6 @@ func TestSynthesizeErrors(t *testing.T) {
 	}{
 		{"unknown preset", "huge", "", t.TempDir(), `unknown preset "huge"`},
 		{"integer dtype", "tiny", DTypeI8, t.TempDir(), `dtype "I8" is not F32, F16 or BF16`},
-		{"sharded checkpoint present", "tiny", "", withIndex, "already holds a sharded checkpoint"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := Synthesize(tc.preset, 1, tc.dtype, tc.dir)

@@ -30,6 +30,9 @@ type RunConfig struct {
 	// Progress, when set, is called after every decode step and while
 	// waiting at a boundary.
 	Progress func(Progress)
+	// Clock replaces time.Now (tests use a simulated clock to check the
+	// time-weighted KV accounting against analytic values).
+	Clock func() time.Time
 }
 
 // Progress is the state of a run for a live display.
@@ -72,8 +75,11 @@ type run struct {
 // returned, complete up to the last decoded token, with FinishReason and
 // Error set.
 func Run(ctx context.Context, comp Compiler, shape KVShape, cfg RunConfig) (*Summary, error) {
+	if cfg.Clock == nil {
+		cfg.Clock = time.Now
+	}
 	if cfg.ProcessStart.IsZero() {
-		cfg.ProcessStart = time.Now()
+		cfg.ProcessStart = cfg.Clock()
 	}
 	r := &run{cfg: cfg, comp: comp, shape: shape, ctx: ctx, s: &Summary{
 		Policy: string(cfg.Policy), Ladder: cfg.Ladder, PromptTokens: len(cfg.Prompt),
@@ -81,12 +87,12 @@ func Run(ctx context.Context, comp Compiler, shape KVShape, cfg RunConfig) (*Sum
 		Predictions: []int64{}, Rungs: []RungSummary{}, Boundaries: []BoundarySummary{},
 		Compiles: []CompileRecord{}, KVTimeline: []KVSample{}, KVMeasured: "allocated",
 	}}
-	r.s.RunStartS = r.off(time.Now())
+	r.s.RunStartS = r.off(r.now())
 	if err := r.validate(); err != nil {
 		r.s.FinishReason, r.s.Error = "error", err.Error()
 		return r.s, err
 	}
-	r.sch = newScheduler(ctx, comp, cfg.Background, len(r.rungs)+2)
+	r.sch = newScheduler(ctx, comp, cfg.Background, len(r.rungs)+2, cfg.Clock)
 	err := r.execute()
 	err = errors.Join(err, r.release())
 	r.finish(err)
@@ -134,6 +140,8 @@ func (r *run) validate() error {
 	return nil
 }
 
+func (r *run) now() time.Time { return r.cfg.Clock() }
+
 func (r *run) off(t time.Time) float64 { return t.Sub(r.cfg.ProcessStart).Seconds() }
 
 func (r *run) note(format string, args ...any) {
@@ -161,8 +169,8 @@ func (r *run) execute() error {
 
 // compileForeground compiles what each policy needs before the first token.
 func (r *run) compileForeground() error {
-	t0 := time.Now()
-	defer func() { r.s.ForegroundCompileS = time.Since(t0).Seconds() }()
+	t0 := r.now()
+	defer func() { r.s.ForegroundCompileS = r.now().Sub(t0).Seconds() }()
 	if r.cfg.PrefillChunk > 1 {
 		j := r.sch.foreground(model.GraphSpec{Capacity: r.rungs[r.cur], Chunk: r.cfg.PrefillChunk})
 		r.record(j, "prefill", 1)
@@ -237,7 +245,7 @@ func (r *run) allocate() error {
 	if r.kv, err = buf.View(r.rungs[r.cur]); err != nil {
 		return err
 	}
-	r.setReserved(time.Now(), r.reservedBytes())
+	r.setReserved(r.now(), r.reservedBytes())
 	return nil
 }
 
@@ -284,13 +292,13 @@ func (r *run) prefill() error {
 	if err := exe.Bind(r.kv); err != nil {
 		return err
 	}
-	t0 := time.Now()
+	t0 := r.now()
 	r.s.PrefillStartS = r.off(t0)
 	logits, err := Prefill(exe, r.cfg.Prompt)
 	if err != nil {
 		return err
 	}
-	t1 := time.Now()
+	t1 := r.now()
 	r.s.PrefillEndS = r.off(t1)
 	r.s.PrefillS = t1.Sub(t0).Seconds()
 	r.fed = append(r.fed, r.cfg.Prompt...)
@@ -331,9 +339,9 @@ func (r *run) decode() error {
 		if r.cfg.Forced != nil {
 			tok = r.cfg.Forced[i-1]
 		}
-		t0 := time.Now()
+		t0 := r.now()
 		logits, err := r.exe.Step([]int64{tok}, p)
-		t1 := time.Now()
+		t1 := r.now()
 		if err != nil {
 			return fmt.Errorf("decode step %d at position %d: %w", i, p, err)
 		}
@@ -366,7 +374,7 @@ func (r *run) decode() error {
 // boundary switches from rung cur to cur+1 before decode step i.
 func (r *run) boundary(step int) error {
 	from, next := r.cur, r.cur+1
-	arrive := time.Now()
+	arrive := r.now()
 	r.closeWindow(arrive)
 	rs := &r.s.Rungs[next]
 	rs.WaitStartS = r.off(arrive)
@@ -399,7 +407,7 @@ func (r *run) boundary(step int) error {
 	if j.err != nil {
 		return r.compileFailed(j)
 	}
-	waited := time.Now()
+	waited := r.now()
 	rs.WaitS = waited.Sub(arrive).Seconds()
 	r.s.BoundaryWaitS += rs.WaitS
 
@@ -417,7 +425,7 @@ func (r *run) boundary(step int) error {
 		if err != nil {
 			return err
 		}
-		r.setReserved(time.Now(), r.buf.Bytes()+nb.Bytes()) // both buffers exist during the copy
+		r.setReserved(r.now(), r.buf.Bytes()+nb.Bytes()) // both buffers exist during the copy
 		kv, err := nb.View(r.rungs[next])
 		if err != nil {
 			return errors.Join(err, nb.Free())
@@ -432,14 +440,14 @@ func (r *run) boundary(step int) error {
 		if err := old.Free(); err != nil {
 			return err
 		}
-		r.setReserved(time.Now(), r.buf.Bytes())
+		r.setReserved(r.now(), r.buf.Bytes())
 	}
 	r.cur = next
 	r.exe = j.exe
 	if err := r.exe.Bind(r.kv); err != nil {
 		return err
 	}
-	done := time.Now()
+	done := r.now()
 	rs.MigrateS = done.Sub(waited).Seconds()
 	r.s.MigrateS += rs.MigrateS
 	r.s.MigrateBytes += rs.MigrateBytes
@@ -478,7 +486,11 @@ func (r *run) progress(step int, waiting bool) {
 		case j.ready():
 			p.Next = fmt.Sprintf("%d ready", r.rungs[next])
 		default:
-			p.Next = fmt.Sprintf("%d compiling %.1fs", r.rungs[next], time.Since(j.start).Seconds())
+			if ns := j.startNS.Load(); ns == 0 {
+				p.Next = fmt.Sprintf("%d queued", r.rungs[next])
+			} else {
+				p.Next = fmt.Sprintf("%d compiling %.1fs", r.rungs[next], r.now().Sub(time.Unix(0, ns)).Seconds())
+			}
 		}
 	}
 	r.cfg.Progress(p)
@@ -499,7 +511,7 @@ func (r *run) release() error {
 
 // finish fills the totals; err is the run's outcome.
 func (r *run) finish(err error) {
-	end := time.Now()
+	end := r.now()
 	s := r.s
 	if r.sch != nil {
 		// Background jobs that finished after the decode still belong in the record.
@@ -551,7 +563,7 @@ func (r *run) overlap() float64 {
 		}
 		end := j.end
 		if end.IsZero() {
-			end = time.Now()
+			end = r.now()
 		}
 		for _, w := range r.decodeWindows {
 			a, b := maxTime(j.start, w[0]), minTime(end, w[1])

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	goruntime "runtime"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 	"unsafe"
@@ -17,6 +18,7 @@ type compileJob struct {
 	spec       model.GraphSpec
 	background bool
 	done       chan struct{}
+	startNS    atomic.Int64 // start time for readers that do not wait for done
 
 	// Set before done is closed.
 	exe        Executable
@@ -65,12 +67,13 @@ type scheduler struct {
 	jobs []*compileJob
 	// threadErr records a failure to apply BackgroundOptions.
 	threadErr error
-	// hook, when set, is told when a job starts and ends (tracing).
+	// hook, when set, is told when a job starts and ends.
 	hook func(j *compileJob, started bool)
+	now  func() time.Time
 }
 
-func newScheduler(ctx context.Context, comp Compiler, opts BackgroundOptions, maxJobs int) *scheduler {
-	s := &scheduler{comp: comp, ctx: ctx, opts: opts, queue: make(chan *compileJob, maxJobs+1)}
+func newScheduler(ctx context.Context, comp Compiler, opts BackgroundOptions, maxJobs int, now func() time.Time) *scheduler {
+	s := &scheduler{comp: comp, ctx: ctx, opts: opts, queue: make(chan *compileJob, maxJobs+1), now: now}
 	s.wg.Add(1)
 	go s.worker()
 	return s
@@ -97,7 +100,8 @@ func (s *scheduler) track(j *compileJob) {
 
 func (s *scheduler) run(j *compileJob) {
 	defer close(j.done)
-	j.start = time.Now()
+	j.start = s.now()
+	j.startNS.Store(j.start.UnixNano())
 	if s.hook != nil {
 		s.hook(j, true)
 	}
@@ -106,7 +110,7 @@ func (s *scheduler) run(j *compileJob) {
 	} else {
 		j.exe, j.err = s.comp.Compile(s.ctx, j.spec)
 	}
-	j.end = time.Now()
+	j.end = s.now()
 	if s.hook != nil {
 		s.hook(j, false)
 	}

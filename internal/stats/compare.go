@@ -12,18 +12,21 @@ type Comparison struct {
 	Endpoint string `json:"endpoint"`
 	// N is the number of pairs.
 	N int `json:"n"`
-	// ControlValues and TreatmentValues are the raw per-run values, pair i at index i.
-	ControlValues   []float64 `json:"control_values"`
+	// ControlValues are the raw control values, pair i at index i.
+	ControlValues []float64 `json:"control_values"`
+	// TreatmentValues are the raw treatment values, pair i at index i.
 	TreatmentValues []float64 `json:"treatment_values"`
-	// ControlMean and TreatmentMean are the arm means.
-	ControlMean   float64 `json:"control_mean"`
+	// ControlMean is the control arm's mean.
+	ControlMean float64 `json:"control_mean"`
+	// TreatmentMean is the treatment arm's mean.
 	TreatmentMean float64 `json:"treatment_mean"`
 	// DiffMean is the mean of treatment minus control.
 	DiffMean float64 `json:"diff_mean"`
 	// PctChange is DiffMean / ControlMean * 100; nil when ControlMean is 0.
 	PctChange *float64 `json:"pct_change,omitempty"`
-	// CI95Low and CI95High bound the paired-t 95% CI of DiffMean; nil when N < 2.
-	CI95Low  *float64 `json:"ci95_low,omitempty"`
+	// CI95Low is the lower bound of the paired-t 95% CI of DiffMean; nil when N < 2.
+	CI95Low *float64 `json:"ci95_low,omitempty"`
+	// CI95High is the upper bound of that CI; nil when N < 2.
 	CI95High *float64 `json:"ci95_high,omitempty"`
 	// PSignFlip is the two-sided sign-flip p-value (see SignFlipP).
 	PSignFlip float64 `json:"p_signflip"`

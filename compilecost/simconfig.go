@@ -1,0 +1,128 @@
+package compilecost
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+)
+
+// Run policies (the names of `ovrun run --policy`).
+const (
+	// PolicyDirect compiles one graph at the largest capacity up front and
+	// reserves the largest KV (B0).
+	PolicyDirect = "direct"
+	// PolicyPyramid compiles every rung up front, one after another, and
+	// reserves one KV buffer of the largest capacity (B1). A switch repacks
+	// the live KV for the larger graph, charged as MigrateS.
+	PolicyPyramid = "pyramid"
+	// PolicyGrowEager compiles every rung up front and keeps KV sized to the
+	// current rung, copying live KV forward at each boundary; old and new
+	// buffers coexist during the copy (I1).
+	PolicyGrowEager = "grow-eager"
+	// PolicyGrowOneAhead compiles the first rung in the foreground and each
+	// successor in the background while the rung before it decodes, one
+	// compile at a time; KV as in grow-eager (I2).
+	PolicyGrowOneAhead = "grow-one-ahead"
+	// PolicyLazy compiles each successor at its boundary, so every boundary
+	// waits for a full compile; KV as in grow-eager.
+	PolicyLazy = "lazy"
+	// PolicyGrowRemap schedules compiles like grow-one-ahead but grows KV by
+	// remapping: no migrate time and no moment with two buffers.
+	PolicyGrowRemap = "grow-remap"
+)
+
+// Policies returns the policy names Simulate accepts.
+func Policies() []string {
+	return []string{PolicyDirect, PolicyPyramid, PolicyGrowEager, PolicyGrowOneAhead, PolicyLazy, PolicyGrowRemap}
+}
+
+// ErrInvalidSimConfig is wrapped by SimConfig.Validate's errors.
+var ErrInvalidSimConfig = errors.New("invalid simulation config")
+
+// SimConfig describes one request and the costs to plan it with.
+//
+// Tokens: the prompt occupies positions 0..PromptTokens-1 and decode step s
+// (0-based) writes position PromptTokens+s, so it needs a rung of capacity
+// greater than that position (RungFor(ladder, PromptTokens+s+1)). The first
+// rung is therefore the smallest capacity >= PromptTokens+1, and decoding
+// stops after DecodeTokens steps or when the largest rung is full.
+type SimConfig struct {
+	// Ladder holds the capacities, strictly ascending.
+	Ladder []int
+	// PromptTokens is the prompt length (>= 1); DecodeTokens the number of
+	// tokens to decode (>= 0).
+	PromptTokens, DecodeTokens int
+	// Policy is one of Policies().
+	Policy string
+	// CompileS returns the compile time of a capacity's graph, seconds
+	// (e.g. Profile.CompileFunc()).
+	CompileS func(capacity int) float64
+	// DecodeStepS returns the time of one decode step on a capacity's graph, seconds.
+	DecodeStepS func(capacity int) float64
+	// PrefillS is the prefill time, seconds, on the first rung's graph.
+	PrefillS float64
+	// MigrateS returns the time to move liveTokens of KV from the fromCap
+	// graph to the toCap graph, seconds; nil means free.
+	MigrateS func(fromCap, toCap, liveTokens int) float64
+	// Lookahead is how many rungs ahead of the current one a background
+	// compile may run (grow-one-ahead and grow-remap): 0 chooses per rung,
+	// one ahead when its one-ahead Deadline is met and two ahead when it is
+	// not; k >= 1 fixes it. Background compiles still run one at a time.
+	Lookahead int
+	// KVBytesPerToken is the KV size of one token over all layers, bytes.
+	KVBytesPerToken int64
+	// BackgroundSlowdown, when > 0, multiplies the decode step time while a
+	// background compile runs (e.g. 1.05 for 5% slower); it must then be >= 1.
+	// Zero means decode is unaffected. Prefill and migrates are never slowed.
+	BackgroundSlowdown float64
+}
+
+// Validate checks the config. Errors wrap ErrInvalidSimConfig.
+func (c SimConfig) Validate() error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: %s", ErrInvalidSimConfig, fmt.Sprintf(format, args...))
+	}
+	if err := ValidateLadder(c.Ladder); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidSimConfig, err)
+	}
+	if !slices.Contains(Policies(), c.Policy) {
+		return bad("unknown policy %q (want one of %v)", c.Policy, Policies())
+	}
+	if c.PromptTokens < 1 {
+		return bad("prompt tokens %d < 1", c.PromptTokens)
+	}
+	if maxCap := c.Ladder[len(c.Ladder)-1]; c.PromptTokens+1 > maxCap {
+		return bad("a prompt of %d tokens leaves no room to decode in the largest rung (%d)", c.PromptTokens, maxCap)
+	}
+	if c.DecodeTokens < 0 {
+		return bad("decode tokens %d < 0", c.DecodeTokens)
+	}
+	if c.CompileS == nil || c.DecodeStepS == nil {
+		return bad("CompileS and DecodeStepS are required")
+	}
+	if !finiteNonNeg(c.PrefillS) {
+		return bad("prefill time %v is not a finite non-negative time", c.PrefillS)
+	}
+	if c.Lookahead < 0 {
+		return bad("lookahead %d < 0", c.Lookahead)
+	}
+	if c.KVBytesPerToken < 0 {
+		return bad("KV bytes per token %d < 0", c.KVBytesPerToken)
+	}
+	if c.BackgroundSlowdown != 0 && !(c.BackgroundSlowdown >= 1 && !math.IsInf(c.BackgroundSlowdown, 0)) {
+		return bad("background slowdown %v must be 0 (none) or a finite factor >= 1", c.BackgroundSlowdown)
+	}
+	for _, capacity := range c.Ladder {
+		if v := c.CompileS(capacity); !finiteNonNeg(v) {
+			return bad("compile time %v for capacity %d is not a finite non-negative time", v, capacity)
+		}
+		if v := c.DecodeStepS(capacity); !finiteNonNeg(v) {
+			return bad("decode step time %v for capacity %d is not a finite non-negative time", v, capacity)
+		}
+	}
+	return nil
+}
+
+func finiteNonNeg(x float64) bool { return x >= 0 && !math.IsInf(x, 1) }
+
