@@ -125,4 +125,3 @@ func (c SimConfig) Validate() error {
 }
 
 func finiteNonNeg(x float64) bool { return x >= 0 && !math.IsInf(x, 1) }
-

@@ -1,9 +1,7 @@
 package compilecost
 
 import (
-	"errors"
 	"fmt"
-	"math"
 	"slices"
 )
 

@@ -5,8 +5,10 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"unsafe"
 )
@@ -210,6 +212,7 @@ func TestErrors(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			err := tt.run()
+			t.Log(err)
 			var oe *Error
 			if !errors.As(err, &oe) {
 				t.Fatalf("error %v (%T), want *Error", err, err)
@@ -219,6 +222,9 @@ func TestErrors(t *testing.T) {
 			}
 			if !strings.HasPrefix(err.Error(), oe.Op+": "+StatusName(oe.Status)+": ") {
 				t.Errorf("Error() = %q, want op: STATUS: message", err)
+			}
+			if strings.Contains(err.Error(), "\n") || strings.Contains(err.Error(), "Exception from") {
+				t.Errorf("Error() = %q, want one line without source locations", err)
 			}
 		})
 	}
@@ -285,4 +291,66 @@ func TestClosedObjects(t *testing.T) {
 			t.Errorf("%s: err = %v, want ErrClosed", tt.name, tt.err)
 		}
 	}
+}
+
+// TestPluginSignalStack guards against a crash seen with the CPU plugin:
+// creating the plugin (on first compile) installs its own sigaltstack on the
+// calling thread, and destroying it (when the core closes) frees that stack
+// but restores the previous one only if it runs on the same thread. Go moves
+// goroutines between threads, so without the shim's save/restore around
+// such calls, the first thread was left with a freed signal stack and the
+// next signal to it (Go sends SIGURG routinely) killed the process.
+func TestPluginSignalStack(t *testing.T) {
+	type result struct {
+		tid int
+		c   *Core
+		cm  *CompiledModel
+		m   *Model
+		wb  *HostBuffer
+		err error
+	}
+	created := make(chan result)
+	release := make(chan struct{})
+	done := make(chan struct{})
+	go func() { // thread A: creates the plugin, then stays alive
+		defer close(done)
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		var r result
+		r.tid = syscall.Gettid()
+		r.c, r.err = NewCore()
+		if r.err == nil {
+			r.m, r.wb, r.err = readLinearNoT(r.c)
+		}
+		if r.err == nil {
+			r.cm, r.err = r.c.CompileModel(r.m, "CPU", compileOpts...)
+		}
+		created <- r
+		<-release
+	}()
+	r := <-created
+	if r.err != nil {
+		close(release)
+		<-done
+		t.Fatal(r.err)
+	}
+	closed := make(chan struct{})
+	go func() { // thread B: destroys the plugin
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		r.cm.Close()
+		r.m.Close()
+		r.c.Close()
+		r.wb.Free()
+		close(closed)
+	}()
+	<-closed
+	// A signal to thread A must find a usable signal stack.
+	for i := 0; i < 3; i++ {
+		if err := syscall.Tgkill(syscall.Getpid(), r.tid, syscall.SIGURG); err != nil {
+			t.Fatal(err)
+		}
+	}
+	close(release)
+	<-done
 }

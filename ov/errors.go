@@ -21,15 +21,35 @@ var ErrClosed = errors.New("use of closed openvino object")
 type Error struct {
 	Op     string // C function that failed, e.g. "ov_core_compile_model"
 	Status int    // ov_status_e value
-	Msg    string // OpenVINO's message; empty when the status carries none
+	Msg    string // OpenVINO's full message (often several lines); empty when the status carries none
 }
 
-// Error returns "op: STATUS_NAME: message".
+// Error returns one line, "op: STATUS_NAME: message", where message is Msg
+// without OpenVINO's "Exception from <file>:<line>:" and "Check ... failed
+// at ...:" location lines.
 func (e *Error) Error() string {
 	if e.Msg == "" {
 		return e.Op + ": " + StatusName(e.Status)
 	}
-	return e.Op + ": " + StatusName(e.Status) + ": " + e.Msg
+	return e.Op + ": " + StatusName(e.Status) + ": " + summarize(e.Msg)
+}
+
+// summarize drops the source-location lines of an OpenVINO message and
+// joins the rest onto one line.
+func summarize(msg string) string {
+	var keep []string
+	for _, line := range strings.Split(msg, "\n") {
+		line = strings.TrimSpace(line)
+		if line == "" || strings.HasSuffix(line, ":") &&
+			(strings.HasPrefix(line, "Exception from ") || strings.HasPrefix(line, "Check ")) {
+			continue
+		}
+		keep = append(keep, line)
+	}
+	if len(keep) == 0 {
+		return oneLine(msg)
+	}
+	return oneLine(strings.Join(keep, " "))
 }
 
 var statusNames = map[int]string{

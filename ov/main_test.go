@@ -105,11 +105,22 @@ var compileOpts = []Property{
 // buffer is freed after everything the test closes (cleanups run in reverse).
 func readLinear(t *testing.T, c *Core) *Model {
 	t.Helper()
-	wb, err := AllocHost(60)
+	m, wb, err := readLinearNoT(c)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(wb.Free)
+	t.Cleanup(m.Close)
+	return m
+}
+
+// readLinearNoT is readLinear for goroutines that cannot use t: the caller
+// closes the model, then frees the buffer.
+func readLinearNoT(c *Core) (*Model, *HostBuffer, error) {
+	wb, err := AllocHost(60)
+	if err != nil {
+		return nil, nil, err
+	}
 	b := wb.Bytes()
 	for j := 0; j < 3; j++ {
 		for k := 0; k < 4; k++ {
@@ -119,15 +130,16 @@ func readLinear(t *testing.T, c *Core) *Model {
 	}
 	wt, err := NewTensorFromHost(U8, []int64{60}, wb)
 	if err != nil {
-		t.Fatal(err)
+		wb.Free()
+		return nil, nil, err
 	}
 	defer wt.Close() // the model keeps the memory, not the handle
 	m, err := c.ReadModel([]byte(linearXML), wt)
 	if err != nil {
-		t.Fatalf("ReadModel: %v", err)
+		wb.Free()
+		return nil, nil, err
 	}
-	t.Cleanup(m.Close)
-	return m
+	return m, wb, nil
 }
 
 func compileLinear(t *testing.T, c *Core) *CompiledModel {

@@ -2,6 +2,7 @@
 #include "shim.h"
 
 #include <dlfcn.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -85,6 +86,56 @@ int ovr_open(const char* path, char** err) {
     return 0;
 }
 
+// Signal-stack guard.
+//
+// The CPU plugin, when constructed, installs a sigaltstack of its own on the
+// calling thread; its destructor frees that stack but restores the previous
+// one only if it runs on the same thread. Go runs successive cgo calls on
+// whatever thread the goroutine is on, so the constructing thread could keep
+// a freed signal stack, and the next signal to it (Go sends SIGURG for
+// preemption) killed the process with SIGSEGV. Every call that can create or
+// destroy a plugin (every core call, creating a request, and every free of a
+// core, model, compiled model, request or tensor) therefore restores the
+// thread's own signal stack when it returns; hot calls (infer, tensor data)
+// are left alone. The plugin's stack is only ever active
+// during the call that created it, while it is still mapped.
+typedef struct {
+    stack_t ss;
+    int ok;
+} ovr_sigstack_t;
+
+static void ovr_sigstack_save(ovr_sigstack_t* g) {
+    g->ok = sigaltstack(NULL, &g->ss) == 0;
+}
+
+static void ovr_sigstack_restore(const ovr_sigstack_t* g) {
+    stack_t cur;
+    if (!g->ok || sigaltstack(NULL, &cur) != 0) {
+        return;
+    }
+    int was_off = (g->ss.ss_flags & SS_DISABLE) != 0;
+    int is_off = (cur.ss_flags & SS_DISABLE) != 0;
+    if (was_off == is_off && (was_off || (cur.ss_sp == g->ss.ss_sp && cur.ss_size == g->ss.ss_size))) {
+        return;
+    }
+    stack_t r = g->ss;
+    r.ss_flags = was_off ? SS_DISABLE : 0;
+    sigaltstack(&r, NULL);
+}
+
+#define OVR_GUARDED(type, call)      \
+    ovr_sigstack_t g_;               \
+    ovr_sigstack_save(&g_);          \
+    type r_ = call;                  \
+    ovr_sigstack_restore(&g_);       \
+    return r_
+
+#define OVR_GUARDED_VOID(call)       \
+    ovr_sigstack_t g_;               \
+    ovr_sigstack_save(&g_);          \
+    call;                            \
+    ovr_sigstack_restore(&g_)
+
 void* ovr_host_alloc(size_t n, int zero, void** base) {
     // Over-allocate and align by hand: calloc keeps glibc's lazily zeroed
     // mmap pages for large buffers, which aligned_alloc+memset would touch.
@@ -119,37 +170,37 @@ void ovr_version_free(ov_version_t* v) {
 }
 
 ov_status_e ovr_core_create(ov_core_t** core) {
-    return ovr.ov_core_create(core);
+    OVR_GUARDED(ov_status_e, ovr.ov_core_create(core));
 }
 
 void ovr_core_free(ov_core_t* core) {
-    ovr.ov_core_free(core);
+    OVR_GUARDED_VOID(ovr.ov_core_free(core));
 }
 
 ov_status_e ovr_core_get_available_devices(const ov_core_t* core, ov_available_devices_t* devices) {
-    return ovr.ov_core_get_available_devices(core, devices);
+    OVR_GUARDED(ov_status_e, ovr.ov_core_get_available_devices(core, devices));
 }
 
 void ovr_available_devices_free(ov_available_devices_t* devices) {
-    ovr.ov_available_devices_free(devices);
+    OVR_GUARDED_VOID(ovr.ov_available_devices_free(devices));
 }
 
 ov_status_e ovr_core_set_property(const ov_core_t* core, const char* device, const char* key, const char* value) {
     // ov_core_set_property reads exactly one key/value pair per call.
-    return ovr.ov_core_set_property(core, device, key, value);
+    OVR_GUARDED(ov_status_e, ovr.ov_core_set_property(core, device, key, value));
 }
 
 ov_status_e ovr_core_get_property(const ov_core_t* core, const char* device, const char* key, char** value) {
-    return ovr.ov_core_get_property(core, device, key, value);
+    OVR_GUARDED(ov_status_e, ovr.ov_core_get_property(core, device, key, value));
 }
 
 ov_status_e ovr_core_read_model_from_memory_buffer(const ov_core_t* core, const char* xml, size_t xml_len,
                                                    const ov_tensor_t* weights, ov_model_t** model) {
-    return ovr.ov_core_read_model_from_memory_buffer(core, xml, xml_len, weights, model);
+    OVR_GUARDED(ov_status_e, ovr.ov_core_read_model_from_memory_buffer(core, xml, xml_len, weights, model));
 }
 
 void ovr_model_free(ov_model_t* model) {
-    ovr.ov_model_free(model);
+    OVR_GUARDED_VOID(ovr.ov_model_free(model));
 }
 
 // Argument lists for 1..16 key/value pairs of ov_core_compile_model.
@@ -174,9 +225,9 @@ void ovr_model_free(ov_model_t* model) {
     case n:     \
         return f(core, model, device, 2 * n, out, P##n);
 
-ov_status_e ovr_core_compile_model(const ov_core_t* core, const ov_model_t* model, const char* device,
-                                   size_t n_pairs, const char** keys, const char** values,
-                                   ov_compiled_model_t** out) {
+static ov_status_e ovr_compile(const ov_core_t* core, const ov_model_t* model, const char* device,
+                               size_t n_pairs, const char** keys, const char** values,
+                               ov_compiled_model_t** out) {
     __typeof__(ovr.ov_core_compile_model) f = ovr.ov_core_compile_model;
     switch (n_pairs) {
     case 0:
@@ -205,9 +256,15 @@ ov_status_e ovr_core_compile_model(const ov_core_t* core, const ov_model_t* mode
 #undef CASE
 #undef P
 
+ov_status_e ovr_core_compile_model(const ov_core_t* core, const ov_model_t* model, const char* device,
+                                   size_t n_pairs, const char** keys, const char** values,
+                                   ov_compiled_model_t** out) {
+    OVR_GUARDED(ov_status_e, ovr_compile(core, model, device, n_pairs, keys, values, out));
+}
+
 ov_status_e ovr_core_import_model(const ov_core_t* core, const char* content, size_t size, const char* device,
                                   ov_compiled_model_t** out) {
-    return ovr.ov_core_import_model(core, content, size, device, out);
+    OVR_GUARDED(ov_status_e, ovr.ov_core_import_model(core, content, size, device, out));
 }
 
 ov_status_e ovr_compiled_model_export_model(const ov_compiled_model_t* cm, const char* path) {
@@ -219,11 +276,11 @@ ov_status_e ovr_compiled_model_get_property(const ov_compiled_model_t* cm, const
 }
 
 ov_status_e ovr_compiled_model_create_infer_request(const ov_compiled_model_t* cm, ov_infer_request_t** out) {
-    return ovr.ov_compiled_model_create_infer_request(cm, out);
+    OVR_GUARDED(ov_status_e, ovr.ov_compiled_model_create_infer_request(cm, out));
 }
 
 void ovr_compiled_model_free(ov_compiled_model_t* cm) {
-    ovr.ov_compiled_model_free(cm);
+    OVR_GUARDED_VOID(ovr.ov_compiled_model_free(cm));
 }
 
 ov_status_e ovr_infer_request_set_tensor(ov_infer_request_t* r, const char* name, const ov_tensor_t* t) {
@@ -251,7 +308,7 @@ ov_status_e ovr_infer_request_cancel(ov_infer_request_t* r) {
 }
 
 void ovr_infer_request_free(ov_infer_request_t* r) {
-    ovr.ov_infer_request_free(r);
+    OVR_GUARDED_VOID(ovr.ov_infer_request_free(r));
 }
 
 ov_status_e ovr_tensor_create(ov_element_type_e type, int64_t rank, const int64_t* dims, ov_tensor_t** out) {
@@ -286,5 +343,5 @@ ov_status_e ovr_tensor_data(const ov_tensor_t* t, void** data) {
 }
 
 void ovr_tensor_free(ov_tensor_t* t) {
-    ovr.ov_tensor_free(t);
+    OVR_GUARDED_VOID(ovr.ov_tensor_free(t));
 }

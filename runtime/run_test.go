@@ -3,14 +3,30 @@ package runtime
 import (
 	"context"
 	"errors"
+	"fmt"
+	"os"
 	"slices"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/ovtoolkit/ovrun/internal/testenv"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if err := testenv.Cleanup(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+	}
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
 
 var testShape = KVShape{Layers: 2, KVHeads: 2, HeadDim: 4} // 32-byte rows
 

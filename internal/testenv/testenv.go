@@ -1,0 +1,103 @@
+// Package testenv finds what the project's tests need outside Go: the
+// repository root, the project's Python (with numpy, for the independent
+// reference forward pass) and synthetic checkpoints.
+package testenv
+
+import (
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"testing"
+
+	"github.com/ovtoolkit/ovrun/model"
+)
+
+// RepoRoot walks up from the working directory to the folder holding go.mod.
+func RepoRoot(t testing.TB) string {
+	t.Helper()
+	dir, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			t.Fatal("testenv: go.mod not found above the working directory")
+		}
+		dir = parent
+	}
+}
+
+// Python is the project's virtual-environment interpreter; the test fails
+// with the set-up command when it is missing.
+func Python(t testing.TB) string {
+	t.Helper()
+	p := filepath.Join(RepoRoot(t), ".venv", "bin", "python")
+	if _, err := os.Stat(p); err != nil {
+		t.Fatalf("testenv: %s missing: run `make setup` (or `make test`) first", p)
+	}
+	return p
+}
+
+var (
+	synthMu    sync.Mutex
+	synthCache = map[string]string{}
+	synthRoot  string
+)
+
+// Synth returns the folder of a synthetic checkpoint, generated once per test
+// binary into a shared temporary folder.
+func Synth(t testing.TB, preset string, dtype model.DType) string {
+	t.Helper()
+	synthMu.Lock()
+	defer synthMu.Unlock()
+	key := preset + "-" + string(dtype)
+	if dir, ok := synthCache[key]; ok {
+		return dir
+	}
+	if synthRoot == "" {
+		d, err := os.MkdirTemp("", "ovrun-synth-")
+		if err != nil {
+			t.Fatal(err)
+		}
+		synthRoot = d
+	}
+	dir := filepath.Join(synthRoot, key)
+	if err := model.Synthesize(preset, 1, dtype, dir); err != nil {
+		t.Fatalf("synthesize %s: %v", key, err)
+	}
+	synthCache[key] = dir
+	return dir
+}
+
+// Cleanup removes the synthetic checkpoints; call it from TestMain.
+func Cleanup() error {
+	synthMu.Lock()
+	defer synthMu.Unlock()
+	if synthRoot == "" {
+		return nil
+	}
+	err := os.RemoveAll(synthRoot)
+	synthRoot, synthCache = "", map[string]string{}
+	return err
+}
+
+// Run executes a command and returns its combined output; a failure fails
+// the test with that output.
+func Run(t testing.TB, name string, args ...string) []byte {
+	t.Helper()
+	out, err := exec.Command(name, args...).CombinedOutput()
+	if err != nil {
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			t.Fatalf("%s %v: %v\n%s", name, args, err, out)
+		}
+		t.Fatalf("%s: %v", name, err)
+	}
+	return out
+}
