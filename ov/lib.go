@@ -80,8 +80,8 @@ func Load() error {
 	return loadErr
 }
 
-// LibraryPath reports the library Load opened: a path, or the bare soname
-// when the dynamic loader found it. It is empty until Load has succeeded.
+// LibraryPath calls Load and reports the library it opened: a path, or the
+// bare soname when the dynamic loader found it; "" if Load failed.
 func LibraryPath() string {
 	if Load() != nil {
 		return ""
@@ -103,8 +103,8 @@ func load() (string, error) {
 
 	var dirs []string
 	if exe, err := os.Executable(); err == nil {
-		if real, err := filepath.EvalSymlinks(exe); err == nil {
-			exe = real
+		if resolved, err := filepath.EvalSymlinks(exe); err == nil {
+			exe = resolved
 		}
 		dirs = append(dirs, filepath.Join(filepath.Dir(exe), "..", ".venv", "openvino", "libs"))
 	}
@@ -133,9 +133,11 @@ func load() (string, error) {
 		}
 	}
 
-	// Summaries rather than every parent folder keep the message short.
-	if len(dirs) > 0 && cwdErr == nil {
+	// A summary rather than every parent folder keeps the message short.
+	if cwdErr == nil {
 		tried = append(tried, ".venv/openvino/libs near the executable and in "+cwd+" and its parents")
+	} else {
+		tried = append(tried, ".venv/openvino/libs near the executable")
 	}
 	if venv == "" {
 		tried = append(tried, "VIRTUAL_ENV (unset)")

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 	"unsafe"
 
@@ -43,6 +44,11 @@ func (o OVOptions) properties() []ov.Property {
 	return ps
 }
 
+// FailCompileEnv names a fault-injection hook for testing recovery paths:
+// OVRUN_FAIL_COMPILE=CAPACITY[xN] makes the first N (default 1) decode-graph
+// compiles of that capacity fail as if OpenVINO had rejected them.
+const FailCompileEnv = "OVRUN_FAIL_COMPILE"
+
 // OVCompiler compiles decoder graphs of one checkpoint with OpenVINO. All its
 // graphs share one weights blob in C memory.
 type OVCompiler struct {
@@ -53,6 +59,7 @@ type OVCompiler struct {
 	opts    OVOptions
 	shape   KVShape
 	vocab   int
+	faults  *faultPlan
 }
 
 var _ Compiler = (*OVCompiler)(nil)
@@ -67,7 +74,11 @@ func NewOVCompiler(ck *model.Checkpoint, opts OVOptions) (*OVCompiler, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &OVCompiler{core: core, opts: opts, shape: ShapeOf(ck.Config), vocab: ck.Config.VocabSize}
+	faults, err := parseFaultPlan(os.Getenv(FailCompileEnv))
+	if err != nil {
+		return nil, errors.Join(err, core.Close())
+	}
+	c := &OVCompiler{core: core, opts: opts, shape: ShapeOf(ck.Config), vocab: ck.Config.VocabSize, faults: faults}
 	c.weights = model.NewWeights(ck)
 	if c.blob, err = ov.AllocHost(int(c.weights.Size())); err != nil {
 		return nil, errors.Join(err, c.Close())
@@ -106,6 +117,9 @@ func (c *OVCompiler) Compile(ctx context.Context, spec model.GraphSpec) (Executa
 func (c *OVCompiler) CompileIR(ctx context.Context, spec model.GraphSpec, xml []byte) (Executable, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
+	}
+	if c.faults.fire(spec) {
+		return nil, fmt.Errorf("compile graph %s on %s: injected failure (%s)", spec.Name(), c.opts.Device, FailCompileEnv)
 	}
 	m, err := c.core.ReadModel(xml, c.wt)
 	if err != nil {

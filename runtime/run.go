@@ -198,7 +198,7 @@ func (r *run) compileFailed(j *compileJob) error {
 	if errors.Is(j.err, context.Canceled) {
 		return j.err
 	}
-	return fmt.Errorf("%w: graph %s: %w", ErrCompile, j.spec.Name(), j.err)
+	return fmt.Errorf("%w: %w", ErrCompile, j.err)
 }
 
 // record adds a compile attempt to the summary.
@@ -387,8 +387,9 @@ func (r *run) boundary(step int) error {
 		r.jobs[next] = j
 		r.recordRung(next, j, attempt)
 	case j.background:
-		rs.ReadyAtBoundary = j.ready()
-		if !rs.ReadyAtBoundary {
+		ready := j.ready()
+		rs.ReadyAtBoundary = ready && j.err == nil
+		if !ready {
 			r.progress(step-1, true)
 			<-j.done
 		}

@@ -84,4 +84,10 @@ func printSummary(w io.Writer, s *runtime.Summary) {
 	}
 }
 
-func mib(b float64) string { return fmt.Sprintf("%.1f MiB", b/(1<<20)) }
+// mib formats bytes in MiB, or KiB below one MiB.
+func mib(b float64) string {
+	if b < 1<<20 {
+		return fmt.Sprintf("%.1f KiB", b/(1<<10))
+	}
+	return fmt.Sprintf("%.1f MiB", b/(1<<20))
+}
