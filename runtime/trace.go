@@ -21,7 +21,7 @@ func EmitSpans(ctx context.Context, tracer trace.Tracer, s *Summary, processStar
 	if s == nil {
 		return
 	}
-	at := func(off float64) trace.SpanStartEventOption {
+	at := func(off float64) trace.SpanEventOption {
 		return trace.WithTimestamp(processStart.Add(time.Duration(off * float64(time.Second))))
 	}
 	end := s.EndS
@@ -29,10 +29,14 @@ func EmitSpans(ctx context.Context, tracer trace.Tracer, s *Summary, processStar
 		end = s.RunStartS
 	}
 	ctx, root := tracer.Start(ctx, tracing.SpanRun, at(s.RunStartS), trace.WithAttributes(runAttrs(s)...))
-	child := func(name string, start, stop float64, attrs ...attribute.KeyValue) trace.Span {
+	// child is a child span of the run from start to stop, failed with
+	// errMsg unless that is empty.
+	child := func(name string, start, stop float64, errMsg string, attrs ...attribute.KeyValue) {
 		_, sp := tracer.Start(ctx, name, at(start), trace.WithAttributes(attrs...))
-		defer sp.End(trace.WithTimestamp(processStart.Add(time.Duration(stop * float64(time.Second)))))
-		return sp
+		if errMsg != "" {
+			fail(sp, errMsg, at(stop))
+		}
+		sp.End(at(stop))
 	}
 	device := tracing.AttrDevice.String(s.Device)
 
@@ -45,22 +49,18 @@ func EmitSpans(ctx context.Context, tracer trace.Tracer, s *Summary, processStar
 		if c.Error != "" {
 			outcome = tracing.OutcomeError
 		}
-		_, sp := tracer.Start(ctx, tracing.SpanCompile, at(c.StartS), trace.WithAttributes(
+		child(tracing.SpanCompile, c.StartS, stop, c.Error,
 			tracing.AttrCapacity.Int(c.Capacity), tracing.AttrChunk.Int(c.Chunk), device,
 			tracing.AttrCompileForeground.Bool(c.Foreground), tracing.AttrCompileKind.String(c.Kind),
 			tracing.AttrCompileAttempt.Int(c.Attempt), tracing.AttrCompileS.Float64(c.CompileS),
-			tracing.AttrOutcome.String(outcome)))
-		if c.Error != "" {
-			fail(sp, c.Error, at(stop))
-		}
-		sp.End(at(stop))
+			tracing.AttrOutcome.String(outcome))
 	}
 	if s.PrefillStartS > 0 {
 		stop := s.PrefillEndS
 		if stop < s.PrefillStartS {
 			stop = end
 		}
-		child(tracing.SpanPrefill, s.PrefillStartS, stop, tracing.AttrTokens.Int(s.PromptTokens))
+		child(tracing.SpanPrefill, s.PrefillStartS, stop, "", tracing.AttrTokens.Int(s.PromptTokens))
 	}
 	for i, r := range s.Rungs {
 		capacity := tracing.AttrCapacity.Int(r.Capacity)
@@ -70,23 +70,20 @@ func EmitSpans(ctx context.Context, tracer trace.Tracer, s *Summary, processStar
 		}
 		if r.WaitStartS > 0 && (r.WaitS > 0 || r.MigrateStartS == 0) {
 			// A boundary that waited, or that was reached and never passed.
-			stop := r.WaitStartS + r.WaitS
+			stop, errMsg := r.WaitStartS+r.WaitS, ""
 			if r.MigrateStartS == 0 {
-				stop = end
+				stop, errMsg = end, s.Error
 			}
-			sp := child(tracing.SpanBoundaryWait, r.WaitStartS, stop, capacity,
+			child(tracing.SpanBoundaryWait, r.WaitStartS, stop, errMsg, capacity,
 				tracing.AttrFromCapacity.Int(from), tracing.AttrToCapacity.Int(r.Capacity),
 				tracing.AttrWaitS.Float64(stop-r.WaitStartS), tracing.AttrReady.Bool(r.ReadyAtBoundary))
-			if r.MigrateStartS == 0 && s.Error != "" {
-				fail(sp, s.Error, at(stop))
-			}
 		}
 		if r.MigrateStartS > 0 {
-			stop := r.MigrateStartS + r.MigrateS
-			if r.DecodeStartS == 0 {
-				stop = end // the migration failed
+			stop, errMsg := r.MigrateStartS+r.MigrateS, ""
+			if r.DecodeStartS == 0 { // the migration failed
+				stop, errMsg = end, s.Error
 			}
-			child(tracing.SpanMigrate, r.MigrateStartS, stop,
+			child(tracing.SpanMigrate, r.MigrateStartS, stop, errMsg,
 				tracing.AttrFromCapacity.Int(from), tracing.AttrToCapacity.Int(r.Capacity),
 				tracing.AttrBytes.Int64(r.MigrateBytes), tracing.AttrMigrateS.Float64(r.MigrateS))
 		}
@@ -99,7 +96,7 @@ func EmitSpans(ctx context.Context, tracer trace.Tracer, s *Summary, processStar
 			if r.FirstStep > 0 {
 				tokens = r.LastStep - r.FirstStep + 1
 			}
-			child(tracing.SpanDecode, r.DecodeStartS, stop, capacity, device,
+			child(tracing.SpanDecode, r.DecodeStartS, stop, "", capacity, device,
 				tracing.AttrTokens.Int(tokens), tracing.AttrFirstStep.Int(r.FirstStep), tracing.AttrLastStep.Int(r.LastStep),
 				tracing.AttrTokensPerS.Float64(r.TokensPerS), tracing.AttrDecodeS.Float64(r.DecodeS))
 		}
@@ -129,14 +126,16 @@ func runAttrs(s *Summary) []attribute.KeyValue {
 }
 
 // fail marks sp as failed with msg, both as an exception event and as the status.
-func fail(sp trace.Span, msg string, ts trace.SpanStartEventOption) {
-	sp.RecordError(errors.New(msg), trace.WithTimestamp(ts.(interface{ Timestamp() time.Time }).Timestamp()))
+func fail(sp trace.Span, msg string, at trace.SpanEventOption) {
+	sp.RecordError(errors.New(msg), at)
 	sp.SetStatus(codes.Error, msg)
 }
 
-// kvEvents thins the KV timeline to at most max points. Every change of
-// the reserved level is kept with the point before it, so the reserved
-// step line survives exactly; live bytes grow smoothly and are sampled.
+// kvEvents thins the KV timeline to at most max points (max >= 2). Every
+// change of the reserved level is kept with the point before it, so the
+// reserved step line survives exactly, unless there are more changes than
+// max allows (grow-remap commits pages every few steps); the rest are
+// evenly spaced samples.
 func kvEvents(tl []KVSample, max int) []KVSample {
 	if len(tl) <= max {
 		return tl
@@ -154,13 +153,13 @@ func kvEvents(tl []KVSample, max int) []KVSample {
 			}
 		}
 	}
-	if room := max - n; room > 0 {
-		stride := float64(len(tl)) / float64(room+1)
-		for k := 1; k <= room; k++ {
-			if j := int(float64(k) * stride); j < len(tl) && !keep[j] {
-				keep[j] = true
-			}
-		}
+	if n > max { // too many steps: sample evenly instead
+		clear(keep)
+		keep[0], keep[len(tl)-1] = true, true
+		n = 2
+	}
+	for k, room := 1, max-n; k <= room; k++ {
+		keep[k*(len(tl)-1)/(room+1)] = true
 	}
 	out := make([]KVSample, 0, max)
 	for i, k := range keep {

@@ -38,11 +38,11 @@ OpenVINO's C library is found in the project's .venv or through OVRUN_OPENVINO_L
 		},
 	}
 	if err := app.RunContext(ctx, os.Args); err != nil {
-		fmt.Fprintln(os.Stderr, "ovrun:", oneLine(err))
-		code := 1
 		if errors.Is(err, context.Canceled) {
-			code = 130
+			fmt.Fprintln(os.Stderr, "ovrun: interrupted; what was done so far is in the summary")
+			os.Exit(130)
 		}
-		os.Exit(code)
+		fmt.Fprintln(os.Stderr, "ovrun:", oneLine(err))
+		os.Exit(1)
 	}
 }
