@@ -1,9 +1,13 @@
 package runtime
 
 import (
+	"bufio"
 	"errors"
 	"fmt"
 	"os"
+	"strconv"
+	"strings"
+	"sync/atomic"
 	"syscall"
 	"unsafe"
 )
@@ -22,6 +26,13 @@ type KVBuffer struct {
 	maps     [][]byte // 2*layers mappings: K0, V0, K1, V1, ...
 }
 
+// mappedBytes counts KV address space currently mapped, so tests can check
+// that every run releases its reservation.
+var mappedBytes atomic.Int64
+
+// MappedKVBytes is the KV address space currently mapped by this process.
+func MappedKVBytes() int64 { return mappedBytes.Load() }
+
 // AllocKV maps a cache of the given capacity.
 func AllocKV(shape KVShape, capacity int, commit bool) (*KVBuffer, error) {
 	if capacity <= 0 {
@@ -34,6 +45,7 @@ func AllocKV(shape KVShape, capacity int, commit bool) (*KVBuffer, error) {
 		if err != nil {
 			return nil, errors.Join(fmt.Errorf("map %d bytes of kv cache: %w", n, err), b.Free())
 		}
+		mappedBytes.Add(int64(len(m)))
 		if commit {
 			clear(m)
 		}
@@ -63,27 +75,47 @@ func (b *KVBuffer) View(capacity int) (*KV, error) {
 	return kv, nil
 }
 
-// Resident counts the bytes of the buffer that are backed by physical pages,
-// as the kernel reports them (mincore), not as computed from capacities.
-func (b *KVBuffer) Resident() (int64, error) {
-	page := os.Getpagesize()
-	var total int64
+// Committed counts the bytes of the buffer backed by private physical pages,
+// as the kernel reports them (the Anonymous: lines of /proc/self/smaps for
+// its mappings), not as computed from capacities. Pages that were only read
+// map the shared zero page and do not count.
+func (b *KVBuffer) Committed() (int64, error) {
+	ranges := make(map[uintptr]bool, len(b.maps))
 	for _, m := range b.maps {
-		if len(m) == 0 {
-			continue
-		}
-		vec := make([]byte, (len(m)+page-1)/page)
-		_, _, e := syscall.Syscall(syscall.SYS_MINCORE, uintptr(unsafe.Pointer(&m[0])), uintptr(len(m)), uintptr(unsafe.Pointer(&vec[0])))
-		if e != 0 {
-			return 0, fmt.Errorf("mincore: %w", e)
-		}
-		for _, v := range vec {
-			if v&1 != 0 {
-				total += int64(page)
-			}
+		if len(m) > 0 {
+			ranges[uintptr(unsafe.Pointer(&m[0]))] = true
 		}
 	}
-	return total, nil
+	return anonymousBytes(ranges)
+}
+
+// anonymousBytes sums the Anonymous: field of the smaps entries starting at
+// the given addresses.
+func anonymousBytes(starts map[uintptr]bool) (int64, error) {
+	f, err := os.Open("/proc/self/smaps")
+	if err != nil {
+		return 0, fmt.Errorf("measure committed kv: %w", err)
+	}
+	defer f.Close()
+	var total int64
+	in := false
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		line := sc.Text()
+		if i := strings.IndexByte(line, '-'); i > 0 && !strings.Contains(line[:i], ":") && !strings.HasSuffix(line, "kB") {
+			addr, err := strconv.ParseUint(line[:i], 16, 64)
+			in = err == nil && starts[uintptr(addr)]
+			continue
+		}
+		if rest, ok := strings.CutPrefix(line, "Anonymous:"); in && ok {
+			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
+			if err != nil {
+				return 0, fmt.Errorf("parse smaps %q: %w", line, err)
+			}
+			total += kb * 1024
+		}
+	}
+	return total, sc.Err()
 }
 
 // Free unmaps the buffer; views of it must no longer be used.
@@ -95,7 +127,9 @@ func (b *KVBuffer) Free() error {
 	for _, m := range b.maps {
 		if err := syscall.Munmap(m); err != nil {
 			errs = append(errs, fmt.Errorf("unmap kv cache: %w", err))
+			continue
 		}
+		mappedBytes.Add(-int64(len(m)))
 	}
 	b.maps = nil
 	return errors.Join(errs...)

@@ -92,6 +92,11 @@ func NewOVCompiler(ck *model.Checkpoint, opts OVOptions) (*OVCompiler, error) {
 	return c, nil
 }
 
+// HostViews reports whether graphs on this device read their KV inputs in
+// place from host memory, which growth without copy needs. Only the CPU
+// plugin is known to; other devices take the copy-and-grow path.
+func (c *OVCompiler) HostViews() bool { return strings.EqualFold(c.opts.Device, "CPU") }
+
 // Options reports the compile options in use.
 func (c *OVCompiler) Options() OVOptions { return c.opts }
 

@@ -53,6 +53,7 @@ type run struct {
 	sch   *scheduler
 	s     *Summary
 
+	policy  Policy // the policy in effect (grow-remap may fall back)
 	rungs   []int
 	jobs    []*compileJob
 	prefJob *compileJob // prefill graph of the first rung, when used
@@ -81,7 +82,7 @@ func Run(ctx context.Context, comp Compiler, shape KVShape, cfg RunConfig) (*Sum
 	if cfg.ProcessStart.IsZero() {
 		cfg.ProcessStart = cfg.Clock()
 	}
-	r := &run{cfg: cfg, comp: comp, shape: shape, ctx: ctx, s: &Summary{
+	r := &run{cfg: cfg, policy: cfg.Policy, comp: comp, shape: shape, ctx: ctx, s: &Summary{
 		Policy: string(cfg.Policy), Ladder: cfg.Ladder, PromptTokens: len(cfg.Prompt),
 		DecodeTokens: cfg.DecodeTokens, TeacherForced: cfg.Forced != nil,
 		Predictions: []int64{}, Rungs: []RungSummary{}, Boundaries: []BoundarySummary{},
@@ -95,6 +96,9 @@ func Run(ctx context.Context, comp Compiler, shape KVShape, cfg RunConfig) (*Sum
 	r.sch = newScheduler(ctx, comp, cfg.Background, len(r.rungs)+2, cfg.Clock)
 	err := r.execute()
 	err = errors.Join(err, r.release())
+	if terr := r.sch.threadError(); terr != nil {
+		r.note("background compile thread options not applied: %v", terr)
+	}
 	r.finish(err)
 	return r.s, err
 }
@@ -121,6 +125,13 @@ func (r *run) validate() error {
 	if !ok {
 		return fmt.Errorf("%w: a prompt of %d tokens plus one decoded token needs %d slots; the largest rung holds %d",
 			ErrCapacity, len(c.Prompt), len(c.Prompt)+1, c.Ladder.Max())
+	}
+	if c.Policy == GrowRemap {
+		if v, ok := r.comp.(interface{ HostViews() bool }); ok && !v.HostViews() {
+			r.policy = GrowOneAhead
+			r.s.RemapFallback = true
+			r.note("grow-remap: this device cannot bind views of host memory as graph inputs; fell back to copy-and-grow (grow-one-ahead's KV path)")
+		}
 	}
 	if c.Policy == Direct {
 		r.rungs = []int{c.Ladder.Max()}
@@ -180,7 +191,7 @@ func (r *run) compileForeground() error {
 		}
 	}
 	last := r.cur
-	if r.cfg.Policy.upFront() {
+	if r.policy.upFront() {
 		last = len(r.rungs) - 1
 	}
 	for i := r.cur; i <= last; i++ {
@@ -230,12 +241,12 @@ func (r *run) recordRung(i int, j *compileJob, attempt int) {
 // first rung's.
 func (r *run) allocate() error {
 	capacity, commit := r.rungs[r.cur], true
-	if r.cfg.Policy.sharedKV() {
+	if r.policy.sharedKV() {
 		capacity = r.rungs[len(r.rungs)-1]
-		commit = r.cfg.Policy != GrowRemap
+		commit = r.policy != GrowRemap
 	}
-	if r.cfg.Policy == GrowRemap {
-		r.s.KVMeasured = "resident"
+	if r.policy == GrowRemap {
+		r.s.KVMeasured = "committed"
 	}
 	buf, err := AllocKV(r.shape, capacity, commit)
 	if err != nil {
@@ -252,9 +263,8 @@ func (r *run) allocate() error {
 // reservedBytes is the KV the policy holds: allocated sizes, or for
 // grow-remap the pages actually resident.
 func (r *run) reservedBytes() int64 {
-	if r.cfg.Policy == GrowRemap {
-		n, err := r.buf.Resident()
-		if err == nil {
+	if r.policy == GrowRemap {
+		if n, err := r.buf.Committed(); err == nil {
 			return n
 		}
 	}
@@ -278,7 +288,7 @@ func (r *run) sample(t time.Time, force bool) {
 // launchSuccessor queues the next rung's compile for background policies.
 func (r *run) launchSuccessor() {
 	next := r.cur + 1
-	if !r.cfg.Policy.background() || next >= len(r.rungs) || r.jobs[next] != nil {
+	if !r.policy.background() || next >= len(r.rungs) || r.jobs[next] != nil {
 		return
 	}
 	r.jobs[next] = r.sch.background(r.decodeSpec(next))
@@ -305,6 +315,9 @@ func (r *run) prefill() error {
 	r.s.Predictions = append(r.s.Predictions, int64(Argmax(logits)))
 	r.exe = r.jobs[r.cur].exe
 	if err := r.exe.Bind(r.kv); err != nil {
+		return err
+	}
+	if err := r.sch.drop(r.prefJob); err != nil { // prompts are processed once
 		return err
 	}
 	r.meter.setLive(t1, int64(len(r.fed))*r.shape.TokenBytes())
@@ -361,8 +374,8 @@ func (r *run) decode() error {
 			}
 		}
 		r.meter.setLive(t1, int64(len(r.fed))*r.shape.TokenBytes())
-		if r.cfg.Policy == GrowRemap {
-			r.meter.setReserved(t1, r.reservedBytes())
+		if r.policy == GrowRemap && t1.Sub(r.lastSample) >= 10*time.Millisecond {
+			r.meter.setReserved(t1, r.reservedBytes()) // reading smaps costs ~1 ms: sampled
 		}
 		r.sample(t1, false)
 		r.progress(i, false)
@@ -415,7 +428,7 @@ func (r *run) boundary(step int) error {
 	// Move the live KV into the next rung's cache.
 	rs.MigrateStartS = r.off(waited)
 	live := len(r.fed)
-	if r.cfg.Policy.sharedKV() {
+	if r.policy.sharedKV() {
 		kv, err := r.buf.View(r.rungs[next])
 		if err != nil {
 			return err
@@ -446,6 +459,11 @@ func (r *run) boundary(step int) error {
 	r.cur = next
 	r.exe = j.exe
 	if err := r.exe.Bind(r.kv); err != nil {
+		return err
+	}
+	// The context only grows: the smaller graph is never used again, and
+	// freeing it returns its compiled-model memory.
+	if err := r.sch.drop(r.jobs[from]); err != nil {
 		return err
 	}
 	done := r.now()

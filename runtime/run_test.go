@@ -39,6 +39,9 @@ func fakeRun(t *testing.T, f *fakeCompiler, cfg RunConfig) (*Summary, error) {
 	if n := f.open.Load(); n != 0 {
 		t.Errorf("%d executables left open", n)
 	}
+	if n := MappedKVBytes(); n != 0 {
+		t.Errorf("%d bytes of KV still mapped after the run", n)
+	}
 	return s, err
 }
 
@@ -317,5 +320,52 @@ func TestLadderRungFor(t *testing.T) {
 		if _, err := NewLadder(bad); err == nil {
 			t.Errorf("NewLadder(%v) accepted", bad)
 		}
+	}
+}
+
+// noViews is a compiler for a device that cannot read inputs in place.
+type noViews struct{ *fakeCompiler }
+
+func (noViews) HostViews() bool { return false }
+
+func TestGrowRemapCommitsOnlyLiveKV(t *testing.T) {
+	clock := newFakeClock()
+	f := newFakeCompiler(testShape, 50, clock)
+	f.stepT = 20 * time.Millisecond // every step is sampled
+	cfg := RunConfig{Ladder: Ladder{256, 512, 1024}, Policy: GrowRemap, Prompt: SeededTokens(1, 8, 50), DecodeTokens: 900}
+	s, err := fakeRun(t, f, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.MigrateBytes != 0 || s.KVMeasured != "committed" || len(s.Boundaries) != 2 {
+		t.Fatalf("migrated %d bytes, kv measured %q, %d boundaries; want 0, committed, 2", s.MigrateBytes, s.KVMeasured, len(s.Boundaries))
+	}
+	slack := int64(2*testShape.Layers) * int64(os.Getpagesize()) // one page granule per buffer
+	for _, k := range s.KVTimeline {
+		if k.ReservedBytes < k.LiveBytes || k.ReservedBytes > k.LiveBytes+slack {
+			t.Fatalf("at %.3f s committed %d bytes for %d live: want within [live, live+%d]", k.TS, k.ReservedBytes, k.LiveBytes, slack)
+		}
+	}
+	if len(s.KVTimeline) < 900 {
+		t.Errorf("only %d KV samples", len(s.KVTimeline))
+	}
+	direct, err := fakeRun(t, newFakeCompiler(testShape, 50, nil), RunConfig{Ladder: cfg.Ladder, Policy: Direct, Prompt: cfg.Prompt, DecodeTokens: 900})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(s.Predictions, direct.Predictions) {
+		t.Error("grow-remap predictions differ from direct")
+	}
+}
+
+func TestGrowRemapFallsBackWithoutHostViews(t *testing.T) {
+	f := newFakeCompiler(testShape, 50, nil)
+	s, err := Run(context.Background(), noViews{f}, testShape, RunConfig{Ladder: Ladder{32, 64}, Policy: GrowRemap,
+		Prompt: SeededTokens(1, 8, 50), DecodeTokens: 40})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !s.RemapFallback || s.MigrateBytes == 0 || s.Policy != string(GrowRemap) {
+		t.Errorf("fallback %v, migrated %d bytes, policy %q; want a noted copy-and-grow fallback", s.RemapFallback, s.MigrateBytes, s.Policy)
 	}
 }

@@ -18,13 +18,17 @@ type compileJob struct {
 	spec       model.GraphSpec
 	background bool
 	done       chan struct{}
-	startNS    atomic.Int64 // start time for readers that do not wait for done
+	startNS    atomic.Int64  // start time for readers that do not wait for done
+	started    chan struct{} // closed when the compile starts
 
 	// Set before done is closed.
 	exe        Executable
 	err        error
 	start, end time.Time
 }
+
+// startedCh is closed when the job starts running.
+func (j *compileJob) startedCh() chan struct{} { return j.started }
 
 func (j *compileJob) ready() bool {
 	select {
@@ -102,6 +106,7 @@ func (s *scheduler) run(j *compileJob) {
 	defer close(j.done)
 	j.start = s.now()
 	j.startNS.Store(j.start.UnixNano())
+	close(j.startedCh())
 	if s.hook != nil {
 		s.hook(j, true)
 	}
@@ -118,7 +123,7 @@ func (s *scheduler) run(j *compileJob) {
 
 // foreground compiles spec in the calling goroutine.
 func (s *scheduler) foreground(spec model.GraphSpec) *compileJob {
-	j := &compileJob{spec: spec, done: make(chan struct{})}
+	j := &compileJob{spec: spec, done: make(chan struct{}), started: make(chan struct{})}
 	s.track(j)
 	s.run(j)
 	return j
@@ -126,10 +131,26 @@ func (s *scheduler) foreground(spec model.GraphSpec) *compileJob {
 
 // background queues spec for the worker and returns at once.
 func (s *scheduler) background(spec model.GraphSpec) *compileJob {
-	j := &compileJob{spec: spec, background: true, done: make(chan struct{})}
+	j := &compileJob{spec: spec, background: true, done: make(chan struct{}), started: make(chan struct{})}
 	s.track(j)
 	s.queue <- j
 	return j
+}
+
+// drop closes a finished job's executable early, once nothing will run it
+// again (a rung the context has grown past, the prefill graph).
+func (s *scheduler) drop(j *compileJob) error {
+	if j == nil || !j.ready() {
+		return nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if j.exe == nil {
+		return nil
+	}
+	err := j.exe.Close()
+	j.exe = nil
+	return err
 }
 
 // close stops the worker after the queued jobs (a cancelled context makes
@@ -147,6 +168,13 @@ func (s *scheduler) close() error {
 		}
 	}
 	return joinErrs(errs)
+}
+
+// threadError reports a failure to apply BackgroundOptions to the worker.
+func (s *scheduler) threadError() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.threadErr
 }
 
 // applyThreadOptions sets the calling OS thread's CPU affinity and nice value.

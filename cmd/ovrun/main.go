@@ -35,6 +35,8 @@ OpenVINO's C library is found in the project's .venv or through OVRUN_OPENVINO_L
 			exportIRCommand,
 			generateCommand,
 			runCommand,
+			timelineCommand,
+			contentionCommand,
 		},
 	}
 	if err := app.RunContext(ctx, os.Args); err != nil {

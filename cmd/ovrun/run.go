@@ -34,7 +34,7 @@ steps past the largest rung stop the run with finish_reason "capacity".
 
 On a CPU both decode and background compiles use the same cores; see
 --compile-cpus, --compile-nice and --infer-threads.`,
-	Flags: append(compileFlags(),
+	Flags: append(append(compileFlags(),
 		&cli.StringFlag{Name: "ladder", Value: "1024,2048,4096,8192", Usage: "ascending context `CAPACITIES`"},
 		&cli.StringFlag{Name: "policy", Value: "grow-one-ahead", Usage: "`POLICY`: direct, pyramid, grow-eager, grow-one-ahead, lazy, grow-remap"},
 		promptIDsFlag, promptTokensFlag, seedFlag, prefillChunkFlag,
@@ -44,7 +44,7 @@ On a CPU both decode and background compiles use the same cores; see
 		&cli.StringFlag{Name: "compile-cpus", Usage: "pin background compiles to these `CPUS` (e.g. 1 or 2-3)"},
 		&cli.IntFlag{Name: "compile-nice", Usage: "nice `N` (0-19) for the background compile thread"},
 		jsonFlag, quietFlag,
-	),
+	), traceFlags...),
 	Action: runAction,
 }
 
@@ -88,6 +88,10 @@ func runAction(c *cli.Context) error {
 	}
 	prog := newProgress(c.Bool(quietFlag.Name))
 	cfg.Progress = prog.update
+	obs, err := startObserver(c)
+	if err != nil {
+		return err
+	}
 	sum, runErr := runtime.Run(c.Context, comp, runtime.ShapeOf(ck.Config), cfg)
 	prog.done()
 	sum.Model = c.String(modelFlag.Name)
@@ -95,6 +99,7 @@ func runAction(c *cli.Context) error {
 	sum.Precision = comp.Options().Precision
 	sum.Seed = c.Uint64(seedFlag.Name)
 	sum.OpenVINOVersion, _ = ov.Version()
+	obs.finish(sum) // spans and profile, also after errors and Ctrl-C
 	var werr error
 	if p := c.String(jsonFlag.Name); p != "" {
 		werr = writeJSON(p, sum)

@@ -1,0 +1,42 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/ovtoolkit/ovrun/tracing"
+)
+
+var timelineCommand = &cli.Command{
+	Name:  "timeline",
+	Usage: "draw a run's trace (ovrun run --trace-out) as an SVG timeline",
+	Description: `The picture has one time axis (seconds since the run started) and three lanes:
+decode, coloured by rung and labelled with its capacity, with the prefill,
+each KV migration and any boundary wait; compiles, foreground above and
+background (behind decode) below, labelled with capacity and seconds; and
+reserved KV against live KV as step lines. Dashed markers are the boundaries,
+labelled with the wait. Hover a bar for all its attributes.`,
+	Flags: []cli.Flag{
+		&cli.StringFlag{Name: "trace", Usage: "OTLP JSON trace `FILE` written by ovrun run --trace-out", Required: true},
+		&cli.StringFlag{Name: "out", Usage: "write the SVG to `FILE`", Required: true},
+		&cli.StringFlag{Name: "trace-id", Usage: "the run to draw when the file holds several (`HEX`; default: the last)"},
+		&cli.IntFlag{Name: "width", Value: 1200, Usage: "picture width in `PIXELS`"},
+	},
+	Action: timelineAction,
+}
+
+func timelineAction(c *cli.Context) error {
+	spans, err := tracing.ReadTraceFile(c.String("trace"))
+	if err != nil {
+		return err
+	}
+	var b bytes.Buffer
+	opt := tracing.TimelineOptions{Width: c.Int("width"), TraceID: c.String("trace-id")}
+	if err := tracing.WriteTimeline(&b, spans, opt); err != nil {
+		return fmt.Errorf("%s: %w", c.String("trace"), err)
+	}
+	return os.WriteFile(c.String("out"), b.Bytes(), 0o644)
+}

@@ -1,0 +1,246 @@
+package bench
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/ovtoolkit/ovrun/internal/stats"
+	"github.com/ovtoolkit/ovrun/runtime"
+)
+
+// DefaultPairs is the default number of pairs (blocks): the smallest even N
+// at which an exact two-sided sign-flip test can reach p < 0.05
+// (2/2^6 = 0.03125; with five pairs the floor is 0.0625).
+const DefaultPairs = 6
+
+// Config is a campaign: everything that decides what the runs measure. It is
+// stored as DIR/campaign.json, and --resume refuses a different one.
+type Config struct {
+	// Model is the checkpoint folder, made absolute.
+	Model string `json:"model"`
+	// Ladder is the capacity ladder every run uses.
+	Ladder []int `json:"ladder"`
+	// Arms are run policies; Arms[0] is the control.
+	Arms []string `json:"arms"`
+	// Pairs is the number of measured blocks; each holds every arm once.
+	Pairs         int    `json:"pairs"`
+	PromptTokens  int    `json:"prompt_tokens"`
+	DecodeTokens  int    `json:"decode_tokens"`
+	TeacherForced bool   `json:"teacher_forced"`
+	Seed          uint64 `json:"seed"`
+	// Precision is passed as --precision when set ("" = the device default).
+	Precision string `json:"precision,omitempty"`
+	// VerifyBoundaries passes --verify to every run (boundary logits are
+	// compared with a control; the comparison is excluded from the timings).
+	VerifyBoundaries bool `json:"verify_boundaries"`
+	// RunFlags are extra flags handed verbatim to every `ovrun run`.
+	RunFlags []string `json:"run_flags,omitempty"`
+}
+
+// Control is the control arm.
+func (c *Config) Control() string { return c.Arms[0] }
+
+// reservedRunFlags are the run flags the campaign itself sets.
+var reservedRunFlags = []string{"model", "ladder", "policy", "prompt-tokens", "prompt-ids",
+	"decode-tokens", "teacher-forced", "seed", "precision", "verify", "json", "quiet", "q"}
+
+// Validate checks the campaign. allowSmall admits designs too small or
+// unbalanced for the sign-flip test to reach p < 0.05.
+func (c *Config) Validate(allowSmall bool) error {
+	if c.Model == "" {
+		return errors.New("no --model")
+	}
+	if _, err := runtime.NewLadder(c.Ladder); err != nil {
+		return err
+	}
+	if len(c.Arms) < 2 {
+		return fmt.Errorf("--arms %q: want at least two arms, the control first", strings.Join(c.Arms, ","))
+	}
+	for i, a := range c.Arms {
+		if _, err := runtime.ParsePolicy(a); err != nil {
+			return fmt.Errorf("--arms: %w", err)
+		}
+		if slices.Index(c.Arms, a) != i {
+			return fmt.Errorf("--arms: %s appears twice", a)
+		}
+	}
+	if c.PromptTokens < 1 {
+		return errors.New("--prompt-tokens must be at least 1")
+	}
+	if c.DecodeTokens < 1 {
+		return errors.New("--decode-tokens must be at least 1")
+	}
+	if c.Pairs < 1 {
+		return fmt.Errorf("--pairs %d: want at least 1", c.Pairs)
+	}
+	for _, f := range c.RunFlags {
+		name := strings.TrimLeft(f, "-")
+		name, _, _ = strings.Cut(name, "=")
+		if !strings.HasPrefix(f, "-") {
+			return fmt.Errorf("--run-flag %q: want a flag such as --infer-threads=1", f)
+		}
+		if slices.Contains(reservedRunFlags, name) {
+			return fmt.Errorf("--run-flag %q: the bench sets --%s itself", f, name)
+		}
+	}
+	if allowSmall {
+		return nil
+	}
+	if len(c.Arms) == 2 && (c.Pairs < DefaultPairs || c.Pairs%2 != 0) {
+		return fmt.Errorf("--pairs %d: want an even number >= %d so AB and BA are balanced and the sign-flip p can reach < 0.05 (its floor is 2/2^n = %.4g); --allow-small to run anyway",
+			c.Pairs, DefaultPairs, SignFlipFloor(c.Pairs))
+	}
+	if rows := WilliamsRows(len(c.Arms)); len(c.Arms) > 2 && (c.Pairs < DefaultPairs || c.Pairs%rows != 0) {
+		return fmt.Errorf("--pairs %d: a Williams design for %d arms comes in blocks of %d sequences; want a multiple of %d that is >= %d (e.g. %d); --allow-small to run anyway",
+			c.Pairs, len(c.Arms), rows, rows, DefaultPairs, BalancedPairs(len(c.Arms)))
+	}
+	return nil
+}
+
+// WilliamsRows is the number of sequences in one full counterbalancing
+// cycle for arms arms: 2 (AB, BA) for two arms, the rows of the Williams
+// design for more.
+func WilliamsRows(arms int) int {
+	if arms == 2 {
+		return 2
+	}
+	return len(stats.Williams(arms))
+}
+
+// BalancedPairs is the smallest number of blocks >= DefaultPairs that
+// completes whole counterbalancing cycles for arms arms.
+func BalancedPairs(arms int) int {
+	rows := WilliamsRows(arms)
+	return (DefaultPairs + rows - 1) / rows * rows
+}
+
+// SignFlipFloor is the smallest two-sided p an exact sign-flip test can give
+// with n pairs: 2/2^n.
+func SignFlipFloor(n int) float64 { return 2 / math.Pow(2, float64(n)) }
+
+// RunArgs are the arguments of `ovrun run` (after the program name) for one
+// run of arm writing its summary to jsonPath.
+func (c *Config) RunArgs(arm, jsonPath string) []string {
+	args := []string{"run",
+		"--model", c.Model,
+		"--ladder", joinInts(c.Ladder),
+		"--policy", arm,
+		"--prompt-tokens", strconv.Itoa(c.PromptTokens),
+		"--decode-tokens", strconv.Itoa(c.DecodeTokens),
+		"--seed", strconv.FormatUint(c.Seed, 10),
+	}
+	if c.TeacherForced {
+		args = append(args, "--teacher-forced")
+	}
+	if c.Precision != "" {
+		args = append(args, "--precision", c.Precision)
+	}
+	if c.VerifyBoundaries {
+		args = append(args, "--verify")
+	}
+	args = append(args, c.RunFlags...)
+	return append(args, "--json", jsonPath, "--quiet")
+}
+
+// Diff names the fields in which other differs from c, as "field: c vs other".
+func (c *Config) Diff(other *Config) []string {
+	var out []string
+	add := func(name string, a, b any) {
+		sa, sb := fmt.Sprint(a), fmt.Sprint(b)
+		if sa != sb {
+			out = append(out, fmt.Sprintf("%s: %s vs %s", name, sa, sb))
+		}
+	}
+	add("model", c.Model, other.Model)
+	add("ladder", joinInts(c.Ladder), joinInts(other.Ladder))
+	add("arms", strings.Join(c.Arms, ","), strings.Join(other.Arms, ","))
+	add("pairs", c.Pairs, other.Pairs)
+	add("prompt-tokens", c.PromptTokens, other.PromptTokens)
+	add("decode-tokens", c.DecodeTokens, other.DecodeTokens)
+	add("teacher-forced", c.TeacherForced, other.TeacherForced)
+	add("seed", c.Seed, other.Seed)
+	add("precision", orDefault(c.Precision), orDefault(other.Precision))
+	add("verify-boundaries", c.VerifyBoundaries, other.VerifyBoundaries)
+	add("run-flag", strings.Join(c.RunFlags, " "), strings.Join(other.RunFlags, " "))
+	return out
+}
+
+// matches reports whether a run summary was made by this campaign for arm
+// and is complete; the reason says why not.
+func (c *Config) matches(s *runtime.Summary, arm string) (bool, string) {
+	switch {
+	case s.Policy != arm:
+		return false, fmt.Sprintf("policy %s, want %s", s.Policy, arm)
+	case !slices.Equal(s.Ladder, c.Ladder):
+		return false, "different ladder"
+	case s.PromptTokens != c.PromptTokens || s.DecodeTokens != c.DecodeTokens:
+		return false, "different token counts"
+	case s.TeacherForced != c.TeacherForced || s.Seed != c.Seed:
+		return false, "different token stream"
+	case c.Precision != "" && s.Precision != c.Precision:
+		return false, "different precision"
+	case s.Error != "":
+		return false, "run failed: " + s.Error
+	case s.FinishReason != "length" && s.FinishReason != "capacity":
+		return false, "finish_reason " + s.FinishReason
+	}
+	return true, ""
+}
+
+func orDefault(s string) string {
+	if s == "" {
+		return "default"
+	}
+	return s
+}
+
+func joinInts(xs []int) string {
+	s := make([]string, len(xs))
+	for i, x := range xs {
+		s[i] = strconv.Itoa(x)
+	}
+	return strings.Join(s, ",")
+}
+
+// CampaignFile is the name of the stored campaign config inside the output folder.
+const CampaignFile = "campaign.json"
+
+func loadConfig(dir string) (*Config, error) {
+	b, err := os.ReadFile(filepath.Join(dir, CampaignFile))
+	if err != nil {
+		return nil, err
+	}
+	var c Config
+	if err := json.Unmarshal(b, &c); err != nil {
+		return nil, fmt.Errorf("%s: %w", filepath.Join(dir, CampaignFile), err)
+	}
+	return &c, nil
+}
+
+// writeJSON writes v indented, through a temporary file and a rename, so a
+// reader never sees half a file.
+func writeJSON(path string, v any) error {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	return writeFile(path, append(b, '\n'))
+}
+
+func writeFile(path string, b []byte) error {
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o644); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	return nil
+}

@@ -1,0 +1,120 @@
+package runtime
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	goruntime "runtime"
+	"time"
+
+	"github.com/ovtoolkit/ovrun/model"
+)
+
+// ContentionConfig sets up a measurement of how much a background compile
+// slows decode when both share the host's CPUs.
+type ContentionConfig struct {
+	Capacity        int // decode graph capacity
+	CompileCapacity int // graph compiled in the background
+	Steps           int // decode steps measured alone
+	Background      BackgroundOptions
+	DecodeCPUs      []int // pin the decoding thread; empty leaves it alone
+}
+
+// ContentionResult compares decode alone with decode next to a compile.
+type ContentionResult struct {
+	AloneTokensPerS       float64 `json:"alone_tokens_per_s"`
+	UnderCompileTokensPer float64 `json:"under_compile_tokens_per_s"`
+	DecodeSlowdownPct     float64 `json:"decode_slowdown_pct"`
+	CompileAloneS         float64 `json:"compile_alone_s"`
+	CompileUnderDecodeS   float64 `json:"compile_under_decode_s"`
+	CompileSlowdownPct    float64 `json:"compile_slowdown_pct"`
+	StepsUnderCompile     int     `json:"steps_under_compile"`
+}
+
+// MeasureContention decodes cfg.Steps tokens alone, compiles the background
+// graph alone, then decodes continuously while the same graph compiles on the
+// background thread (with cfg.Background's affinity and nice value).
+func MeasureContention(ctx context.Context, comp Compiler, shape KVShape, cfg ContentionConfig) (*ContentionResult, error) {
+	goruntime.LockOSThread()
+	defer goruntime.UnlockOSThread()
+	if len(cfg.DecodeCPUs) > 0 {
+		if err := PinCurrentThread(cfg.DecodeCPUs); err != nil {
+			return nil, err
+		}
+	}
+	exe, err := comp.Compile(ctx, model.GraphSpec{Capacity: cfg.Capacity, Chunk: 1})
+	if err != nil {
+		return nil, err
+	}
+	defer exe.Close()
+	buf, err := AllocKV(shape, cfg.Capacity, true)
+	if err != nil {
+		return nil, err
+	}
+	defer buf.Free()
+	kv, err := buf.View(cfg.Capacity)
+	if err != nil {
+		return nil, err
+	}
+	if err := exe.Bind(kv); err != nil {
+		return nil, err
+	}
+	// Decode cycles through the second half of the cache so every step
+	// attends over a realistic, constant amount of past.
+	pos := cfg.Capacity / 2
+	step := func() error {
+		if pos >= cfg.Capacity {
+			pos = cfg.Capacity / 2
+		}
+		_, err := exe.Step([]int64{1}, pos)
+		pos++
+		return err
+	}
+	res := &ContentionResult{}
+	for i := 0; i < 8; i++ { // warm-up
+		if err := step(); err != nil {
+			return nil, err
+		}
+	}
+	t0 := time.Now()
+	for i := 0; i < cfg.Steps; i++ {
+		if err := step(); err != nil {
+			return nil, err
+		}
+	}
+	res.AloneTokensPerS = float64(cfg.Steps) / time.Since(t0).Seconds()
+
+	spec := model.GraphSpec{Capacity: cfg.CompileCapacity, Chunk: 1}
+	sch := newScheduler(ctx, comp, cfg.Background, 2, time.Now)
+	alone := sch.background(spec)
+	<-alone.done
+	if alone.err != nil {
+		return nil, errors.Join(alone.err, sch.close())
+	}
+	res.CompileAloneS = alone.seconds()
+
+	under := sch.background(spec)
+	<-under.startedCh()
+	t1 := time.Now()
+	n := 0
+	for !under.ready() {
+		if err := step(); err != nil {
+			<-under.done
+			return nil, errors.Join(err, sch.close())
+		}
+		n++
+	}
+	el := time.Since(t1).Seconds()
+	if err := errors.Join(under.err, sch.close(), sch.threadError()); err != nil {
+		return nil, err
+	}
+	res.CompileUnderDecodeS = under.seconds()
+	res.StepsUnderCompile = n
+	if n == 0 || el == 0 {
+		return nil, fmt.Errorf("no decode step finished during the %.2f s compile", res.CompileUnderDecodeS)
+	}
+	res.UnderCompileTokensPer = float64(n) / el
+	res.DecodeSlowdownPct = 100 * (1 - res.UnderCompileTokensPer/res.AloneTokensPerS)
+	res.CompileSlowdownPct = 100 * (res.CompileUnderDecodeS/res.CompileAloneS - 1)
+	return res, nil
+}

@@ -1,0 +1,492 @@
+package tracing
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"sort"
+	"strings"
+	"time"
+)
+
+// TimelineOptions shape the timeline picture.
+type TimelineOptions struct {
+	Width   int    // pixels; 0 means 1200
+	TraceID string // which run of a file with several; empty: the last
+}
+
+// ErrNoRun says a trace holds no ovrun.run span (or not the one asked for).
+var ErrNoRun = errors.New("no ovrun.run span in the trace")
+
+// run is one trace: its root and the children, sorted by start.
+type run struct {
+	root  Span
+	spans []Span
+	t0    time.Time
+	t1    time.Time
+}
+
+// pickRun finds the run span with id (or the last one) and its trace.
+func pickRun(spans []Span, id string) (*run, error) {
+	var root *Span
+	for i := range spans {
+		s := &spans[i]
+		if s.Name == SpanRun && s.ParentID == "" && (id == "" || s.TraceID == id) {
+			root = s
+		}
+	}
+	if root == nil {
+		if id != "" {
+			return nil, fmt.Errorf("%w: trace %s", ErrNoRun, id)
+		}
+		return nil, ErrNoRun
+	}
+	r := &run{root: *root, t0: root.Start, t1: root.End}
+	for _, s := range spans {
+		if s.TraceID != root.TraceID || s.SpanID == root.SpanID {
+			continue
+		}
+		r.spans = append(r.spans, s)
+		if s.End.After(r.t1) {
+			r.t1 = s.End
+		}
+		if s.Start.Before(r.t0) {
+			r.t0 = s.Start
+		}
+	}
+	sort.SliceStable(r.spans, func(i, j int) bool { return r.spans[i].Start.Before(r.spans[j].Start) })
+	if !r.t1.After(r.t0) {
+		r.t1 = r.t0.Add(time.Second)
+	}
+	return r, nil
+}
+
+// Layout, in pixels.
+const (
+	tlLeft      = 128 // lane labels live left of this
+	tlRight     = 24
+	tlTitleH    = 64
+	tlMarkH     = 34 // boundary labels above the decode lane
+	tlDecodeH   = 36
+	tlGap       = 16
+	tlCompileH  = 24 // one row each: foreground, background
+	tlKVH       = 120
+	tlAxisH     = 34
+	tlLegendH   = 50
+	tlFont      = "font-family=\"DejaVu Sans, Helvetica, Arial, sans-serif\""
+	colPrefill  = "#8c8c8c"
+	colMigrate  = "#3b3b3b"
+	colWait     = "#e6550d"
+	colFgFill   = "#1f5fbf"
+	colBgFill   = "#b9d3f2"
+	colReserved = "#c0392b"
+	colLive     = "#2e8b57"
+	colFail     = "#d00000"
+)
+
+// rungColours are reds from light to dark, one per rung (Sketch 2: red is
+// useful inference, blue is compile).
+var rungColours = []string{"#fcae91", "#fb6a4a", "#de2d26", "#a50f15", "#67000d", "#fcbba1", "#ef3b2c", "#cb181d"}
+
+// WriteTimeline renders a run's trace as an SVG: decode by rung with the
+// prefill, migrations and boundary waits in one lane; foreground and
+// background compiles in another; boundary markers with their waits; and
+// reserved against live KV over time, all on one axis of seconds since the
+// run started.
+func WriteTimeline(w io.Writer, spans []Span, opt TimelineOptions) error {
+	r, err := pickRun(spans, opt.TraceID)
+	if err != nil {
+		return err
+	}
+	width := opt.Width
+	if width <= 0 {
+		width = 1200
+	}
+	d := &drawing{run: r, width: width, plotW: float64(width - tlLeft - tlRight)}
+	d.rungs = rungIndex(r)
+	d.draw()
+	_, err = io.WriteString(w, d.b.String())
+	return err
+}
+
+type drawing struct {
+	*run
+	b     strings.Builder
+	width int
+	plotW float64
+	rungs map[int64]int // capacity -> colour index
+}
+
+func (d *drawing) x(t time.Time) float64 {
+	return tlLeft + t.Sub(d.t0).Seconds()/d.t1.Sub(d.t0).Seconds()*d.plotW
+}
+
+func (d *drawing) f(format string, args ...any) { fmt.Fprintf(&d.b, format, args...) }
+
+func (d *drawing) draw() {
+	yMarks := float64(tlTitleH)
+	yDecode := yMarks + tlMarkH
+	yCompile := yDecode + tlDecodeH + tlGap
+	yKV := yCompile + 2*tlCompileH + tlGap + 8
+	yAxis := yKV + tlKVH
+	height := int(yAxis) + tlAxisH + tlLegendH
+	d.f(`<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" %s font-size="12">`+"\n",
+		d.width, height, d.width, height, tlFont)
+	d.f(`<defs><pattern id="wait" width="6" height="6" patternUnits="userSpaceOnUse" patternTransform="rotate(45)">` +
+		`<rect width="6" height="6" fill="#fdd0a2"/><line x1="0" y1="0" x2="0" y2="6" stroke="` + colWait + `" stroke-width="3"/></pattern></defs>` + "\n")
+	d.f(`<rect width="100%%" height="100%%" fill="white"/>` + "\n")
+	d.title()
+	d.grid(yDecode, yAxis)
+	d.laneLabel(yDecode+tlDecodeH/2, "decode", "by rung")
+	d.laneLabel(yCompile+tlCompileH/2, "compile", "foreground")
+	d.laneLabel(yCompile+tlCompileH*1.5, "", "background")
+	d.laneLabel(yKV+tlKVH/2, "KV", "reserved / live")
+	d.decodeLane(yDecode)
+	d.compileLane(yCompile)
+	d.kvLane(yKV)
+	d.boundaries(yMarks, yDecode, yAxis)
+	d.axis(yAxis)
+	d.legend(yAxis + tlAxisH)
+	d.f("</svg>\n")
+}
+
+func (d *drawing) title() {
+	a := d.root.Attrs
+	t := "ovrun run"
+	for _, s := range []string{a.Str(AttrPolicy), a.Str(AttrModel), a.Str(AttrDevice)} {
+		if s != "" {
+			t += " · " + s
+		}
+	}
+	d.f(`<text x="16" y="26" font-size="17" font-weight="bold">%s</text>`+"\n", esc(t))
+	var parts []string
+	if v, ok := a.Float(AttrCriticalPathS); ok {
+		parts = append(parts, "critical path "+secs(v))
+	}
+	if v, ok := a.Float(AttrForegroundS); ok {
+		parts = append(parts, "foreground compile "+secs(v))
+	}
+	if v, ok := a.Float(AttrBoundaryWaitS); ok {
+		parts = append(parts, "boundary wait "+secs(v))
+	}
+	if v, ok := a.Float(AttrOverlappedS); ok {
+		parts = append(parts, "compile behind decode "+secs(v))
+	}
+	if v, ok := a.Int(AttrDecodedTokens); ok {
+		parts = append(parts, fmt.Sprintf("%d tokens", v))
+	}
+	if s := a.Str(AttrFinishReason); s != "" {
+		parts = append(parts, "finish "+s)
+	}
+	if d.root.Status == "error" {
+		parts = append(parts, "error: "+clip(d.root.Message, 80))
+	}
+	d.f(`<text x="16" y="48" fill="#444">%s</text>`+"\n", esc(strings.Join(parts, "  ·  ")))
+}
+
+func (d *drawing) laneLabel(y float64, name, sub string) {
+	if name != "" {
+		d.f(`<text x="%d" y="%.1f" text-anchor="end" font-weight="bold">%s</text>`+"\n", tlLeft-10, y-2, esc(name))
+		d.f(`<text x="%d" y="%.1f" text-anchor="end" font-size="10" fill="#666">%s</text>`+"\n", tlLeft-10, y+10, esc(sub))
+		return
+	}
+	d.f(`<text x="%d" y="%.1f" text-anchor="end" font-size="10" fill="#666">%s</text>`+"\n", tlLeft-10, y+4, esc(sub))
+}
+
+// bar is a rectangle with a hover title and, when it fits, a label.
+func (d *drawing) bar(s Span, y, h float64, fill, style, label, textFill string) {
+	x0, x1 := d.x(s.Start), d.x(s.End)
+	w := math.Max(x1-x0, 1)
+	d.f(`<rect x="%.1f" y="%.1f" width="%.1f" height="%.1f" fill="%s"%s><title>%s</title></rect>`+"\n",
+		x0, y, w, h, fill, style, esc(hover(s)))
+	if label != "" && textWidth(label) < w-4 {
+		d.f(`<text x="%.1f" y="%.1f" text-anchor="middle" fill="%s" font-size="11">%s</text>`+"\n",
+			x0+w/2, y+h/2+4, textFill, esc(label))
+	}
+}
+
+func (d *drawing) decodeLane(y float64) {
+	for _, s := range d.spans {
+		switch s.Name {
+		case SpanPrefill:
+			d.bar(s, y, tlDecodeH, colPrefill, "", "prefill", "white")
+		case SpanDecode:
+			c, _ := s.Attrs.Int(AttrCapacity)
+			i := d.rungs[c]
+			label := fmt.Sprint(c)
+			if tps, ok := s.Attrs.Float(AttrTokensPerS); ok && tps > 0 && textWidth(label+" · 0000 tok/s") < d.x(s.End)-d.x(s.Start)-4 {
+				label = fmt.Sprintf("%d · %.0f tok/s", c, tps)
+			}
+			d.bar(s, y, tlDecodeH, rungColours[i%len(rungColours)], "", label, textOn(i))
+		case SpanMigrate:
+			d.bar(s, y, tlDecodeH, colMigrate, "", "", "white")
+		case SpanBoundaryWait:
+			d.bar(s, y, tlDecodeH, "url(#wait)", ` stroke="`+colWait+`"`, "wait", "black")
+		}
+	}
+}
+
+func (d *drawing) compileLane(y float64) {
+	for _, s := range d.spans {
+		if s.Name != SpanCompile {
+			continue
+		}
+		fg, _ := s.Attrs.Bool(AttrCompileForeground)
+		row, fill, style, text := y+tlCompileH, colBgFill, ` stroke="`+colFgFill+`" stroke-dasharray="4 2"`, "#0b2e63"
+		if fg {
+			row, fill, style, text = y, colFgFill, "", "white"
+		}
+		if s.Status == "error" {
+			style = ` stroke="` + colFail + `" stroke-width="2"`
+		}
+		c, _ := s.Attrs.Int(AttrCapacity)
+		label := fmt.Sprint(c)
+		if k := s.Attrs.Str(AttrCompileKind); k != "" && k != "decode" {
+			label = k + " " + label
+		}
+		label += " · " + secs(s.Duration().Seconds())
+		if s.Status == "error" {
+			label = "✗ " + label
+		}
+		d.bar(s, row+2, tlCompileH-4, fill, style, label, text)
+	}
+}
+
+// kvLane draws reserved and live KV bytes as step lines from the kv events.
+func (d *drawing) kvLane(y float64) {
+	var ts []time.Time
+	var res, live []float64
+	peak := 0.0
+	for _, e := range d.root.Events {
+		if e.Name != EventKV {
+			continue
+		}
+		r, _ := e.Attrs.Float(AttrKVReservedBytes)
+		l, _ := e.Attrs.Float(AttrKVLiveBytes)
+		ts, res, live = append(ts, e.Time), append(res, r), append(live, l)
+		peak = math.Max(peak, math.Max(r, l))
+	}
+	d.f(`<line x1="%d" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#999"/>`+"\n", tlLeft, y+tlKVH, tlLeft+d.plotW, y+tlKVH)
+	if len(ts) == 0 || peak == 0 {
+		d.f(`<text x="%d" y="%.1f" fill="#666">no KV samples in this trace</text>`+"\n", tlLeft+8, y+tlKVH/2)
+		return
+	}
+	yOf := func(v float64) float64 { return y + tlKVH - v/peak*(tlKVH-8) }
+	d.f(`<text x="%d" y="%.1f" text-anchor="end" font-size="10" fill="#666">%s</text>`+"\n", tlLeft-4, yOf(peak)+4, esc(bytesText(peak)))
+	d.f(`<line x1="%d" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#ddd" stroke-dasharray="2 3"/>`+"\n", tlLeft, yOf(peak), tlLeft+d.plotW, yOf(peak))
+	step := func(vs []float64, closed bool) string {
+		var p strings.Builder
+		fmt.Fprintf(&p, "M%.1f %.1f", d.x(ts[0]), yOf(vs[0]))
+		for i := 1; i < len(ts); i++ {
+			fmt.Fprintf(&p, " H%.1f V%.1f", d.x(ts[i]), yOf(vs[i]))
+		}
+		if closed {
+			fmt.Fprintf(&p, " V%.1f H%.1f Z", y+tlKVH, d.x(ts[0]))
+		}
+		return p.String()
+	}
+	d.f(`<path d="%s" fill="%s" fill-opacity="0.12" stroke="none"/>`+"\n", step(res, true), colReserved)
+	d.f(`<path d="%s" fill="none" stroke="%s" stroke-width="2"><title>reserved KV</title></path>`+"\n", step(res, false), colReserved)
+	d.f(`<path d="%s" fill="none" stroke="%s" stroke-width="1.5" stroke-dasharray="5 3"><title>live KV</title></path>`+"\n", step(live, false), colLive)
+}
+
+// boundaries marks each switch to a larger rung: a dashed line at the
+// moment decode reached it, labelled with the rung and the wait.
+func (d *drawing) boundaries(yLabel, yTop, yBottom float64) {
+	n := 0
+	for _, s := range d.spans {
+		if s.Name != SpanMigrate {
+			continue
+		}
+		from, _ := s.Attrs.Int(AttrFromCapacity)
+		to, _ := s.Attrs.Int(AttrToCapacity)
+		at, wait := s.Start, 0.0
+		for _, w := range d.spans {
+			if c, _ := w.Attrs.Int(AttrCapacity); w.Name == SpanBoundaryWait && c == to {
+				at, wait = w.Start, w.Duration().Seconds()
+			}
+		}
+		x := d.x(at)
+		d.f(`<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#333" stroke-dasharray="3 3"/>`+"\n", x, yTop-4, x, yBottom)
+		ly := yLabel + 12 + float64(n%2)*14 // alternate rows so neighbours don't collide
+		fill := "#333"
+		if wait > 0 {
+			fill = colWait
+		}
+		d.f(`<text x="%.1f" y="%.1f" text-anchor="middle" font-size="11" fill="%s">%s</text>`+"\n",
+			x, ly, fill, esc(fmt.Sprintf("%d→%d · wait %s", from, to, secs(wait))))
+		n++
+	}
+}
+
+func (d *drawing) grid(yTop, yBottom float64) {
+	for _, t := range ticks(d.t1.Sub(d.t0).Seconds()) {
+		x := tlLeft + t/d.t1.Sub(d.t0).Seconds()*d.plotW
+		d.f(`<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#eee"/>`+"\n", x, yTop, x, yBottom)
+	}
+}
+
+func (d *drawing) axis(y float64) {
+	span := d.t1.Sub(d.t0).Seconds()
+	d.f(`<line x1="%d" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#333"/>`+"\n", tlLeft, y, tlLeft+d.plotW, y)
+	for _, t := range ticks(span) {
+		x := tlLeft + t/span*d.plotW
+		d.f(`<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#333"/>`+"\n", x, y, x, y+5)
+		d.f(`<text x="%.1f" y="%.1f" text-anchor="middle" font-size="11">%s</text>`+"\n", x, y+18, trimFloat(t))
+	}
+	d.f(`<text x="%d" y="%.1f" text-anchor="end" font-size="11" fill="#666">seconds since run start</text>`+"\n", tlLeft-10, y+18)
+}
+
+func (d *drawing) legend(y float64) {
+	x := float64(tlLeft)
+	item := func(swatch, label string) {
+		d.f(`<g transform="translate(%.1f %.1f)">%s<text x="20" y="11">%s</text></g>`+"\n", x, y, swatch, esc(label))
+		x += 28 + textWidth(label)
+	}
+	box := func(fill, style string) string {
+		return fmt.Sprintf(`<rect width="14" height="14" fill="%s"%s/>`, fill, style)
+	}
+	caps := make([]int64, 0, len(d.rungs))
+	for c := range d.rungs {
+		caps = append(caps, c)
+	}
+	sort.Slice(caps, func(i, j int) bool { return caps[i] < caps[j] })
+	for _, c := range caps {
+		item(box(rungColours[d.rungs[c]%len(rungColours)], ""), fmt.Sprintf("decode @%d", c))
+	}
+	item(box(colPrefill, ""), "prefill")
+	item(box(colMigrate, ""), "migrate KV")
+	item(box("url(#wait)", ` stroke="`+colWait+`"`), "boundary wait")
+	x = tlLeft
+	y += 22
+	item(box(colFgFill, ""), "foreground compile")
+	item(box(colBgFill, ` stroke="`+colFgFill+`" stroke-dasharray="4 2"`), "background compile")
+	item(box("white", ` stroke="`+colFail+`" stroke-width="2"`), "failed compile")
+	item(`<line x1="0" y1="7" x2="14" y2="7" stroke="`+colReserved+`" stroke-width="2"/>`, "reserved KV")
+	item(`<line x1="0" y1="7" x2="14" y2="7" stroke="`+colLive+`" stroke-width="1.5" stroke-dasharray="5 3"/>`, "live KV")
+}
+
+// rungIndex gives each capacity its colour: its place on the run's ladder,
+// or among the capacities the trace decoded at.
+func rungIndex(r *run) map[int64]int {
+	var caps []int64
+	if l, ok := r.root.Attrs[string(AttrLadder)].([]any); ok {
+		for _, v := range l {
+			if c, ok := v.(int64); ok {
+				caps = append(caps, c)
+			}
+		}
+	}
+	for _, s := range r.spans {
+		if c, ok := s.Attrs.Int(AttrCapacity); ok && s.Name == SpanDecode {
+			caps = append(caps, c)
+		}
+	}
+	sort.Slice(caps, func(i, j int) bool { return caps[i] < caps[j] })
+	idx := map[int64]int{}
+	for _, c := range caps {
+		if _, ok := idx[c]; !ok {
+			idx[c] = len(idx)
+		}
+	}
+	// Keep only the capacities decoded at, so the legend matches the picture.
+	for c := range idx {
+		used := false
+		for _, s := range r.spans {
+			if v, _ := s.Attrs.Int(AttrCapacity); s.Name == SpanDecode && v == c {
+				used = true
+			}
+		}
+		if !used {
+			delete(idx, c)
+		}
+	}
+	return idx
+}
+
+func textOn(i int) string {
+	if i%len(rungColours) == 0 || i%len(rungColours) == 5 {
+		return "black"
+	}
+	return "white"
+}
+
+// hover is a span's tooltip: name, times and attributes, sorted.
+func hover(s Span) string {
+	keys := make([]string, 0, len(s.Attrs))
+	for k := range s.Attrs {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	lines := []string{fmt.Sprintf("%s  %s", s.Name, secs(s.Duration().Seconds()))}
+	for _, k := range keys {
+		lines = append(lines, fmt.Sprintf("%s = %v", strings.TrimPrefix(k, "ovrun."), s.Attrs[k]))
+	}
+	if s.Status == "error" {
+		lines = append(lines, "error: "+s.Message)
+	}
+	return strings.Join(lines, "\n")
+}
+
+// ticks are round values (1, 2 or 5 times a power of ten apart), about
+// eight of them, from 0 to span.
+func ticks(span float64) []float64 {
+	raw := span / 8
+	base := math.Pow(10, math.Floor(math.Log10(raw)))
+	step := 10 * base
+	for _, m := range []float64{1, 2, 5} {
+		if base*m >= raw*(1-1e-9) {
+			step = base * m
+			break
+		}
+	}
+	var out []float64
+	for i := 0; float64(i)*step <= span*(1+1e-9); i++ {
+		out = append(out, float64(i)*step)
+	}
+	return out
+}
+
+func trimFloat(v float64) string {
+	s := fmt.Sprintf("%.3f", v)
+	s = strings.TrimRight(strings.TrimRight(s, "0"), ".")
+	return s
+}
+
+// secs formats a duration in seconds for a label.
+func secs(v float64) string {
+	switch {
+	case v == 0:
+		return "0 s"
+	case v < 0.1:
+		return fmt.Sprintf("%.0f ms", v*1000)
+	case v < 10:
+		return fmt.Sprintf("%.2f s", v)
+	}
+	return fmt.Sprintf("%.1f s", v)
+}
+
+func bytesText(v float64) string {
+	for _, u := range []string{"B", "KiB", "MiB", "GiB"} {
+		if v < 1024 || u == "GiB" {
+			return trimFloat(math.Round(v*10)/10) + " " + u
+		}
+		v /= 1024
+	}
+	return ""
+}
+
+// textWidth estimates a label's width at 11 px.
+func textWidth(s string) float64 { return 6.4 * float64(len([]rune(s))) }
+
+func clip(s string, n int) string {
+	if r := []rune(s); len(r) > n {
+		return string(r[:n-1]) + "…"
+	}
+	return s
+}
+
+func esc(s string) string {
+	return strings.NewReplacer("&", "&amp;", "<", "&lt;", ">", "&gt;", `"`, "&quot;").Replace(s)
+}
