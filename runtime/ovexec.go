@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"sync"
 	"unsafe"
 
 	"github.com/ovtoolkit/ovrun/model"
@@ -60,6 +61,9 @@ type OVCompiler struct {
 	shape   KVShape
 	vocab   int
 	faults  *faultPlan
+
+	mu        sync.Mutex
+	effective string // INFERENCE_PRECISION_HINT the device reports after compiling
 }
 
 var _ Compiler = (*OVCompiler)(nil)
@@ -96,6 +100,14 @@ func NewOVCompiler(ck *model.Checkpoint, opts OVOptions) (*OVCompiler, error) {
 // place from host memory, which growth without copy needs. Only the CPU
 // plugin is known to; other devices take the copy-and-grow path.
 func (c *OVCompiler) HostViews() bool { return strings.EqualFold(c.opts.Device, "CPU") }
+
+// EffectivePrecision is the inference precision the device reported for the
+// last compiled graph (CPUs without bf16 support run a bf16 request in f32).
+func (c *OVCompiler) EffectivePrecision() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.effective
+}
 
 // Options reports the compile options in use.
 func (c *OVCompiler) Options() OVOptions { return c.opts }
@@ -134,6 +146,11 @@ func (c *OVCompiler) CompileIR(ctx context.Context, spec model.GraphSpec, xml []
 	m.Close()
 	if err != nil {
 		return nil, fmt.Errorf("compile graph %s on %s: %w", spec.Name(), c.opts.Device, err)
+	}
+	if p, err := cm.Property("INFERENCE_PRECISION_HINT"); err == nil {
+		c.mu.Lock()
+		c.effective = p
+		c.mu.Unlock()
 	}
 	e := &ovExecutable{spec: spec, compiled: cm, shape: c.shape, vocab: c.vocab}
 	if err := e.prepare(); err != nil {

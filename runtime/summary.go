@@ -7,7 +7,8 @@ type Summary struct {
 	Policy          string `json:"policy"`
 	Model           string `json:"model"`
 	Device          string `json:"device"`
-	Precision       string `json:"precision,omitempty"`
+	Precision       string `json:"precision,omitempty"`           // asked for
+	PrecisionUsed   string `json:"precision_effective,omitempty"` // what the device reports it runs
 	OpenVINOVersion string `json:"openvino_version"`
 	Ladder          []int  `json:"ladder"`
 	PromptTokens    int    `json:"prompt_tokens"`

@@ -72,7 +72,7 @@ const (
 	tlGap       = 16
 	tlCompileH  = 24 // one row each: foreground, background
 	tlKVH       = 120
-	tlAxisH     = 34
+	tlAxisH     = 48
 	tlLegendH   = 50
 	tlFont      = "font-family=\"DejaVu Sans, Helvetica, Arial, sans-serif\""
 	colPrefill  = "#8c8c8c"
@@ -335,14 +335,14 @@ func (d *drawing) axis(y float64) {
 		d.f(`<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#333"/>`+"\n", x, y, x, y+5)
 		d.f(`<text x="%.1f" y="%.1f" text-anchor="middle" font-size="11">%s</text>`+"\n", x, y+18, trimFloat(t))
 	}
-	d.f(`<text x="%d" y="%.1f" text-anchor="end" font-size="11" fill="#666">seconds since run start</text>`+"\n", tlLeft-10, y+18)
+	d.f(`<text x="%.1f" y="%.1f" text-anchor="middle" font-size="11" fill="#666">seconds since the run started</text>`+"\n", tlLeft+d.plotW/2, y+34)
 }
 
 func (d *drawing) legend(y float64) {
 	x := float64(tlLeft)
 	item := func(swatch, label string) {
 		d.f(`<g transform="translate(%.1f %.1f)">%s<text x="20" y="11">%s</text></g>`+"\n", x, y, swatch, esc(label))
-		x += 28 + textWidth(label)
+		x += 36 + 1.1*textWidth(label) // legend text is 12 px
 	}
 	box := func(fill, style string) string {
 		return fmt.Sprintf(`<rect width="14" height="14" fill="%s"%s/>`, fill, style)

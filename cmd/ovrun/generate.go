@@ -55,13 +55,14 @@ the i-th generated token (the last generated token is not fed back).`,
 			toks[i] = fmt.Sprint(t)
 		}
 		fmt.Printf("tokens: %s\n", strings.Join(toks, ","))
-		fmt.Printf("compile %.3f s  prefill %.3f s (%d tokens)  decode %.2f tok/s (%d steps)\n",
-			res.CompileS, res.PrefillS, len(ids), res.DecodeTokensPerS(), res.Steps)
+		fmt.Printf("compile %.3f s  prefill %.3f s (%d tokens)  decode %.2f tok/s (%d steps)  precision %s\n",
+			res.CompileS, res.PrefillS, len(ids), res.DecodeTokensPerS(), res.Steps, comp.EffectivePrecision())
 		if p := c.String(jsonFlag.Name); p != "" {
 			ver, _ := ov.Version()
 			out := map[string]any{
 				"model": c.String("model"), "device": comp.Options().Device, "openvino_version": ver,
-				"precision": comp.Options().Precision, "capacity": c.Int("capacity"), "prompt": ids,
+				"precision": comp.Options().Precision, "precision_effective": comp.EffectivePrecision(),
+				"capacity": c.Int("capacity"), "prompt": ids,
 				"tokens": res.Tokens, "compile_s": res.CompileS, "prefill_s": res.PrefillS,
 				"decode_s": res.DecodeS, "decode_tokens_per_s": res.DecodeTokensPerS(),
 				"peak_rss_bytes": runtime.PeakRSS(),

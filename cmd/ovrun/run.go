@@ -97,6 +97,7 @@ func runAction(c *cli.Context) error {
 	sum.Model = c.String(modelFlag.Name)
 	sum.Device = comp.Options().Device
 	sum.Precision = comp.Options().Precision
+	sum.PrecisionUsed = comp.EffectivePrecision()
 	sum.Seed = c.Uint64(seedFlag.Name)
 	sum.OpenVINOVersion, _ = ov.Version()
 	obs.finish(sum) // spans and profile, also after errors and Ctrl-C

@@ -1,0 +1,212 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/ovtoolkit/ovrun/runtime"
+)
+
+// Errors a campaign stops with (wrapped, with the detail).
+var (
+	// ErrRunFailed: a run exited non-zero or left no usable summary.
+	ErrRunFailed = errors.New("run failed")
+	// ErrCampaignExists: the output folder already holds a campaign and
+	// --resume was not given.
+	ErrCampaignExists = errors.New("campaign exists")
+	// ErrConfigChanged: --resume with a campaign that differs from the stored one.
+	ErrConfigChanged = errors.New("campaign differs")
+)
+
+// Options are how a campaign is run, as opposed to what it measures.
+type Options struct {
+	// Dir is the output folder: campaign.json, runs/, report.*, plots.
+	Dir string
+	// Resume reuses the complete, matching run summaries already in Dir.
+	Resume bool
+	// KeepGoing runs on past failed runs instead of stopping.
+	KeepGoing bool
+	Runner    Runner
+	// Progress, when set, is told about every run as it starts.
+	Progress func(Event)
+	// Meta goes into the report (LoadAvgEnd and Status are filled in).
+	Meta Meta
+}
+
+// Event is a progress report: run Index of Total is starting.
+type Event struct {
+	Slot
+	Index, Total int
+	Pairs        int
+	// ETA estimates the time left including this run, from the mean
+	// duration of the runs done so far; 0 before the first one finishes.
+	ETA time.Duration
+	// MeanRun is that mean duration (0 when unknown).
+	MeanRun time.Duration
+}
+
+// Run executes (or resumes) a campaign, writes report.json, report.md and
+// the plots into opt.Dir, and returns the report. On cancellation it kills
+// the current run, keeps the finished ones, writes a partial report and
+// returns an error wrapping context.Canceled. A failed run stops the
+// campaign with an error wrapping ErrRunFailed unless opt.KeepGoing, in
+// which case the error comes after the report is written.
+func Run(ctx context.Context, cfg *Config, opt Options) (*Report, error) {
+	runsDir := filepath.Join(opt.Dir, "runs")
+	if err := os.MkdirAll(runsDir, 0o755); err != nil {
+		return nil, err
+	}
+	prev, err := loadConfig(opt.Dir)
+	switch {
+	case err == nil && !opt.Resume:
+		return nil, fmt.Errorf("%w: %s already holds a campaign (%s); continue it with --resume or choose another --out",
+			ErrCampaignExists, opt.Dir, CampaignFile)
+	case err == nil:
+		if d := prev.Diff(cfg); len(d) > 0 {
+			return nil, fmt.Errorf("%w: --resume: %s was made for another campaign (stored vs now): %s",
+				ErrConfigChanged, filepath.Join(opt.Dir, CampaignFile), strings.Join(d, "; "))
+		}
+	case !errors.Is(err, fs.ErrNotExist):
+		return nil, err
+	}
+	if err := writeJSON(filepath.Join(opt.Dir, CampaignFile), cfg); err != nil {
+		return nil, err
+	}
+
+	plan := Plan(cfg)
+	recs := make([]RunRecord, len(plan))
+	todo := 0
+	for i, sl := range plan {
+		recs[i] = RunRecord{Pair: sl.Pair, Position: sl.Position, Arm: sl.Arm, Warmup: sl.Warmup,
+			SummaryFile: filepath.Join("runs", sl.ID()+".json"), Error: "not run"}
+		if opt.Resume {
+			if s, why := loadRun(filepath.Join(opt.Dir, recs[i].SummaryFile), cfg, sl.Arm); why == "" {
+				recs[i].Summary, recs[i].Reused, recs[i].Error = s, true, ""
+				continue
+			}
+		}
+		todo++
+	}
+
+	var stopErr error
+	var spent time.Duration
+	done, failed := 0, 0
+	for i, sl := range plan {
+		rec := &recs[i]
+		if rec.Reused {
+			continue
+		}
+		spec := RunSpec{Slot: sl, JSONPath: filepath.Join(opt.Dir, rec.SummaryFile),
+			LogPath: filepath.Join(runsDir, sl.ID()+".log")}
+		os.Remove(spec.JSONPath) // a stale or partial summary must not pass for this run
+		if opt.Progress != nil {
+			ev := Event{Slot: sl, Index: i + 1, Total: len(plan), Pairs: cfg.Pairs}
+			if done > 0 {
+				ev.MeanRun = spent / time.Duration(done)
+				ev.ETA = ev.MeanRun * time.Duration(todo-done)
+			}
+			opt.Progress(ev)
+		}
+		start := time.Now()
+		err := opt.Runner.Run(ctx, cfg, spec)
+		if ctx.Err() != nil {
+			rec.Error = "interrupted"
+			os.Remove(spec.JSONPath)
+			stopErr = fmt.Errorf("interrupted during run %d/%d (%s); finished runs kept in %s, continue with --resume: %w",
+				i+1, len(plan), sl.ID(), opt.Dir, context.Canceled)
+			break
+		}
+		spent += time.Since(start)
+		done++
+		why := ""
+		if err != nil {
+			why = strings.Join(strings.Fields(err.Error()), " ")
+		} else if rec.Summary, why = loadRun(spec.JSONPath, cfg, sl.Arm); why != "" {
+			rec.Summary = nil
+		}
+		if why == "" {
+			rec.Error = ""
+			continue
+		}
+		rec.Error = why
+		failed++
+		if !opt.KeepGoing {
+			stopErr = fmt.Errorf("%w: run %d/%d (%s): %s (log %s); campaign stopped, finished runs kept (--keep-going runs past failures)",
+				ErrRunFailed, i+1, len(plan), sl.ID(), why, spec.LogPath)
+			break
+		}
+	}
+	if stopErr == nil && failed > 0 {
+		stopErr = fmt.Errorf("%w: %d of %d runs failed (see %s)", ErrRunFailed, failed, len(plan), filepath.Join(opt.Dir, "report.md"))
+	}
+
+	meta := opt.Meta
+	meta.Machine.LoadAvgEnd = LoadAvg()
+	if errors.Is(stopErr, context.Canceled) {
+		meta.Status = "interrupted; partial"
+	}
+	rep := BuildReport(cfg, recs, meta)
+	if err := rep.WriteFiles(opt.Dir); err != nil {
+		return rep, errors.Join(stopErr, err)
+	}
+	return rep, stopErr
+}
+
+// loadRun reads a run summary and checks that it is complete and belongs
+// to this campaign's arm; why says what is wrong ("" when usable).
+func loadRun(path string, cfg *Config, arm string) (s *runtime.Summary, why string) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, "no summary written"
+		}
+		return nil, err.Error()
+	}
+	s = new(runtime.Summary)
+	if err := json.Unmarshal(b, s); err != nil {
+		return nil, fmt.Sprintf("unreadable summary: %v", err)
+	}
+	if ok, why := cfg.matches(s, arm); !ok {
+		return nil, why
+	}
+	return s, ""
+}
+
+// WriteFiles writes the plots, report.json and report.md into dir.
+func (r *Report) WriteFiles(dir string) error {
+	var errs []error
+	r.Plots = nil
+	plots := []struct {
+		name string
+		draw func() []byte
+	}{
+		{PlotTimeline, func() []byte { return TimelineSVG(r, r.showcasePair()) }},
+		{PlotKV, func() []byte { return KVSVG(r, r.showcasePair()) }},
+		{PlotEndpoints, func() []byte { return EndpointsSVG(r) }},
+	}
+	for _, p := range plots {
+		b := p.draw()
+		if b == nil {
+			continue
+		}
+		if err := writeFile(filepath.Join(dir, p.name), b); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		r.Plots = append(r.Plots, p.name)
+	}
+	errs = append(errs, writeJSON(filepath.Join(dir, "report.json"), r))
+	var md strings.Builder
+	if err := r.WriteMarkdown(&md); err != nil {
+		errs = append(errs, err)
+	}
+	errs = append(errs, writeFile(filepath.Join(dir, "report.md"), []byte(md.String())))
+	return errors.Join(errs...)
+}
