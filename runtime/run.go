@@ -7,6 +7,7 @@ import (
 	"math"
 	"time"
 
+	"github.com/ovtoolkit/ovrun/compilecost"
 	"github.com/ovtoolkit/ovrun/model"
 )
 
@@ -30,6 +31,10 @@ type RunConfig struct {
 	// Progress, when set, is called after every decode step and while
 	// waiting at a boundary.
 	Progress func(Progress)
+	// CompileCost, when set, gives per-rung compile budgets: successor
+	// deadlines are predicted from it and a rung that cannot be compiled
+	// within its one-ahead window is launched two ahead.
+	CompileCost *compilecost.Profile
 	// Clock replaces time.Now (tests use a simulated clock to check the
 	// time-weighted KV accounting against analytic values).
 	Clock func() time.Time
@@ -69,6 +74,7 @@ type run struct {
 	verifyS       float64
 	control       *verifier
 	lastSample    time.Time
+	budgets       *budgets
 }
 
 // Run decodes cfg.DecodeTokens steps across the ladder under cfg.Policy and
@@ -82,7 +88,7 @@ func Run(ctx context.Context, comp Compiler, shape KVShape, cfg RunConfig) (*Sum
 	if cfg.ProcessStart.IsZero() {
 		cfg.ProcessStart = cfg.Clock()
 	}
-	r := &run{cfg: cfg, policy: cfg.Policy, comp: comp, shape: shape, ctx: ctx, s: &Summary{
+	r := &run{cfg: cfg, policy: cfg.Policy, comp: comp, shape: shape, ctx: ctx, budgets: newBudgets(cfg.CompileCost), s: &Summary{
 		Policy: string(cfg.Policy), Ladder: cfg.Ladder, PromptTokens: len(cfg.Prompt),
 		DecodeTokens: cfg.DecodeTokens, TeacherForced: cfg.Forced != nil,
 		Predictions: []int64{}, Rungs: []RungSummary{}, Boundaries: []BoundarySummary{},
@@ -292,6 +298,7 @@ func (r *run) launchSuccessor() {
 		return
 	}
 	r.jobs[next] = r.sch.background(r.decodeSpec(next))
+	r.budgetLaunch(next)
 }
 
 func (r *run) prefill() error {
@@ -378,6 +385,7 @@ func (r *run) decode() error {
 			r.meter.setReserved(t1, r.reservedBytes()) // reading smaps costs ~1 ms: sampled
 		}
 		r.sample(t1, false)
+		r.planAhead()
 		r.progress(i, false)
 	}
 	r.s.FinishReason = "length"
@@ -407,6 +415,7 @@ func (r *run) boundary(step int) error {
 			<-j.done
 		}
 		r.recordRung(next, j, attempt)
+		r.budgetDone(next, j)
 	default:
 		rs.ReadyAtBoundary = true
 	}
@@ -537,6 +546,7 @@ func (r *run) finish(err error) {
 		for i, j := range r.jobs {
 			if j != nil && j.background && !s.Rungs[i].Compiled && j.ready() && s.Rungs[i].CompileAttempts == 0 {
 				r.recordRung(i, j, 1)
+				r.budgetDone(i, j)
 			}
 		}
 	}
@@ -558,6 +568,9 @@ func (r *run) finish(err error) {
 		}
 	}
 	s.SuccessorCompileOverlappedS = r.overlap()
+	if r.budgets != nil {
+		s.Budgets = r.budgets.list()
+	}
 	s.PeakRSSBytes = PeakRSS()
 	switch {
 	case err == nil:

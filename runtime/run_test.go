@@ -6,11 +6,13 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
 
+	"github.com/ovtoolkit/ovrun/compilecost"
 	"github.com/ovtoolkit/ovrun/internal/testenv"
 )
 
@@ -367,5 +369,32 @@ func TestGrowRemapFallsBackWithoutHostViews(t *testing.T) {
 	}
 	if !s.RemapFallback || s.MigrateBytes == 0 || s.Policy != string(GrowRemap) {
 		t.Errorf("fallback %v, migrated %d bytes, policy %q; want a noted copy-and-grow fallback", s.RemapFallback, s.MigrateBytes, s.Policy)
+	}
+}
+
+func TestCompileCostLaunchesTwoAheadWhenOneAheadCannotMakeIt(t *testing.T) {
+	clock := newFakeClock()
+	f := newFakeCompiler(testShape, 50, clock)
+	f.stepT = time.Millisecond
+	profile := &compilecost.Profile{Model: "fake", Device: "CPU", Rungs: []compilecost.Rung{
+		{Capacity: 32, CompileS: []float64{0.001}}, {Capacity: 64, CompileS: []float64{0.001}}, {Capacity: 128, CompileS: []float64{10}},
+	}}
+	s, err := fakeRun(t, f, RunConfig{Ladder: Ladder{32, 64, 128}, Policy: GrowOneAhead, Prompt: SeededTokens(1, 4, 50),
+		DecodeTokens: 120, CompileCost: profile})
+	if err != nil {
+		t.Fatal(err)
+	}
+	byCap := map[int]Budget{}
+	for _, b := range s.Budgets {
+		byCap[b.Capacity] = b
+	}
+	if b, ok := byCap[128]; !ok || b.Lookahead != 2 || b.PredictedS != 10 || !b.Measured {
+		t.Fatalf("budget for 128 = %+v (present %v), want launched two ahead with a 10 s prediction", b, ok)
+	}
+	if b := byCap[64]; b.Lookahead != 1 || b.WindowS <= 0 {
+		t.Errorf("budget for 64 = %+v, want one ahead with a predicted window", b)
+	}
+	if !slices.ContainsFunc(s.Notes, func(n string) bool { return strings.Contains(n, "launching it two ahead") }) {
+		t.Errorf("notes %q do not say the rung was launched two ahead", s.Notes)
 	}
 }

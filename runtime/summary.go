@@ -44,6 +44,7 @@ type Summary struct {
 	Compiles    []CompileRecord   `json:"compiles"`
 	KVTimeline  []KVSample        `json:"kv_timeline"`
 	Boundaries  []BoundarySummary `json:"boundaries"`
+	Budgets     []Budget          `json:"budgets,omitempty"` // with --compile-cost
 	Predictions []int64           `json:"predictions"`
 	Notes       []string          `json:"notes,omitempty"`
 

@@ -37,6 +37,7 @@ OpenVINO's C library is found in the project's .venv or through OVRUN_OPENVINO_L
 			runCommand,
 			timelineCommand,
 			contentionCommand,
+			benchCommand,
 		},
 	}
 	if err := app.RunContext(ctx, os.Args); err != nil {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/ovtoolkit/ovrun/compilecost"
 	"github.com/ovtoolkit/ovrun/ov"
 	"github.com/ovtoolkit/ovrun/runtime"
 )
@@ -85,6 +86,11 @@ func runAction(c *cli.Context) error {
 	if c.Bool("teacher-forced") {
 		// A stream independent of the prompt's: seed+1.
 		cfg.Forced = runtime.SeededTokens(c.Uint64(seedFlag.Name)+1, cfg.DecodeTokens, vocab)
+	}
+	if p := c.String("compile-cost"); p != "" {
+		if cfg.CompileCost, err = compilecost.Load(p); err != nil {
+			return err
+		}
 	}
 	prog := newProgress(c.Bool(quietFlag.Name))
 	cfg.Progress = prog.update

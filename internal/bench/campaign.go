@@ -16,8 +16,9 @@ import (
 
 // Errors a campaign stops with (wrapped, with the detail).
 var (
-	// ErrRunFailed: a run exited non-zero or left no usable summary.
-	ErrRunFailed = errors.New("run failed")
+	// ErrRunFailed: a run exited non-zero or left no usable summary (the
+	// campaign stops there unless Options.KeepGoing).
+	ErrRunFailed = errors.New("campaign stopped")
 	// ErrCampaignExists: the output folder already holds a campaign and
 	// --resume was not given.
 	ErrCampaignExists = errors.New("campaign exists")
@@ -138,13 +139,13 @@ func Run(ctx context.Context, cfg *Config, opt Options) (*Report, error) {
 		rec.Error = why
 		failed++
 		if !opt.KeepGoing {
-			stopErr = fmt.Errorf("%w: run %d/%d (%s): %s (log %s); campaign stopped, finished runs kept (--keep-going runs past failures)",
+			stopErr = fmt.Errorf("%w: run %d/%d (%s) failed: %s (log %s); finished runs kept, --resume continues, --keep-going runs past failures",
 				ErrRunFailed, i+1, len(plan), sl.ID(), why, spec.LogPath)
 			break
 		}
 	}
 	if stopErr == nil && failed > 0 {
-		stopErr = fmt.Errorf("%w: %d of %d runs failed (see %s)", ErrRunFailed, failed, len(plan), filepath.Join(opt.Dir, "report.md"))
+		stopErr = fmt.Errorf("%d of %d runs failed (see %s): %w", failed, len(plan), filepath.Join(opt.Dir, "report.md"), ErrRunFailed)
 	}
 
 	meta := opt.Meta
