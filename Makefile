@@ -19,6 +19,7 @@ SHELL := /bin/bash
 .SHELLFLAGS := -o pipefail -ec
 
 .PHONY: all setup build demo test lint unit fuzz bench clean jaeger
+.PHONY: profilers
 
 all: build
 
@@ -67,3 +68,19 @@ test: lint unit fuzz
 
 clean:
 	rm -rf bin $(CACHE)
+
+# Native profilers for `ovtrace profile`: perf (Debian's linux-perf; the
+# binary may be /usr/bin/perf or /usr/bin/perf_<version>) and valgrind.
+# Installs what is missing, with sudo only when not root, then checks that
+# perf can sample the software clock here.
+profilers:
+	@SUDO=; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
+	if ! command -v perf >/dev/null 2>&1 && ! ls /usr/bin/perf_* >/dev/null 2>&1; then \
+		$$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq linux-perf; fi; \
+	if ! command -v valgrind >/dev/null 2>&1; then \
+		$$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq valgrind; fi; \
+	PERF=$$(command -v perf || ls /usr/bin/perf_* | tail -n 1); \
+	if $$PERF record -q -e cpu-clock -o /tmp/.ovtrace-perf-check.data true >/dev/null 2>&1; then \
+		echo "profilers: $$PERF ($$($$PERF --version)) and $$(valgrind --version) ready"; \
+	else echo "profilers: $$PERF cannot record cpu-clock here (see /proc/sys/kernel/perf_event_paranoid); use --backend callgrind"; fi; \
+	rm -f /tmp/.ovtrace-perf-check.data

@@ -32,7 +32,11 @@ func (f Frame) name() string {
 	if f.Object == "" || f.Object == "[unknown]" {
 		return "[unknown]"
 	}
-	return "[" + filepath.Base(f.Object) + "]"
+	base := filepath.Base(f.Object)
+	if strings.HasPrefix(base, "perf-") && strings.HasSuffix(base, ".map") {
+		return "[JIT code]" // code generated at run time (oneDNN kernels), announced in /tmp/perf-PID.map
+	}
+	return "[" + base + "]"
 }
 
 // builder assembles a pprof profile, interning functions, mappings and

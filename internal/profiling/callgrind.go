@@ -110,7 +110,6 @@ type cgParser struct {
 	fn     *CGFunc
 
 	cob, cfi, cfn string // target of the next call
-	haveCall      bool
 	callCount     int64
 	inCall        bool // the next cost line is a call's inclusive cost
 

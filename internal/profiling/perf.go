@@ -20,9 +20,18 @@ const PerfScriptFields = "comm,pid,tid,time,period,event,ip,sym,symoff,dso"
 // headerTime finds the "  1234.567890: " timestamp of a sample header.
 var headerTime = regexp.MustCompile(`\s(\d+\.\d+):(\s|$)`)
 
+// PerfOptions tunes ParsePerfScript.
+type PerfOptions struct {
+	// From and To, when To > 0, keep only the samples whose timestamp
+	// (seconds, the clock perf recorded with) lies in [From, To].
+	From, To float64
+}
+
 // perfSample is one sample of `perf script` output.
 type perfSample struct {
 	comm   string
+	tid    string
+	time   float64
 	period int64
 	event  string
 	stack  []Frame // leaf first
@@ -37,9 +46,11 @@ type perfSample struct {
 // and no object, typically the bottom of a frame-pointer walk through code
 // built without frame pointers) are dropped, and frames in a known object
 // without a symbol become "[object]". Names that are still mangled
-// (_Z...) are demangled with c++filt when it is installed. Samples carry a
-// "thread" label with the thread's name (comm).
-func ParsePerfScript(r io.Reader) (*profile.Profile, error) {
+// (_Z...) are demangled with c++filt when it is installed. Samples carry
+// the labels "thread" (the thread's name, comm) and "tid".
+//
+// Samples outside opt's time window are skipped.
+func ParsePerfScript(r io.Reader, opt PerfOptions) (*profile.Profile, error) {
 	var samples []perfSample
 	var cur *perfSample
 	sc := bufio.NewScanner(r)
@@ -73,6 +84,15 @@ func ParsePerfScript(r io.Reader) (*profile.Profile, error) {
 	if err := sc.Err(); err != nil {
 		return nil, fmt.Errorf("read perf script: %w", err)
 	}
+	if opt.To > 0 {
+		kept := samples[:0]
+		for _, s := range samples {
+			if s.time >= opt.From && s.time <= opt.To {
+				kept = append(kept, s)
+			}
+		}
+		samples = kept
+	}
 	return perfProfile(samples)
 }
 
@@ -84,17 +104,18 @@ func parsePerfHeader(line string) (perfSample, error) {
 	}
 	var s perfSample
 	pre := strings.Fields(line[:loc[0]])
-	// Drop "[cpu]" and the pid/tid field; the rest is the thread name.
-	for len(pre) > 1 {
-		last := pre[len(pre)-1]
-		if strings.HasPrefix(last, "[") || isPidTid(last) {
-			pre = pre[:len(pre)-1]
-			continue
-		}
-		break
+	// Drop "[cpu]", then the pid/tid field; the rest is the thread name.
+	if n := len(pre); n > 1 && strings.HasPrefix(pre[n-1], "[") {
+		pre = pre[:n-1]
+	}
+	if n := len(pre); n > 1 && isPidTid(pre[n-1]) {
+		ids := strings.Split(pre[n-1], "/")
+		s.tid = ids[len(ids)-1]
+		pre = pre[:n-1]
 	}
 	s.comm = strings.Join(pre, " ")
-	rest := strings.Fields(line[loc[3]:])
+	s.time, _ = strconv.ParseFloat(line[loc[2]:loc[3]], 64)
+	rest := strings.Fields(line[loc[1]:])
 	if len(rest) > 0 {
 		if v, err := strconv.ParseInt(rest[0], 10, 64); err == nil {
 			s.period = v
@@ -194,7 +215,7 @@ func perfProfile(samples []perfSample) (*profile.Profile, error) {
 	periods := map[int64]int{}
 	for _, s := range samples {
 		stack := resolveInlined(s.stack)
-		b.add(stack, []int64{1, s.period}, map[string]string{"thread": s.comm})
+		b.add(stack, []int64{1, s.period}, map[string]string{"thread": s.comm, "tid": s.tid})
 		periods[s.period]++
 	}
 	for p, n := range periods { // the most common period, the largest on ties
@@ -206,20 +227,21 @@ func perfProfile(samples []perfSample) (*profile.Profile, error) {
 	return b.p, b.p.CheckValid()
 }
 
-// resolveInlined drops unresolvable frames and gives "(inlined)" frames the
-// object of the physical frame at the same address.
+// resolveInlined drops unresolvable frames and gives "(inlined)" frames
+// (perf script --inline) the object of a physical frame at the same
+// address, when the chain has one.
 func resolveInlined(in []Frame) []Frame {
 	out := make([]Frame, 0, len(in))
-	for i, fr := range in {
+	for _, fr := range in {
 		unknownSym := fr.Function == "" || fr.Function == "[unknown]"
 		if unknownSym && (fr.Object == "" || fr.Object == "[unknown]") {
 			continue
 		}
 		if fr.Object == "inlined" {
 			fr.Object = ""
-			for _, next := range in[i+1:] {
-				if next.Address == fr.Address && next.Object != "inlined" {
-					fr.Object = next.Object
+			for _, o := range in {
+				if o.Address == fr.Address && o.Object != "inlined" {
+					fr.Object = o.Object
 					break
 				}
 			}

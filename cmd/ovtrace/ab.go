@@ -1,0 +1,112 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/ovtoolkit/ovrun/internal/abtest"
+)
+
+var abCommand = &cli.Command{
+	Name:  "ab",
+	Usage: "counterbalanced paired trials of compile variants (OpenVINO properties, environment, OpenVINO builds)",
+	Description: `Each --variant is NAME=SPEC, SPEC a comma-separated list of
+   prop:KEY=VALUE   an OpenVINO compile property
+   env:KEY=VALUE    an environment variable of the variant's processes
+   lib:DIR          an OpenVINO library folder (e.g. a patched build), passed as OVRUN_OPENVINO_LIB
+The first variant is the control. Every trial compiles the --capacity graph in
+a fresh process. Each variant first runs once as a warm-up (excluded), which
+also writes the logits of a seeded prompt and one decode step: the report's
+"equivalent" compares them with the control's. Then --pairs blocks run, in
+AB/BA alternation (Williams orders for more variants).
+
+Pairs default to 6 and must be even and >= 6 unless --allow-small: with n
+pairs the smallest two-sided exact sign-flip p is 2/2^n, so 5 pairs can never
+show p < 0.05, and an even n runs each variant first equally often.
+
+Per endpoint the report gives the arm means, the paired difference and %
+change, the paired-t 95% CI, the exact sign-flip p, the treatment's wins and
+the raw values. --json writes it (also when stopped by Ctrl-C or a failure).`,
+	Flags: append(compileFlags(), capacityFlag,
+		&cli.StringSliceFlag{Name: "variant", Usage: "`NAME=SPEC` (repeatable; the first is the control)", Required: true},
+		&cli.IntFlag{Name: "pairs", Value: abtest.MinPairs, Usage: "paired blocks `N` (even, >= 6)"},
+		&cli.StringFlag{Name: "endpoints", Value: strings.Join(abtest.DefaultEndpoints, ","), Usage: "`LIST` of compile_s, compile_cpu_s, peak_rss_bytes, ir_build_s"},
+		&cli.BoolFlag{Name: "allow-small", Usage: "allow fewer than 6 or an odd number of pairs"},
+		&cli.Float64Flag{Name: "tolerance", Usage: "largest logit difference still reported as equal"},
+		&cli.BoolFlag{Name: "no-equivalence", Usage: "skip the logits comparison"},
+		jsonFlag, quietFlag,
+	),
+	Action: abAction,
+}
+
+func abAction(c *cli.Context) error {
+	once, err := onceConfig(c)
+	if err != nil {
+		return err
+	}
+	if once.Capacity < 1 {
+		return fmt.Errorf("give the graph's capacity: --capacity C")
+	}
+	variants, err := abtest.ParseVariants(c.StringSlice("variant"))
+	if err != nil {
+		return err
+	}
+	for _, v := range variants {
+		if err := v.Check(); err != nil {
+			return err
+		}
+	}
+	cfg := abtest.Config{
+		Variants:   variants,
+		Pairs:      c.Int("pairs"),
+		Endpoints:  strings.Split(c.String("endpoints"), ","),
+		AllowSmall: c.Bool("allow-small"),
+		Tolerance:  c.Float64("tolerance"),
+	}
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	if !c.Bool("no-equivalence") {
+		dir, err := os.MkdirTemp("", "ovtrace-ab-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(dir)
+		cfg.LogitsDir = dir
+	}
+	st := newStatus(c.Bool(quietFlag.Name))
+	run := func(ctx context.Context, v abtest.Variant, dumpLogits string) (*abtest.Measurement, error) {
+		o := once
+		o.DumpLogits = dumpLogits
+		return runOnce(ctx, o, v)
+	}
+	rep, err := abtest.Run(c.Context, cfg, run, func(p abtest.Progress) {
+		if p.Warmup {
+			st.show("warm-up %s (excluded; equivalence logits)", p.Variant)
+			return
+		}
+		st.show("trial %d of %d: %s (pair %d)  ETA %s", p.Trial, p.Total, p.Variant, p.Pair, eta(p.ETA))
+	})
+	st.done()
+	if rep == nil {
+		return err
+	}
+	rep.Model = filepath.Base(filepath.Clean(once.Model))
+	rep.Capacity, rep.Device, rep.Precision = once.Capacity, once.Device, once.Precision
+	if path := c.String(jsonFlag.Name); path != "" {
+		if werr := writeJSON(path, rep); werr != nil {
+			return errors.Join(err, werr)
+		}
+	}
+	fmt.Fprintf(c.App.Writer, "%s, capacity %d on %s: ", rep.Model, rep.Capacity, rep.Device)
+	if werr := abtest.WriteReport(c.App.Writer, rep); werr != nil {
+		return errors.Join(err, werr)
+	}
+	return err
+}

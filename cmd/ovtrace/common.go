@@ -1,0 +1,131 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/ovtoolkit/ovrun/internal/abtest"
+)
+
+// Flags shared by the commands that compile.
+var (
+	modelFlag     = &cli.StringFlag{Name: "model", Usage: "checkpoint `DIR` in Hugging Face layout (config.json, *.safetensors)", EnvVars: []string{"OVRUN_MODEL"}}
+	capacityFlag  = &cli.IntFlag{Name: "capacity", Usage: "context capacity `C` of the graph"}
+	chunkFlag     = &cli.IntFlag{Name: "chunk", Value: 1, Usage: "tokens per call of the graph: 1 is the decode graph, >1 a prefill graph"}
+	deviceFlag    = &cli.StringFlag{Name: "device", Value: "CPU", Usage: "OpenVINO `DEVICE`: CPU, GPU or NPU", EnvVars: []string{"OVRUN_DEVICE"}}
+	precisionFlag = &cli.StringFlag{Name: "precision", Usage: "inference precision hint `f32|bf16|f16` (default: the device's)"}
+	propFlag      = &cli.StringSliceFlag{Name: "prop", Usage: "extra compile property `KEY=VALUE` (repeatable)"}
+	jsonFlag      = &cli.StringFlag{Name: "json", Usage: "write the machine-readable result to `FILE`"}
+	quietFlag     = &cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}, Usage: "no progress output"}
+)
+
+func compileFlags() []cli.Flag {
+	return []cli.Flag{modelFlag, chunkFlag, deviceFlag, precisionFlag, propFlag}
+}
+
+// onceConfig reads the compile flags.
+func onceConfig(c *cli.Context) (abtest.OnceConfig, error) {
+	cfg := abtest.OnceConfig{
+		Model:    c.String(modelFlag.Name),
+		Capacity: c.Int(capacityFlag.Name),
+		Chunk:    c.Int(chunkFlag.Name),
+		Device:   strings.ToUpper(c.String(deviceFlag.Name)),
+		Props:    map[string]string{},
+	}
+	if cfg.Model == "" {
+		return cfg, fmt.Errorf("give the checkpoint: --model DIR")
+	}
+	if _, err := os.Stat(cfg.Model); err != nil {
+		return cfg, fmt.Errorf("--model: %w", err)
+	}
+	if cfg.Chunk < 1 {
+		return cfg, fmt.Errorf("--chunk %d: want >= 1", cfg.Chunk)
+	}
+	switch p := strings.ToLower(c.String(precisionFlag.Name)); p {
+	case "", "f32", "bf16", "f16":
+		cfg.Precision = p
+	default:
+		return cfg, fmt.Errorf("--precision %q: want f32, bf16 or f16", p)
+	}
+	for _, kv := range c.StringSlice(propFlag.Name) {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || k == "" {
+			return cfg, fmt.Errorf("--prop %q: want KEY=VALUE", kv)
+		}
+		cfg.Props[k] = v
+	}
+	return cfg, nil
+}
+
+func parseInts(flag, s string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		v, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil {
+			return nil, fmt.Errorf("--%s: %q is not an integer", flag, f)
+		}
+		out = append(out, v)
+	}
+	return out, nil
+}
+
+// writeJSON writes v as indented JSON to path.
+func writeJSON(path string, v any) error {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, append(b, '\n'), 0o644)
+}
+
+// oneLine keeps an error to a single line for the terminal.
+func oneLine(err error) string {
+	return strings.Join(strings.Fields(strings.ReplaceAll(err.Error(), "\n", " ")), " ")
+}
+
+// status draws one progress line on a terminal (stderr) and nothing otherwise.
+type status struct {
+	on    bool
+	drawn bool
+}
+
+func newStatus(quiet bool) *status {
+	fi, err := os.Stderr.Stat()
+	return &status{on: !quiet && err == nil && fi.Mode()&os.ModeCharDevice != 0}
+}
+
+func (s *status) show(format string, args ...any) {
+	if !s.on {
+		return
+	}
+	fmt.Fprintf(os.Stderr, "\r\033[K"+format, args...)
+	s.drawn = true
+}
+
+func (s *status) done() {
+	if s.drawn {
+		fmt.Fprint(os.Stderr, "\r\033[K")
+		s.drawn = false
+	}
+}
+
+func eta(d time.Duration) string {
+	if d <= 0 {
+		return "-"
+	}
+	return d.Round(time.Second).String()
+}
+
+// printJSON writes v as indented JSON to w.
+func printJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}

@@ -1,0 +1,131 @@
+package main
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"os"
+	"os/exec"
+	"slices"
+	"strings"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/ovtoolkit/ovrun/internal/abtest"
+)
+
+const compileOnceName = "compile-once"
+
+// compileOnceCommand is the child process of compile, profile and ab: one
+// measured compile, printed as one JSON line (abtest.Measurement).
+var compileOnceCommand = &cli.Command{
+	Name:   compileOnceName,
+	Hidden: true,
+	Usage:  "compile one graph in this process and print its costs as one JSON line",
+	Flags: append(compileFlags(), capacityFlag,
+		&cli.StringFlag{Name: "dump-logits", Usage: "after measuring, write the logits of a seeded prompt and one decode step to `FILE.npy`"},
+		&cli.IntFlag{Name: "prompt-tokens", Value: 8, Usage: "prompt length for --dump-logits"},
+		&cli.Uint64Flag{Name: "seed", Value: 1, Usage: "prompt seed for --dump-logits"},
+	),
+	Action: func(c *cli.Context) error {
+		cfg, err := onceConfig(c)
+		if err != nil {
+			return err
+		}
+		if cfg.Capacity < 1 {
+			return fmt.Errorf("give the graph's capacity: --capacity C")
+		}
+		cfg.DumpLogits = c.String("dump-logits")
+		cfg.PromptTokens = c.Int("prompt-tokens")
+		cfg.Seed = c.Uint64("seed")
+		m, err := abtest.MeasureCompile(c.Context, cfg)
+		if err != nil {
+			return err
+		}
+		b, err := json.Marshal(m)
+		if err != nil {
+			return err
+		}
+		_, err = fmt.Fprintf(c.App.Writer, "%s\n", b)
+		return err
+	},
+}
+
+// onceArgs is the command line of a compile-once child (without the
+// executable); the variant's properties override cfg's.
+func onceArgs(cfg abtest.OnceConfig, v abtest.Variant) []string {
+	args := []string{compileOnceName, "--model", cfg.Model, "--capacity", fmt.Sprint(cfg.Capacity),
+		"--chunk", fmt.Sprint(max(cfg.Chunk, 1)), "--device", cmp.Or(cfg.Device, "CPU")}
+	if cfg.Precision != "" {
+		args = append(args, "--precision", cfg.Precision)
+	}
+	props := maps.Clone(cfg.Props)
+	if props == nil {
+		props = map[string]string{}
+	}
+	maps.Copy(props, v.Props)
+	for _, k := range slices.Sorted(maps.Keys(props)) {
+		args = append(args, "--prop", k+"="+props[k])
+	}
+	if cfg.DumpLogits != "" {
+		args = append(args, "--dump-logits", cfg.DumpLogits)
+	}
+	return args
+}
+
+// selfExe is the ovtrace binary the children run.
+func selfExe() (string, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return "", fmt.Errorf("find the ovtrace executable: %w", err)
+	}
+	return exe, nil
+}
+
+// runOnce runs one compile-once child for variant v and parses its line.
+func runOnce(ctx context.Context, cfg abtest.OnceConfig, v abtest.Variant) (*abtest.Measurement, error) {
+	exe, err := selfExe()
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.CommandContext(ctx, exe, onceArgs(cfg, v)...)
+	cmd.Env = v.Environ(os.Environ())
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, fmt.Errorf("compile-once: %s", lastLine(stderr.String(), err))
+	}
+	return parseMeasurement(stdout.Bytes())
+}
+
+// parseMeasurement reads the last JSON line of a compile-once output.
+func parseMeasurement(out []byte) (*abtest.Measurement, error) {
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	for i := len(lines) - 1; i >= 0; i-- {
+		l := strings.TrimSpace(lines[i])
+		if !strings.HasPrefix(l, "{") {
+			continue
+		}
+		var m abtest.Measurement
+		if err := json.Unmarshal([]byte(l), &m); err != nil {
+			return nil, fmt.Errorf("compile-once printed a bad line: %w", err)
+		}
+		return &m, nil
+	}
+	return nil, errors.New("compile-once printed no measurement")
+}
+
+func lastLine(s string, err error) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	if l := strings.TrimSpace(lines[len(lines)-1]); l != "" {
+		return strings.TrimPrefix(l, "ovtrace: ")
+	}
+	return err.Error()
+}

@@ -1,0 +1,203 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/ovtoolkit/ovrun/compilecost"
+	"github.com/ovtoolkit/ovrun/internal/abtest"
+	"github.com/ovtoolkit/ovrun/internal/profiling"
+	"github.com/ovtoolkit/ovrun/internal/testenv"
+	"github.com/ovtoolkit/ovrun/model"
+)
+
+func tiny(t *testing.T) string {
+	return testenv.Synth(t, "tiny", model.DTypeF32)
+}
+
+func TestCompileEndToEnd(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "cost.json")
+	out, err := ovtrace(t, "compile", "--model", tiny(t), "--ladder", "32,64", "--reps", "2", "--json", path, "-q")
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	p, err := compilecost.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Device != "CPU" || !strings.HasPrefix(p.OpenVINOVersion, "2026.") || len(p.Rungs) != 2 {
+		t.Fatalf("profile = %+v", p)
+	}
+	for i, r := range p.Rungs {
+		if r.Capacity != []int{32, 64}[i] || len(r.CompileS) != 2 || len(r.CompileCPUS) != 2 || len(r.IRBuildS) != 2 ||
+			r.MedianS <= 0 || r.PeakRSSBytes < 1<<20 {
+			t.Errorf("rung %d = %+v", i, r)
+		}
+	}
+	if p.Fit.Model != compilecost.FitLinear || p.Fit.N != 2 {
+		t.Errorf("fit = %+v, want the exact line through two rungs", p.Fit)
+	}
+	if !strings.Contains(out, "fit: t = ") || !strings.Contains(out, "R²") {
+		t.Errorf("table lacks the fit:\n%s", out)
+	}
+}
+
+func TestCompileErrors(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "cost.json")
+	_, err := ovtrace(t, "compile", "--model", tiny(t), "--ladder", "32", "--reps", "1", "--device", "NOPE", "--json", path, "-q")
+	if err == nil || strings.Contains(err.Error(), "\n") || !strings.Contains(err.Error(), "capacity 32, repetition 1: compile-once:") {
+		t.Errorf("err = %v, want one line naming the compile", err)
+	}
+	if _, serr := os.Stat(path); serr == nil {
+		t.Error("a profile was written although nothing was measured")
+	}
+	if _, err := ovtrace(t, "compile", "--model", tiny(t), "--ladder", "64,32"); err == nil || !strings.Contains(err.Error(), "ladder") {
+		t.Errorf("descending ladder: err = %v", err)
+	}
+	if _, err := ovtrace(t, "compile", "--model", filepath.Join(t.TempDir(), "none")); err == nil || !strings.Contains(err.Error(), "--model") {
+		t.Errorf("missing model: err = %v", err)
+	}
+}
+
+func TestABEndToEnd(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "ab.json")
+	out, err := ovtrace(t, "ab", "--model", tiny(t), "--capacity", "32", "--pairs", "2", "--allow-small",
+		"--variant", "f32=prop:INFERENCE_PRECISION_HINT=f32", "--variant", "bf16=prop:INFERENCE_PRECISION_HINT=bf16", "--json", path, "-q")
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep abtest.Report
+	if err := json.Unmarshal(b, &rep); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := json.Marshal(rep.Order); string(got) != `[["f32","bf16"],["bf16","f32"]]` {
+		t.Errorf("order = %s", got)
+	}
+	var arms []string
+	for _, tr := range rep.Trials {
+		arms = append(arms, tr.Variant)
+		if tr.Values["compile_s"] <= 0 || tr.Values["peak_rss_bytes"] <= 0 {
+			t.Errorf("trial %+v lacks values", tr)
+		}
+	}
+	if strings.Join(arms, ",") != "f32,bf16,bf16,f32" || rep.FinishReason != "complete" || len(rep.Warmup) != 2 {
+		t.Errorf("trials %v, finish %s, warm-up %d", arms, rep.FinishReason, len(rep.Warmup))
+	}
+	if len(rep.Comparisons) != 3 || rep.Comparisons[0].N != 2 || rep.Comparisons[0].Treatment != "bf16" {
+		t.Errorf("comparisons = %+v", rep.Comparisons)
+	}
+	e := rep.Equivalent
+	if e == nil {
+		t.Fatal("no equivalence evidence")
+	}
+	// bf16 only changes the numbers where the CPU runs bf16; where it falls
+	// back to f32 (no AVX512-BF16/AMX) the logits must be bitwise equal.
+	f32, bf16 := rep.Variants[0].PrecisionEffective, rep.Variants[1].PrecisionEffective
+	t.Logf("effective precision: f32 variant %s, bf16 variant %s; %s", f32, bf16, e.Detail)
+	if f32 != bf16 {
+		if e.Equal || e.MaxAbsDiff == 0 {
+			t.Errorf("f32 vs bf16 logits reported equal: %+v", e)
+		}
+	} else if !e.Equal || e.MaxAbsDiff != 0 {
+		t.Errorf("both variants run %s but the logits differ: %+v", f32, e)
+	}
+	if !strings.Contains(out, "Paired effect") || !strings.Contains(out, "equivalence:") {
+		t.Errorf("table:\n%s", out)
+	}
+}
+
+func TestABRejectsSmallDesigns(t *testing.T) {
+	_, err := ovtrace(t, "ab", "--model", tiny(t), "--capacity", "32", "--pairs", "5",
+		"--variant", "a=prop:INFERENCE_PRECISION_HINT=f32", "--variant", "b=")
+	if err == nil || !strings.Contains(err.Error(), "2/2^n = 0.0625") {
+		t.Errorf("err = %v", err)
+	}
+	_, err = ovtrace(t, "ab", "--model", tiny(t), "--capacity", "32",
+		"--variant", "a=prop:INFERENCE_PRECISION_HINT=f32", "--variant", "b=lib:/nonexistent/ov")
+	if err == nil || !strings.Contains(err.Error(), "variant b: lib:/nonexistent/ov") {
+		t.Errorf("err = %v", err)
+	}
+}
+
+func TestPlan(t *testing.T) {
+	cost := filepath.Join(testenv.RepoRoot(t), "compilecost", "testdata", "cost.json")
+	path := filepath.Join(t.TempDir(), "plan.json")
+	out, err := ovtrace(t, "plan", "--compile-cost", cost, "--decode-rate", "50", "--prompt-tokens", "128",
+		"--decode-tokens", "8064", "--kv-bytes-per-token", "12288", "--json", path)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	for _, p := range compilecost.Policies() {
+		if !strings.Contains(out, p) {
+			t.Errorf("table lacks %s:\n%s", p, out)
+		}
+	}
+	var rep planReport
+	b, _ := os.ReadFile(path)
+	if err := json.Unmarshal(b, &rep); err != nil || len(rep.Results) != len(compilecost.Policies()) {
+		t.Fatalf("plan.json: %v, %d results", err, len(rep.Results))
+	}
+	byPolicy := map[string]compilecost.SimResult{}
+	for _, r := range rep.Results {
+		byPolicy[r.Policy] = r
+	}
+	// Compiling one ahead moves all but the first compile off the path.
+	if e, o := byPolicy["grow-eager"], byPolicy["grow-one-ahead"]; o.ForegroundCompileS >= e.ForegroundCompileS || o.KVReservedAvgBytes <= 0 {
+		t.Errorf("one-ahead foreground %v vs eager %v", o.ForegroundCompileS, e.ForegroundCompileS)
+	}
+	if _, err := ovtrace(t, "plan", "--compile-cost", cost, "--decode-rate", "50", "--prompt-tokens", "128",
+		"--decode-tokens", "10", "--policy", "eager"); err == nil || !strings.Contains(err.Error(), `--policy "eager"`) {
+		t.Errorf("bad policy: err = %v", err)
+	}
+}
+
+func TestProfilePerfTopDiff(t *testing.T) {
+	if _, err := profiling.CheckPerf(); err != nil {
+		t.Skip(err)
+	}
+	dir := t.TempDir()
+	pb := filepath.Join(dir, "c32.pb.gz")
+	out, err := ovtrace(t, "profile", "--model", tiny(t), "--capacity", "32", "--out", pb, "--top", "5")
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if !strings.Contains(out, "kept the samples of the compile") || !strings.Contains(out, "cpu-clock total") {
+		t.Errorf("profile output:\n%s", out)
+	}
+	p, err := readProfile(pb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if profiling.GraphNodes(p) < 100 || len(p.Mapping) < 3 {
+		t.Errorf("graph nodes %d, mappings %d", profiling.GraphNodes(p), len(p.Mapping))
+	}
+	var sawOV bool
+	for _, m := range p.Mapping {
+		sawOV = sawOV || strings.Contains(m.File, "libopenvino")
+	}
+	if !sawOV {
+		t.Error("no OpenVINO shared object among the mappings")
+	}
+	out, err = ovtrace(t, "top", pb, "--json", "--n", "3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var top profiling.TopReport
+	if err := json.Unmarshal([]byte(out), &top); err != nil || len(top.Rows) != 3 || top.SampleType != "cpu-clock" {
+		t.Errorf("top --json: %v %+v", err, top)
+	}
+	out, err = ovtrace(t, "diff", pb, pb)
+	if err != nil || !strings.Contains(out, "no differences") {
+		t.Errorf("diff of a profile with itself: %v\n%s", err, out)
+	}
+	if _, err := ovtrace(t, "profile", "--model", tiny(t), "--capacity", "32", "--out", pb, "--", "true"); err == nil {
+		t.Error("--model together with a command accepted")
+	}
+}

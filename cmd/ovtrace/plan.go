@@ -1,0 +1,135 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/ovtoolkit/ovrun/compilecost"
+)
+
+var planCommand = &cli.Command{
+	Name:  "plan",
+	Usage: "predict the timeline of every run policy from a compile-cost profile (no compiling)",
+	Description: `Simulates one request per policy with compile times from --compile-cost (the
+measured median of a capacity, else the profile's fit) and a constant decode
+rate, and prints foreground compile, critical path, decode, boundary waits,
+background compile overlapped with decode and, with --kv-bytes-per-token,
+the time-weighted average and peak reserved KV. Notes name missed one-ahead
+deadlines and compiles launched two rungs ahead. Use a cost profile measured
+on the target device (an NPU, say) to size a ladder before running there.`,
+	Flags: []cli.Flag{
+		&cli.StringFlag{Name: "compile-cost", Usage: "compile-cost profile `cost.json` (from ovtrace compile)", Required: true},
+		&cli.Float64Flag{Name: "decode-rate", Usage: "decode `TOK/S` (the same on every rung)", Required: true},
+		&cli.StringFlag{Name: "ladder", Usage: "ascending `CAPACITIES` (default: the profile's)"},
+		&cli.IntFlag{Name: "prompt-tokens", Usage: "prompt length `N`", Required: true},
+		&cli.IntFlag{Name: "decode-tokens", Usage: "tokens to decode `M`", Required: true},
+		&cli.Float64Flag{Name: "prefill-s", Usage: "prefill time, `SECONDS`"},
+		&cli.Float64Flag{Name: "background-slowdown", Usage: "decode step time multiplier `X` (>= 1) while a background compile runs"},
+		&cli.Int64Flag{Name: "kv-bytes-per-token", Usage: "KV `BYTES` of one token over all layers (enables the KV columns)"},
+		&cli.Float64Flag{Name: "migrate-gib-per-s", Usage: "KV copy bandwidth at a boundary, `GIB/S` (default: copies are free)"},
+		&cli.IntFlag{Name: "lookahead", Usage: "rungs ahead a background compile may run (0: one ahead, two when a deadline would be missed)"},
+		&cli.StringFlag{Name: "policy", Value: "all", Usage: "`POLICIES`, comma-separated, or all"},
+		jsonFlag,
+	},
+	Action: planAction,
+}
+
+// planReport is plan's --json output.
+type planReport struct {
+	CompileCost string                  `json:"compile_cost"`
+	DecodeRate  float64                 `json:"decode_rate"`
+	Results     []compilecost.SimResult `json:"results"`
+}
+
+func planAction(c *cli.Context) error {
+	prof, err := compilecost.Load(c.String("compile-cost"))
+	if err != nil {
+		return err
+	}
+	var ladder []int
+	if s := c.String("ladder"); s != "" {
+		if ladder, err = parseInts("ladder", s); err != nil {
+			return err
+		}
+	} else {
+		for _, r := range prof.Rungs {
+			ladder = append(ladder, r.Capacity)
+		}
+	}
+	rate := c.Float64("decode-rate")
+	if rate <= 0 {
+		return fmt.Errorf("--decode-rate %v: want tokens per second > 0", rate)
+	}
+	policies := compilecost.Policies()
+	if p := c.String("policy"); p != "all" {
+		policies = strings.Split(p, ",")
+		for _, name := range policies {
+			if !slices.Contains(compilecost.Policies(), name) {
+				return fmt.Errorf("--policy %q: want all or some of %s", name, strings.Join(compilecost.Policies(), ","))
+			}
+		}
+	}
+	kvPerToken := c.Int64("kv-bytes-per-token")
+	cfg := compilecost.SimConfig{
+		Ladder:             ladder,
+		PromptTokens:       c.Int("prompt-tokens"),
+		DecodeTokens:       c.Int("decode-tokens"),
+		CompileS:           prof.CompileFunc(),
+		DecodeStepS:        func(int) float64 { return 1 / rate },
+		PrefillS:           c.Float64("prefill-s"),
+		Lookahead:          c.Int("lookahead"),
+		KVBytesPerToken:    kvPerToken,
+		BackgroundSlowdown: c.Float64("background-slowdown"),
+	}
+	if bw := c.Float64("migrate-gib-per-s"); bw > 0 {
+		cfg.MigrateS = func(_, _, live int) float64 { return float64(int64(live)*kvPerToken) / (bw * (1 << 30)) }
+	}
+	rep := planReport{CompileCost: c.String("compile-cost"), DecodeRate: rate}
+	for _, p := range policies {
+		cfg.Policy = p
+		res := compilecost.Simulate(cfg)
+		if res.Error != "" {
+			return fmt.Errorf("plan %s: %s", p, res.Error)
+		}
+		rep.Results = append(rep.Results, res)
+	}
+	if path := c.String(jsonFlag.Name); path != "" {
+		if err := writeJSON(path, rep); err != nil {
+			return err
+		}
+	}
+	fmt.Fprintf(c.App.Writer, "%s on %s (OpenVINO %s), ladder %v, %d prompt + %d decode tokens at %.3g tok/s\n",
+		prof.Model, prof.Device, prof.OpenVINOVersion, ladder, cfg.PromptTokens, cfg.DecodeTokens, rate)
+	return writePlan(c.App.Writer, rep.Results, kvPerToken > 0)
+}
+
+func writePlan(w io.Writer, results []compilecost.SimResult, kv bool) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	head := "policy\tforeground compile s\tcritical path s\tdecode s\tboundary wait s\tbackground compile s\toverlapped s\t"
+	if kv {
+		head += "KV avg MiB\tKV peak MiB\t"
+	}
+	fmt.Fprintln(tw, head+"finish\t")
+	for _, r := range results {
+		line := fmt.Sprintf("%s\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t", r.Policy, r.ForegroundCompileS, r.CriticalPathS,
+			r.DecodeS, r.BoundaryWaitS, r.BackgroundCompileS, r.OverlappedS)
+		if kv {
+			line += fmt.Sprintf("%.1f\t%.1f\t", r.KVReservedAvgBytes/(1<<20), float64(r.KVReservedPeakBytes)/(1<<20))
+		}
+		fmt.Fprintln(tw, line+r.FinishReason+"\t")
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	for _, r := range results {
+		for _, n := range r.Notes {
+			fmt.Fprintf(w, "%s: %s\n", r.Policy, n)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,162 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+
+	"github.com/google/pprof/profile"
+	"github.com/urfave/cli/v2"
+
+	"github.com/ovtoolkit/ovrun/internal/abtest"
+	"github.com/ovtoolkit/ovrun/internal/profiling"
+)
+
+// compileEntry is the C API function a compile runs inside; callgrind
+// collects only there by default.
+const compileEntry = "ov_core_compile_model"
+
+var profileCommand = &cli.Command{
+	Name:      "profile",
+	Usage:     "profile the compile of one capacity (or any command) into a pprof profile with native frames",
+	ArgsUsage: "[-- CMD ARGS...]",
+	Description: `With --model and --capacity, profiles one "ovtrace compile-once" of that graph;
+after "--", profiles any command instead. Writes a pprof profile (.pb.gz) that
+"ovtrace top", "ovtrace diff" and "go tool pprof -http=: F.pb.gz" read.
+
+--backend perf samples the software clock (perf record -e cpu-clock, the
+hardware counters are not available on these machines) with DWARF call
+chains, and converts "perf script". For a compile, only the samples taken
+while ov_core_compile_model ran are kept (all threads). Sample values are
+nanoseconds of CPU time.
+
+--backend callgrind runs the command under valgrind's callgrind (about 50x
+slower: keep graphs small) and converts its exact instruction counts (self,
+per function) and call counts (per caller/callee edge). For a compile, only
+the inside of ov_core_compile_model is collected (--collect all: everything).
+Stacks are reconstructed from the call graph, so cumulative values are
+estimates; see docs/ovtrace.md.
+
+perf comes from Debian's linux-perf ("make profilers" installs it).`,
+	Flags: append(compileFlags(), capacityFlag,
+		&cli.StringFlag{Name: "backend", Value: profiling.BackendPerf, Usage: "`PROFILER`: perf or callgrind"},
+		&cli.StringFlag{Name: "out", Aliases: []string{"o"}, Usage: "the pprof profile to write, `F.pb.gz`", Required: true},
+		&cli.StringFlag{Name: "call-graph", Value: "dwarf", Usage: "perf --call-graph `MODE`: dwarf, fp, lbr or none"},
+		&cli.IntFlag{Name: "frequency", Value: 999, Usage: "perf sampling frequency, `HZ`"},
+		&cli.BoolFlag{Name: "inline", Usage: "perf: resolve inlined frames (slow)"},
+		&cli.StringFlag{Name: "collect", Value: "compile", Usage: "callgrind: `WHAT` to count for --model: compile (inside ov_core_compile_model) or all"},
+		&cli.StringFlag{Name: "raw-dir", Usage: "keep the profiler's raw output (perf.data, callgrind.out) in `DIR`"},
+		&cli.IntFlag{Name: "top", Value: 10, Usage: "print the top `N` functions afterwards (0: none)"},
+	),
+	Action: profileAction,
+}
+
+func profileAction(c *cli.Context) error {
+	rc := profiling.RecordConfig{
+		Backend:   c.String("backend"),
+		CallGraph: c.String("call-graph"),
+		Frequency: c.Int("frequency"),
+		Inline:    c.Bool("inline"),
+		RawDir:    c.String("raw-dir"),
+		Stderr:    os.Stderr,
+	}
+	if rc.RawDir != "" {
+		if err := os.MkdirAll(rc.RawDir, 0o755); err != nil {
+			return err
+		}
+	}
+	var meta [][2]string
+	var once *abtest.Measurement
+	if c.Args().Len() > 0 {
+		if c.IsSet(modelFlag.Name) || c.IsSet(capacityFlag.Name) {
+			return fmt.Errorf("give either --model and --capacity or a command after --, not both")
+		}
+		rc.Command = c.Args().Slice()
+		rc.Stdout = c.App.Writer
+	} else {
+		cfg, err := onceConfig(c)
+		if err != nil {
+			return err
+		}
+		if cfg.Capacity < 1 {
+			return fmt.Errorf("give the graph to profile, --capacity C (or a command after --)")
+		}
+		exe, err := selfExe()
+		if err != nil {
+			return err
+		}
+		rc.Command = append([]string{exe}, onceArgs(cfg, abtest.Variant{})...)
+		collect := c.String("collect")
+		if collect != "compile" && collect != "all" {
+			return fmt.Errorf("--collect %q: want compile or all", collect)
+		}
+		if collect == "compile" {
+			rc.ToggleCollect = compileEntry
+		}
+		rc.Window = func(stdout []byte) (float64, float64, bool) {
+			m, err := parseMeasurement(stdout)
+			if err != nil {
+				return 0, 0, false
+			}
+			once = m
+			return m.CompileStartMonoS, m.CompileEndMonoS, collect == "compile" && m.CompileEndMonoS > 0
+		}
+		meta = [][2]string{{"model", cfg.Model}, {"capacity", strconv.Itoa(cfg.Capacity)}, {"device", cfg.Device}}
+	}
+	p, err := profiling.Record(c.Context, rc)
+	if err != nil {
+		return err
+	}
+	for _, kv := range meta {
+		profiling.SetMeta(p, kv[0], kv[1])
+	}
+	if once != nil {
+		profiling.SetMeta(p, profiling.MetaGraphNodes, strconv.Itoa(once.GraphNodes))
+		profiling.SetMeta(p, "compile_s", fmt.Sprintf("%.3f", once.CompileS))
+	}
+	if err := writeProfile(c.String("out"), p); err != nil {
+		return err
+	}
+	w := c.App.Writer
+	fmt.Fprintf(w, "wrote %s: %d samples, %d functions", c.String("out"), len(p.Sample), len(p.Function))
+	if win, ok := profiling.Meta(p, "window"); ok {
+		fmt.Fprintf(w, "; kept the samples of the compile, %s", win)
+	}
+	if col, ok := profiling.Meta(p, "collect"); ok {
+		fmt.Fprintf(w, "; collected %s", col)
+	}
+	fmt.Fprintln(w)
+	if n := c.Int("top"); n > 0 {
+		rep, err := profiling.Top(p, profiling.TopOptions{N: n})
+		if err != nil {
+			return err
+		}
+		return profiling.WriteTop(w, rep, 100)
+	}
+	return nil
+}
+
+func writeProfile(path string, p *profile.Profile) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := p.Write(f); err != nil {
+		f.Close()
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	return f.Close()
+}
+
+func readProfile(path string) (*profile.Profile, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	p, err := profile.Parse(f)
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", path, err)
+	}
+	return p, nil
+}

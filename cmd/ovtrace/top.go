@@ -1,0 +1,91 @@
+package main
+
+import (
+	"fmt"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/ovtoolkit/ovrun/internal/profiling"
+)
+
+var (
+	nFlag          = &cli.IntFlag{Name: "n", Value: 20, Usage: "rows to print (-1: all)"}
+	byFlag         = &cli.StringFlag{Name: "by", Value: profiling.ByFunction, Usage: "group by `function` or object (shared object)"}
+	sampleTypeFlag = &cli.StringFlag{Name: "sample-type", Usage: "`TYPE` to rank by (default: the profile's, e.g. cpu-clock or instructions)"}
+	widthFlag      = &cli.IntFlag{Name: "width", Value: 100, Usage: "longest function name printed, `CHARS`"}
+)
+
+var topCommand = &cli.Command{
+	Name:      "top",
+	Usage:     "print the hotspots of a profile, flagging functions called far more often than the graph has nodes",
+	ArgsUsage: "F.pb.gz",
+	Description: `Ranks functions by flat (self) value and shows cumulative shares, the shared
+object, and — for callgrind profiles — exact call counts. With the graph's
+node count (recorded by "ovtrace profile --model", or --nodes N) it flags
+functions whose calls per graph node reach --ratio: the signature of repeated
+work, such as re-sorting the same dependency vectors once per query instead of
+once per node. Functions of system libraries (libc, libstdc++, the loader,
+the kernel) are never flagged.`,
+	Flags: []cli.Flag{nFlag, byFlag, sampleTypeFlag, widthFlag,
+		&cli.IntFlag{Name: "nodes", Usage: "the graph's node count `N` (default: from the profile)"},
+		&cli.Float64Flag{Name: "ratio", Value: profiling.DefaultRepeatRatio, Usage: "flag calls >= `R` per graph node"},
+		&cli.BoolFlag{Name: "json", Usage: "print JSON instead of a table"},
+	},
+	Action: func(c *cli.Context) error {
+		if c.Args().Len() != 1 {
+			return fmt.Errorf("give one profile: ovtrace top F.pb.gz")
+		}
+		p, err := readProfile(c.Args().First())
+		if err != nil {
+			return err
+		}
+		rep, err := profiling.Top(p, profiling.TopOptions{
+			SampleType: c.String(sampleTypeFlag.Name), By: c.String(byFlag.Name), N: c.Int(nFlag.Name),
+			Nodes: c.Int("nodes"), RepeatRatio: c.Float64("ratio"),
+		})
+		if err != nil {
+			return err
+		}
+		if c.Bool("json") {
+			return printJSON(c.App.Writer, rep)
+		}
+		return profiling.WriteTop(c.App.Writer, rep, c.Int(widthFlag.Name))
+	},
+}
+
+var diffCommand = &cli.Command{
+	Name:      "diff",
+	Usage:     "per-function change from profile A to profile B, largest absolute change first",
+	ArgsUsage: "A.pb.gz B.pb.gz",
+	Description: `Compares absolute values (CPU seconds for perf, instruction counts for
+callgrind), flat and cumulative, so a faster B shows negative deltas. Both
+profiles must carry the sample type compared. Sampled profiles differ by
+sampling noise too: compare deltas with the totals, and repeat.`,
+	Flags: []cli.Flag{nFlag, byFlag, sampleTypeFlag, widthFlag,
+		&cli.StringFlag{Name: "sort", Value: "flat", Usage: "order by the change of `flat` or cum"},
+		&cli.BoolFlag{Name: "json", Usage: "print JSON instead of a table"},
+	},
+	Action: func(c *cli.Context) error {
+		if c.Args().Len() != 2 {
+			return fmt.Errorf("give two profiles: ovtrace diff A.pb.gz B.pb.gz")
+		}
+		a, err := readProfile(c.Args().Get(0))
+		if err != nil {
+			return err
+		}
+		b, err := readProfile(c.Args().Get(1))
+		if err != nil {
+			return err
+		}
+		rep, err := profiling.Diff(a, b, profiling.DiffOptions{
+			SampleType: c.String(sampleTypeFlag.Name), By: c.String(byFlag.Name), N: c.Int(nFlag.Name), SortBy: c.String("sort"),
+		})
+		if err != nil {
+			return err
+		}
+		if c.Bool("json") {
+			return printJSON(c.App.Writer, rep)
+		}
+		return profiling.WriteDiff(c.App.Writer, rep, c.Int(widthFlag.Name))
+	},
+}

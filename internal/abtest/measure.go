@@ -1,0 +1,272 @@
+package abtest
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+	"unsafe"
+
+	"github.com/ovtoolkit/ovrun/internal/npy"
+	"github.com/ovtoolkit/ovrun/model"
+	"github.com/ovtoolkit/ovrun/ov"
+	"github.com/ovtoolkit/ovrun/runtime"
+)
+
+// OnceConfig is one compile to measure.
+type OnceConfig struct {
+	// Model is the checkpoint folder.
+	Model string
+	// Capacity and Chunk select the graph (Chunk 1: the decode graph).
+	Capacity, Chunk int
+	// Device is the OpenVINO device (default CPU).
+	Device string
+	// Precision, when set, is INFERENCE_PRECISION_HINT unless Props sets it.
+	Precision string
+	// Props are further compile properties.
+	Props map[string]string
+	// DumpLogits, when set, names a .npy file that receives, after the
+	// measurement, the logits of a greedy run on the graph's capacity:
+	// row 0 after a seeded prompt of PromptTokens tokens (default 8),
+	// row 1 after one decode step — the equivalence evidence of `ovtrace ab`.
+	DumpLogits   string
+	PromptTokens int
+	Seed         uint64
+}
+
+// Measurement is what one compile cost. Fields ending in _s are seconds.
+type Measurement struct {
+	Model    string `json:"model"`
+	Device   string `json:"device"`
+	Capacity int    `json:"capacity"`
+	Chunk    int    `json:"chunk"`
+	// GraphNodes is the number of layers (nodes) of the emitted IR.
+	GraphNodes int `json:"graph_nodes"`
+	// PluginLoadS is loading the device plugin (asking it for a property)
+	// before anything is timed; not part of CompileS.
+	PluginLoadS float64 `json:"plugin_load_s"`
+	// IRBuildS is emitting the IR XML plus OpenVINO reading it.
+	IRBuildS float64 `json:"ir_build_s"`
+	// CompileS is the wall time of ov_core_compile_model.
+	CompileS float64 `json:"compile_s"`
+	// CompileCPUS is the process's user+system CPU time (all threads,
+	// getrusage RUSAGE_SELF) during that call.
+	CompileCPUS float64 `json:"compile_cpu_s"`
+	// PeakRSSBytes is the process's VmHWM right after the compile: weights,
+	// IR and the compiled graph included.
+	PeakRSSBytes int64 `json:"peak_rss_bytes"`
+	// CompileStartMonoS and CompileEndMonoS bracket the compile on
+	// CLOCK_MONOTONIC, seconds (the clock perf is told to record with).
+	CompileStartMonoS float64 `json:"compile_start_mono_s"`
+	CompileEndMonoS   float64 `json:"compile_end_mono_s"`
+	OpenVINOVersion   string  `json:"openvino_version"`
+	// Library is the libopenvino_c that was loaded.
+	Library string `json:"library"`
+	// PrecisionEffective is the inference precision the compiled model
+	// reports (a CPU without bf16 support runs f32 whatever the hint).
+	PrecisionEffective string `json:"precision_effective,omitempty"`
+	// Properties are the compile properties passed, KEY=VALUE.
+	Properties []string `json:"properties,omitempty"`
+	// Logits is the .npy written for DumpLogits.
+	Logits string `json:"logits,omitempty"`
+}
+
+// Endpoints are the measured quantities an experiment can compare.
+var Endpoints = []string{"compile_s", "compile_cpu_s", "peak_rss_bytes", "ir_build_s"}
+
+// Value returns the endpoint's value.
+func (m *Measurement) Value(endpoint string) (float64, error) {
+	switch endpoint {
+	case "compile_s":
+		return m.CompileS, nil
+	case "compile_cpu_s":
+		return m.CompileCPUS, nil
+	case "peak_rss_bytes":
+		return float64(m.PeakRSSBytes), nil
+	case "ir_build_s":
+		return m.IRBuildS, nil
+	}
+	return 0, fmt.Errorf("unknown endpoint %q (want one of %s)", endpoint, strings.Join(Endpoints, ", "))
+}
+
+// properties returns the compile properties in a stable order.
+func (c OnceConfig) properties() []ov.Property {
+	props := maps.Clone(c.Props)
+	if props == nil {
+		props = map[string]string{}
+	}
+	if _, set := props["INFERENCE_PRECISION_HINT"]; !set && c.Precision != "" {
+		props["INFERENCE_PRECISION_HINT"] = c.Precision
+	}
+	var out []ov.Property
+	for _, k := range slices.Sorted(maps.Keys(props)) {
+		out = append(out, ov.Property{Key: k, Value: props[k]})
+	}
+	return out
+}
+
+// MeasureCompile emits the graph's IR, reads it and compiles it once,
+// timing each part, in this process. Run it in a fresh process per
+// measurement (`ovtrace compile-once`): OpenVINO keeps plugins, caches and
+// allocator state alive between compiles.
+func MeasureCompile(ctx context.Context, cfg OnceConfig) (*Measurement, error) {
+	if cfg.Device == "" {
+		cfg.Device = "CPU"
+	}
+	if cfg.Chunk == 0 {
+		cfg.Chunk = 1
+	}
+	if err := ov.Load(); err != nil {
+		return nil, err
+	}
+	ck, err := model.Load(cfg.Model)
+	if err != nil {
+		return nil, err
+	}
+	defer ck.Close()
+	ver, _ := ov.Version()
+	m := &Measurement{Model: cfg.Model, Device: cfg.Device, Capacity: cfg.Capacity, Chunk: cfg.Chunk,
+		OpenVINOVersion: ver, Library: ov.LibraryPath()}
+	props := cfg.properties()
+	for _, p := range props {
+		m.Properties = append(m.Properties, p.Key+"="+p.Value)
+	}
+	if err := measure(ctx, ck, cfg, props, m); err != nil {
+		return nil, err
+	}
+	if cfg.DumpLogits != "" {
+		if err := dumpLogits(ctx, ck, cfg); err != nil {
+			return nil, fmt.Errorf("dump logits: %w", err)
+		}
+		m.Logits = cfg.DumpLogits
+	}
+	return m, nil
+}
+
+// measure drives ov directly rather than through runtime.OVCompiler, whose
+// CompileIR reads, compiles and prepares an infer request in one call: here
+// reading the IR and compiling it are timed apart, and nothing else runs
+// inside the compile's window.
+func measure(ctx context.Context, ck *model.Checkpoint, cfg OnceConfig, props []ov.Property, m *Measurement) (err error) {
+	core, err := ov.NewCore()
+	if err != nil {
+		return err
+	}
+	defer func() { err = errors.Join(err, core.Close()) }()
+	w := model.NewWeights(ck)
+	blob, err := ov.AllocHost(int(w.Size()))
+	if err != nil {
+		return err
+	}
+	defer blob.Free()
+	if err := w.Bind(blob.Bytes()); err != nil {
+		return err
+	}
+	wt, err := ov.NewTensorFromPtr(ov.U8, []int64{w.Size()}, blob.Ptr())
+	if err != nil {
+		return err
+	}
+	defer wt.Close()
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+
+	// Load the device plugin first, as a runtime compiling its second rung
+	// already has: a fresh process pays for it once, not per capacity.
+	tp := time.Now()
+	if _, err := core.Property(cfg.Device, "FULL_DEVICE_NAME"); err != nil {
+		return fmt.Errorf("load the %s plugin: %w", cfg.Device, err)
+	}
+	m.PluginLoadS = time.Since(tp).Seconds()
+
+	spec := model.GraphSpec{Capacity: cfg.Capacity, Chunk: cfg.Chunk}
+	t0 := time.Now()
+	xml, err := model.BuildIR(w, spec)
+	if err != nil {
+		return err
+	}
+	om, err := core.ReadModel(xml, wt)
+	if err != nil {
+		return fmt.Errorf("read graph %s: %w", spec.Name(), err)
+	}
+	defer om.Close()
+	m.IRBuildS = time.Since(t0).Seconds()
+	m.GraphNodes = bytes.Count(xml, []byte("<layer "))
+
+	cpu0 := cpuSeconds()
+	m.CompileStartMonoS = monotonicSeconds()
+	t1 := time.Now()
+	cm, err := core.CompileModel(om, cfg.Device, props...)
+	m.CompileS = time.Since(t1).Seconds()
+	m.CompileEndMonoS = monotonicSeconds()
+	m.CompileCPUS = cpuSeconds() - cpu0
+	m.PeakRSSBytes = runtime.PeakRSS()
+	if err != nil {
+		return fmt.Errorf("compile graph %s on %s: %w", spec.Name(), cfg.Device, err)
+	}
+	if p, err := cm.Property("INFERENCE_PRECISION_HINT"); err == nil {
+		m.PrecisionEffective = p
+	}
+	cm.Close()
+	return nil
+}
+
+// dumpLogits compiles the decode graph through the runtime (as ovrun does)
+// and writes the logits after a seeded prompt and after one decode step.
+func dumpLogits(ctx context.Context, ck *model.Checkpoint, cfg OnceConfig) error {
+	comp, err := runtime.NewOVCompiler(ck, runtime.OVOptions{Device: cfg.Device, Properties: propMap(cfg.properties())})
+	if err != nil {
+		return err
+	}
+	defer comp.Close()
+	n := cfg.PromptTokens
+	if n <= 0 {
+		n = 8
+	}
+	n = min(n, cfg.Capacity-1)
+	if n < 1 {
+		return fmt.Errorf("capacity %d leaves no room for a prompt and a decode step", cfg.Capacity)
+	}
+	res, err := runtime.Generate(ctx, comp, runtime.ShapeOf(ck.Config), runtime.GenerateConfig{
+		Capacity: cfg.Capacity, Prompt: runtime.SeededTokens(max(cfg.Seed, 1), n, ck.Config.VocabSize),
+		MaxNewTokens: 2, KeepLogits: true,
+	})
+	if err != nil {
+		return err
+	}
+	return npy.WriteFile(cfg.DumpLogits, res.Logits)
+}
+
+func propMap(ps []ov.Property) map[string]string {
+	m := make(map[string]string, len(ps))
+	for _, p := range ps {
+		m[p.Key] = p.Value
+	}
+	return m
+}
+
+// cpuSeconds is this process's user+system CPU time, all threads.
+func cpuSeconds() float64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	tv := func(t syscall.Timeval) float64 { return float64(t.Sec) + float64(t.Usec)/1e6 }
+	return tv(ru.Utime) + tv(ru.Stime)
+}
+
+// monotonicSeconds reads CLOCK_MONOTONIC (Go's time package does not
+// expose its absolute value).
+func monotonicSeconds() float64 {
+	var ts syscall.Timespec
+	const clockMonotonic = 1
+	if _, _, e := syscall.Syscall(syscall.SYS_CLOCK_GETTIME, clockMonotonic, uintptr(unsafe.Pointer(&ts)), 0); e != 0 {
+		return 0
+	}
+	return float64(ts.Sec) + float64(ts.Nsec)/1e9
+}

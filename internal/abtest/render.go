@@ -1,0 +1,150 @@
+package abtest
+
+import (
+	"cmp"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/ovtoolkit/ovrun/compilecost"
+)
+
+// formatValue prints an endpoint value: seconds with milliseconds, bytes in MiB.
+func formatValue(endpoint string, v float64) string {
+	if endpointUnit(endpoint) == "bytes" {
+		return fmt.Sprintf("%.1f MiB", v/(1<<20))
+	}
+	return fmt.Sprintf("%.3f s", v)
+}
+
+func formatDelta(endpoint string, v float64) string {
+	s := formatValue(endpoint, v)
+	if v > 0 {
+		return "+" + s
+	}
+	return s
+}
+
+// WriteReport prints the experiment in the seed's style: per endpoint the
+// arm means, the paired effect with its % change, the paired-t 95% CI, the
+// exact sign-flip p and the treatment's wins, then the equivalence evidence.
+func WriteReport(w io.Writer, r *Report) error {
+	fmt.Fprintf(w, "%d pairs, order %s, finish %s\n", r.Pairs, orderSummary(r.Order), r.FinishReason)
+	for i, v := range r.Variants {
+		role := "treatment"
+		if i == 0 {
+			role = "control"
+		}
+		line := fmt.Sprintf("  %s (%s): %s", v.Name, role, cmp.Or(v.Spec, "defaults"))
+		if v.PrecisionEffective != "" {
+			line += ", runs " + v.PrecisionEffective
+		}
+		if v.OpenVINOVersion != "" {
+			line += ", OpenVINO " + v.OpenVINOVersion
+		}
+		fmt.Fprintln(w, line)
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	for i, c := range r.Comparisons {
+		if i == 0 || c.Treatment != r.Comparisons[i-1].Treatment {
+			fmt.Fprintf(tw, "Endpoint\t%s\t%s\tPaired effect\t95%% CI\tp (sign-flip)\twins\n", c.Control, c.Treatment)
+		}
+		effect := formatDelta(c.Endpoint, c.DiffMean)
+		if c.PctChange != nil {
+			effect += fmt.Sprintf(" · %+.2f%%", *c.PctChange)
+		}
+		ci := "-"
+		if c.CI95Low != nil {
+			ci = fmt.Sprintf("[%s, %s]", formatDelta(c.Endpoint, *c.CI95Low), formatDelta(c.Endpoint, *c.CI95High))
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%.4g\t%d/%d\n", c.Endpoint,
+			formatValue(c.Endpoint, c.ControlMean), formatValue(c.Endpoint, c.TreatmentMean),
+			effect, ci, c.PSignFlip, c.TreatmentWins, c.N)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if len(r.Comparisons) > 0 {
+		n := r.Comparisons[0].N
+		fmt.Fprintf(w, "wins: pairs in which the treatment was lower; the smallest possible two-sided sign-flip p with %d pairs is %.4g\n",
+			n, 2/float64(uint64(1)<<min(n, 62)))
+	}
+	if e := r.Equivalent; e != nil {
+		verdict := "equal logits"
+		if !e.Equal {
+			verdict = "logits DIFFER"
+		}
+		fmt.Fprintf(w, "equivalence: %s (%s)\n", verdict, e.Detail)
+	}
+	for _, n := range r.Notes {
+		fmt.Fprintln(w, "note:", n)
+	}
+	if r.Error != "" {
+		fmt.Fprintln(w, "stopped:", r.Error)
+	}
+	return nil
+}
+
+func orderSummary(order [][]string) string {
+	if len(order) == 0 {
+		return "-"
+	}
+	var parts []string
+	for i, o := range order {
+		if i == 4 {
+			parts = append(parts, "...")
+			break
+		}
+		parts = append(parts, strings.Join(o, "→"))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// WriteProfile prints a compile-cost profile: per capacity the median
+// compile wall and CPU time, IR build time and peak RSS, then the fit.
+func WriteProfile(w io.Writer, p *compilecost.Profile) error {
+	fmt.Fprintf(w, "%s on %s, OpenVINO %s", p.Model, p.Device, p.OpenVINOVersion)
+	if p.Precision != "" {
+		fmt.Fprintf(w, ", precision %s", p.Precision)
+	}
+	fmt.Fprintln(w)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "capacity\treps\tcompile s (median)\tmin\tmax\tcompile CPU s\tIR build s\tpeak RSS MiB\tfit s\t")
+	for _, r := range p.Rungs {
+		lo, hi := minMax(r.CompileS)
+		fmt.Fprintf(tw, "%d\t%d\t%.3f\t%.3f\t%.3f\t%.3f\t%.3f\t%.1f\t%.3f\t\n", r.Capacity, len(r.CompileS), r.MedianS, lo, hi,
+			compilecost.Median(r.CompileCPUS), compilecost.Median(r.IRBuildS), float64(r.PeakRSSBytes)/(1<<20), p.Fit.At(r.Capacity))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	f := p.Fit
+	switch f.Model {
+	case compilecost.FitLinear:
+		fmt.Fprintf(w, "fit: t = %.4g + %.4g·C s  (R² %.4f, max rel err %.1f%%, %d rungs)", f.A, f.B, f.R2, 100*f.MaxRelErr, f.N)
+	case compilecost.FitPower:
+		fmt.Fprintf(w, "fit: t = %.4g·C^%.3f s  (R² %.4f, max rel err %.1f%%, %d rungs)", f.A, f.B, f.R2, 100*f.MaxRelErr, f.N)
+	case compilecost.FitConstant:
+		fmt.Fprintf(w, "fit: t = %.4g s (constant, %d rung)", f.A, f.N)
+	default:
+		fmt.Fprintf(w, "fit: %s", f.Model)
+	}
+	if f.Note != "" {
+		fmt.Fprintf(w, "; %s", f.Note)
+	}
+	fmt.Fprintln(w)
+	return nil
+}
+
+func minMax(xs []float64) (lo, hi float64) {
+	for i, x := range xs {
+		if i == 0 || x < lo {
+			lo = x
+		}
+		if i == 0 || x > hi {
+			hi = x
+		}
+	}
+	return lo, hi
+}

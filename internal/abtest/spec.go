@@ -1,0 +1,149 @@
+package abtest
+
+import (
+	"fmt"
+	"maps"
+	"os"
+	"regexp"
+	"slices"
+	"strings"
+
+	"github.com/ovtoolkit/ovrun/ov"
+)
+
+// Variant is one arm of an experiment: what its compile processes change.
+type Variant struct {
+	// Name labels the arm in reports.
+	Name string `json:"name"`
+	// Spec is the SPEC it was parsed from.
+	Spec string `json:"spec"`
+	// Props are OpenVINO compile properties (prop:KEY=VALUE).
+	Props map[string]string `json:"props,omitempty"`
+	// Env are environment variables of its processes (env:KEY=VALUE).
+	Env map[string]string `json:"env,omitempty"`
+	// Lib is an OpenVINO library folder (lib:DIR), passed to its processes
+	// as OVRUN_OPENVINO_LIB.
+	Lib string `json:"lib,omitempty"`
+	// OpenVINOVersion and Library are what its warm-up process loaded;
+	// PrecisionEffective is the precision its compiled graph runs in.
+	OpenVINOVersion    string `json:"openvino_version,omitempty"`
+	Library            string `json:"library,omitempty"`
+	PrecisionEffective string `json:"precision_effective,omitempty"`
+}
+
+var variantName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.+-]*$`)
+
+// ParseVariant parses NAME=SPEC, where SPEC is a comma-separated list of
+// prop:KEY=VALUE (an OpenVINO compile property), env:KEY=VALUE (an
+// environment variable) and lib:DIR (an OpenVINO build's library folder).
+// An empty SPEC is the unchanged default. Values cannot contain commas.
+// Errors name the variant and the part at fault.
+func ParseVariant(s string) (Variant, error) {
+	name, spec, ok := strings.Cut(s, "=")
+	if !ok {
+		return Variant{}, fmt.Errorf("variant %q: want NAME=SPEC (e.g. base=prop:INFERENCE_PRECISION_HINT=f32)", s)
+	}
+	if !variantName.MatchString(name) {
+		return Variant{}, fmt.Errorf("variant %q: name %q must be letters, digits, '_', '.', '+' or '-'", s, name)
+	}
+	v := Variant{Name: name, Spec: spec}
+	if strings.TrimSpace(spec) == "" {
+		return v, nil
+	}
+	for i, part := range strings.Split(spec, ",") {
+		part = strings.TrimSpace(part)
+		bad := func(format string, args ...any) error {
+			return fmt.Errorf("variant %s: part %d %q: %s", name, i+1, part, fmt.Sprintf(format, args...))
+		}
+		kind, rest, ok := strings.Cut(part, ":")
+		if !ok {
+			return Variant{}, bad("want prop:KEY=VALUE, env:KEY=VALUE or lib:DIR")
+		}
+		switch kind {
+		case "prop", "env":
+			k, val, ok := strings.Cut(rest, "=")
+			if !ok || k == "" {
+				return Variant{}, bad("want %s:KEY=VALUE", kind)
+			}
+			m := &v.Props
+			if kind == "env" {
+				m = &v.Env
+				if k == ov.EnvLibrary {
+					return Variant{}, bad("use lib:DIR to choose the OpenVINO library")
+				}
+			}
+			if *m == nil {
+				*m = map[string]string{}
+			}
+			if _, dup := (*m)[k]; dup {
+				return Variant{}, bad("%s %s is set twice", kind, k)
+			}
+			(*m)[k] = val
+		case "lib":
+			if rest == "" {
+				return Variant{}, bad("want lib:DIR")
+			}
+			if v.Lib != "" {
+				return Variant{}, bad("lib is set twice")
+			}
+			v.Lib = rest
+		default:
+			return Variant{}, bad("unknown kind %q: want prop, env or lib", kind)
+		}
+	}
+	return v, nil
+}
+
+// ParseVariants parses each NAME=SPEC and checks that the names are unique
+// and that there are at least two.
+func ParseVariants(specs []string) ([]Variant, error) {
+	if len(specs) < 2 {
+		return nil, fmt.Errorf("give at least two --variant NAME=SPEC (the first is the control), got %d", len(specs))
+	}
+	var out []Variant
+	for _, s := range specs {
+		v, err := ParseVariant(s)
+		if err != nil {
+			return nil, err
+		}
+		if slices.ContainsFunc(out, func(o Variant) bool { return o.Name == v.Name }) {
+			return nil, fmt.Errorf("variant %s: the name is used twice", v.Name)
+		}
+		out = append(out, v)
+	}
+	return out, nil
+}
+
+// Check verifies what can be verified before running: that a lib:DIR exists.
+func (v Variant) Check() error {
+	if v.Lib == "" {
+		return nil
+	}
+	if _, err := os.Stat(v.Lib); err != nil {
+		return fmt.Errorf("variant %s: lib:%s: %w", v.Name, v.Lib, err)
+	}
+	return nil
+}
+
+// Environ returns base with the variant's environment applied: its env
+// entries and, for lib:DIR, OVRUN_OPENVINO_LIB=DIR.
+func (v Variant) Environ(base []string) []string {
+	set := maps.Clone(v.Env)
+	if set == nil {
+		set = map[string]string{}
+	}
+	if v.Lib != "" {
+		set[ov.EnvLibrary] = v.Lib
+	}
+	out := make([]string, 0, len(base)+len(set))
+	for _, kv := range base {
+		k, _, _ := strings.Cut(kv, "=")
+		if _, override := set[k]; !override {
+			out = append(out, kv)
+		}
+	}
+	for _, k := range slices.Sorted(maps.Keys(set)) {
+		out = append(out, k+"="+set[k])
+	}
+	return out
+}

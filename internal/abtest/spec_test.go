@@ -1,0 +1,97 @@
+package abtest
+
+import (
+	"slices"
+	"strings"
+	"testing"
+)
+
+func TestParseVariant(t *testing.T) {
+	tests := []struct {
+		name, in string
+		want     Variant
+	}{
+		{"property", "f32=prop:INFERENCE_PRECISION_HINT=f32",
+			Variant{Name: "f32", Spec: "prop:INFERENCE_PRECISION_HINT=f32", Props: map[string]string{"INFERENCE_PRECISION_HINT": "f32"}}},
+		{"all kinds", "memo=lib:/opt/ov/libs, env:OV_CPU_DEBUG=1,prop:PERFORMANCE_HINT=LATENCY",
+			Variant{Name: "memo", Spec: "lib:/opt/ov/libs, env:OV_CPU_DEBUG=1,prop:PERFORMANCE_HINT=LATENCY", Lib: "/opt/ov/libs",
+				Env: map[string]string{"OV_CPU_DEBUG": "1"}, Props: map[string]string{"PERFORMANCE_HINT": "LATENCY"}}},
+		{"value with =", "x=env:OPTS=a=b", Variant{Name: "x", Spec: "env:OPTS=a=b", Env: map[string]string{"OPTS": "a=b"}}},
+		{"empty spec is the default", "base=", Variant{Name: "base"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := ParseVariant(tt.in)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.Name != tt.want.Name || got.Spec != tt.want.Spec || got.Lib != tt.want.Lib ||
+				!mapsEqual(got.Props, tt.want.Props) || !mapsEqual(got.Env, tt.want.Env) {
+				t.Errorf("got %+v, want %+v", got, tt.want)
+			}
+		})
+	}
+}
+
+func mapsEqual(a, b map[string]string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if w, ok := b[k]; !ok || w != v {
+			return false
+		}
+	}
+	return true
+}
+
+func TestParseVariantErrors(t *testing.T) {
+	tests := []struct{ name, in, want string }{
+		{"no name", "prop:A", `want NAME=SPEC`},
+		{"bad name", "a b=prop:A=1", `name "a b" must be`},
+		{"no kind", "x=INFERENCE_PRECISION_HINT", `part 1 "INFERENCE_PRECISION_HINT": want prop:KEY=VALUE`},
+		{"unknown kind", "x=prop:A=1,cfg:B=2", `part 2 "cfg:B=2": unknown kind "cfg"`},
+		{"prop without value", "x=prop:A", `part 1 "prop:A": want prop:KEY=VALUE`},
+		{"env without key", "x=env:=1", `part 1 "env:=1": want env:KEY=VALUE`},
+		{"empty lib", "x=lib:", `part 1 "lib:": want lib:DIR`},
+		{"two libs", "x=lib:/a,lib:/b", `part 2 "lib:/b": lib is set twice`},
+		{"duplicate prop", "x=prop:A=1,prop:A=2", `part 2 "prop:A=2": prop A is set twice`},
+		{"library through env", "x=env:OVRUN_OPENVINO_LIB=/a", "use lib:DIR"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := ParseVariant(tt.in)
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("err = %v, want it to contain %q", err, tt.want)
+			}
+		})
+	}
+}
+
+func TestParseVariants(t *testing.T) {
+	if _, err := ParseVariants([]string{"a=prop:X=1"}); err == nil || !strings.Contains(err.Error(), "at least two") {
+		t.Errorf("one variant: err = %v", err)
+	}
+	if _, err := ParseVariants([]string{"a=prop:X=1", "a=prop:X=2"}); err == nil || !strings.Contains(err.Error(), "variant a: the name is used twice") {
+		t.Errorf("duplicate: err = %v", err)
+	}
+	vs, err := ParseVariants([]string{"a=", "b=prop:X=2"})
+	if err != nil || len(vs) != 2 || vs[0].Name != "a" {
+		t.Errorf("got %+v, %v", vs, err)
+	}
+}
+
+func TestVariantEnviron(t *testing.T) {
+	v, err := ParseVariant("memo=lib:/opt/memo,env:TBB_VERSION=1,env:HOME=/tmp/h")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := v.Environ([]string{"HOME=/root", "PATH=/bin", "OVRUN_OPENVINO_LIB=/old"})
+	want := []string{"PATH=/bin", "HOME=/tmp/h", "OVRUN_OPENVINO_LIB=/opt/memo", "TBB_VERSION=1"}
+	if !slices.Equal(got, want) {
+		t.Errorf("Environ = %v, want %v", got, want)
+	}
+	if err := v.Check(); err == nil || !strings.Contains(err.Error(), "variant memo: lib:/opt/memo") {
+		t.Errorf("Check = %v", err)
+	}
+}
