@@ -12,6 +12,8 @@ import (
 	"syscall"
 
 	"github.com/urfave/cli/v2"
+
+	"github.com/ovtoolkit/ovrun/internal/plancmd"
 )
 
 func main() {
@@ -37,6 +39,7 @@ OpenVINO's C library is found in the project's .venv or through OVRUN_OPENVINO_L
 			runCommand,
 			timelineCommand,
 			contentionCommand,
+			plancmd.Command,
 			benchCommand,
 		},
 	}

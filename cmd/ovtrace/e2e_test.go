@@ -9,6 +9,7 @@ import (
 
 	"github.com/ovtoolkit/ovrun/compilecost"
 	"github.com/ovtoolkit/ovrun/internal/abtest"
+	"github.com/ovtoolkit/ovrun/internal/plancmd"
 	"github.com/ovtoolkit/ovrun/internal/profiling"
 	"github.com/ovtoolkit/ovrun/internal/testenv"
 	"github.com/ovtoolkit/ovrun/model"
@@ -139,7 +140,7 @@ func TestPlan(t *testing.T) {
 			t.Errorf("table lacks %s:\n%s", p, out)
 		}
 	}
-	var rep planReport
+	var rep plancmd.Report
 	b, _ := os.ReadFile(path)
 	if err := json.Unmarshal(b, &rep); err != nil || len(rep.Results) != len(compilecost.Policies()) {
 		t.Fatalf("plan.json: %v, %d results", err, len(rep.Results))

@@ -14,6 +14,8 @@ import (
 	"syscall"
 
 	"github.com/urfave/cli/v2"
+
+	"github.com/ovtoolkit/ovrun/internal/plancmd"
 )
 
 func main() {
@@ -57,7 +59,7 @@ OpenVINO's C library is found in the project's .venv or through OVRUN_OPENVINO_L
 			topCommand,
 			diffCommand,
 			abCommand,
-			planCommand,
+			plancmd.Command,
 			compileOnceCommand,
 		},
 	}

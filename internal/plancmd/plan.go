@@ -1,9 +1,14 @@
-package main
+// Package plancmd is the `plan` subcommand shared by ovrun and ovtrace: it
+// predicts every policy's timeline from a compile-cost profile.
+package plancmd
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
+	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 
@@ -12,7 +17,8 @@ import (
 	"github.com/ovtoolkit/ovrun/compilecost"
 )
 
-var planCommand = &cli.Command{
+// Command is the plan subcommand.
+var Command = &cli.Command{
 	Name:  "plan",
 	Usage: "predict the timeline of every run policy from a compile-cost profile (no compiling)",
 	Description: `Simulates one request per policy with compile times from --compile-cost (the
@@ -39,8 +45,8 @@ on the target device (an NPU, say) to size a ladder before running there.`,
 	Action: planAction,
 }
 
-// planReport is plan's --json output.
-type planReport struct {
+// Report is plan's --json output.
+type Report struct {
 	CompileCost string                  `json:"compile_cost"`
 	DecodeRate  float64                 `json:"decode_rate"`
 	Results     []compilecost.SimResult `json:"results"`
@@ -89,7 +95,7 @@ func planAction(c *cli.Context) error {
 	if bw := c.Float64("migrate-gib-per-s"); bw > 0 {
 		cfg.MigrateS = func(_, _, live int) float64 { return float64(int64(live)*kvPerToken) / (bw * (1 << 30)) }
 	}
-	rep := planReport{CompileCost: c.String("compile-cost"), DecodeRate: rate}
+	rep := Report{CompileCost: c.String("compile-cost"), DecodeRate: rate}
 	for _, p := range policies {
 		cfg.Policy = p
 		res := compilecost.Simulate(cfg)
@@ -132,4 +138,26 @@ func writePlan(w io.Writer, results []compilecost.SimResult, kv bool) error {
 		}
 	}
 	return nil
+}
+
+var jsonFlag = &cli.StringFlag{Name: "json", Usage: "write the machine-readable result to `FILE`"}
+
+func parseInts(flag, s string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		v, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil {
+			return nil, fmt.Errorf("--%s: %q is not an integer", flag, f)
+		}
+		out = append(out, v)
+	}
+	return out, nil
+}
+
+func writeJSON(path string, v any) error {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, append(b, '\n'), 0o644)
 }
