@@ -21,9 +21,9 @@ var (
 	ErrRunFailed = errors.New("campaign stopped")
 	// ErrCampaignExists: the output folder already holds a campaign and
 	// --resume was not given.
-	ErrCampaignExists = errors.New("campaign exists")
+	ErrCampaignExists = errors.New("output folder in use")
 	// ErrConfigChanged: --resume with a campaign that differs from the stored one.
-	ErrConfigChanged = errors.New("campaign differs")
+	ErrConfigChanged = errors.New("cannot resume")
 )
 
 // Options are how a campaign is run, as opposed to what it measures.
@@ -71,7 +71,7 @@ func Run(ctx context.Context, cfg *Config, opt Options) (*Report, error) {
 			ErrCampaignExists, opt.Dir, CampaignFile)
 	case err == nil:
 		if d := prev.Diff(cfg); len(d) > 0 {
-			return nil, fmt.Errorf("%w: --resume: %s was made for another campaign (stored vs now): %s",
+			return nil, fmt.Errorf("%w: %s was made for another campaign (stored vs now): %s",
 				ErrConfigChanged, filepath.Join(opt.Dir, CampaignFile), strings.Join(d, "; "))
 		}
 	case !errors.Is(err, fs.ErrNotExist):

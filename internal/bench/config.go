@@ -178,6 +178,8 @@ func (c *Config) matches(s *runtime.Summary, arm string) (bool, string) {
 	switch {
 	case s.Policy != arm:
 		return false, fmt.Sprintf("policy %s, want %s", s.Policy, arm)
+	case s.Model != c.Model:
+		return false, fmt.Sprintf("model %s, want %s", s.Model, c.Model)
 	case !slices.Equal(s.Ladder, c.Ladder):
 		return false, "different ladder"
 	case s.PromptTokens != c.PromptTokens || s.DecodeTokens != c.DecodeTokens:

@@ -25,7 +25,7 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 	if len(r.Arms) > 2 {
 		design = fmt.Sprintf("Williams design (%d sequences per cycle)", WilliamsRows(len(r.Arms)))
 	}
-	fmt.Fprintf(&b, "%d blocks in %s, each run a fresh process, one warm-up run per arm first (excluded).\n\n", cfg.Pairs, design)
+	fmt.Fprintf(&b, "%d blocks in %s, each run a fresh process, one warm-up run per arm first (excluded). Status: %s.\n\n", cfg.Pairs, design, r.Status)
 
 	for _, arm := range r.Arms[1:] {
 		r.writeTable(&b, arm)
@@ -59,7 +59,7 @@ func (r *Report) writeTable(b *strings.Builder, arm string) {
 		f := newFormatter(e, c.ControlMean, c.TreatmentMean)
 		pct := "n/a"
 		if c.PctChange != nil {
-			pct = fmt.Sprintf("%+.2f%%", *c.PctChange)
+			pct = fmtPct(*c.PctChange)
 		}
 		ci := "n/a"
 		if c.CI95Low != nil {
@@ -67,7 +67,7 @@ func (r *Report) writeTable(b *strings.Builder, arm string) {
 		}
 		fmt.Fprintf(b, "| %s `%s` | %s | %s | %s %s · %s | %s %s | %s | %d/%d |\n",
 			e.Label, e.Name, f.val(c.ControlMean), f.val(c.TreatmentMean),
-			f.num(c.DiffMean), f.unit, pct, ci, f.unit, fmtP(c.PSignFlip), c.TreatmentWins, c.N)
+			f.signed(c.DiffMean), f.unit, pct, ci, f.unit, fmtP(c.PSignFlip), c.TreatmentWins, c.N)
 	}
 	b.WriteString("\n")
 }
@@ -209,12 +209,19 @@ func newFormatter(e Endpoint, values ...float64) formatter {
 		}
 		return f
 	}
-	d := 3
-	if m > 0 {
-		d = min(4, max(2, 3-int(math.Floor(math.Log10(m)))))
+	switch {
+	case m == 0:
+		return formatter{unit: "s", scale: 1, decimals: 3}
+	case m >= 1:
+		return formatter{unit: "s", scale: 1, decimals: max(2, 3-int(math.Floor(math.Log10(m))))}
+	case m >= 1e-3:
+		return formatter{unit: "ms", scale: 1e-3, decimals: msDecimals(m / 1e-3)}
 	}
-	return formatter{unit: "s", scale: 1, decimals: d}
+	return formatter{unit: "µs", scale: 1e-6, decimals: msDecimals(m / 1e-6)}
 }
+
+// msDecimals gives a value in [1, 1000) three significant digits.
+func msDecimals(v float64) int { return min(3, max(1, 2-int(math.Floor(math.Log10(v))))) }
 
 func (f formatter) num(v float64) string {
 	s := fmt.Sprintf("%.*f", f.decimals, v/f.scale)
@@ -222,6 +229,24 @@ func (f formatter) num(v float64) string {
 		s = strings.TrimPrefix(s, "-") // no "-0.000"
 	}
 	return s
+}
+
+// signed is num with an explicit sign.
+func (f formatter) signed(v float64) string {
+	s := f.num(v)
+	if !strings.HasPrefix(s, "-") {
+		s = "+" + s
+	}
+	return s
+}
+
+// fmtPct prints a percent change; huge ones (a control mean near zero)
+// in three significant digits.
+func fmtPct(p float64) string {
+	if math.Abs(p) >= 1000 {
+		return fmt.Sprintf("%+.3g%%", p)
+	}
+	return fmt.Sprintf("%+.2f%%", p)
 }
 
 func (f formatter) val(v float64) string { return f.num(v) + " " + f.unit }

@@ -17,7 +17,7 @@ func KVSVG(r *Report, p int) []byte {
 		return nil
 	}
 	const (
-		width, left, right, top = 960.0, 90.0, 24.0, 34.0
+		width, left, right, top = 960.0, 90.0, 24.0, 54.0
 		plotH, gap              = 110.0, 34.0
 	)
 	tmax, ymax := 0.0, 0.0

@@ -91,7 +91,11 @@ func TimelineSVG(r *Report, p int) []byte {
 		if s.EndS > 0 {
 			xe := x.at(s.EndS)
 			g.line(xe, cy-2, xe, dy+lane+2, colAxis, 1, "")
-			g.text(xe+3, dy+lane+12, "start", 10, fmt.Sprintf("last token %.2f s", s.EndS), `fill="#444444"`)
+			label, lx, anchor := fmt.Sprintf("last token %.2f s", s.EndS), xe+3, "start"
+			if lx+6*float64(len(label)) > width {
+				lx, anchor = xe-3, "end"
+			}
+			g.text(lx, dy+lane+12, anchor, 10, label, `fill="#444444"`)
 		}
 	}
 	g.line(left, axisY, width-right, axisY, colAxis, 1, "")
@@ -145,4 +149,3 @@ func armsInRunOrder(r *Report, p int) []string {
 	}
 	return nil
 }
-

@@ -47,17 +47,17 @@ func (t *Terminal) Update(ev Event) {
 	t.drawLocked()
 	if t.stop == nil {
 		t.stop, t.done = make(chan struct{}), make(chan struct{})
-		go t.tick()
+		go t.tick(t.stop, t.done)
 	}
 }
 
-func (t *Terminal) tick() {
-	defer close(t.done)
+func (t *Terminal) tick(stop <-chan struct{}, done chan<- struct{}) {
+	defer close(done)
 	tk := time.NewTicker(time.Second)
 	defer tk.Stop()
 	for {
 		select {
-		case <-t.stop:
+		case <-stop:
 			return
 		case <-tk.C:
 			t.mu.Lock()

@@ -124,8 +124,11 @@ func BuildReport(cfg *Config, runs []RunRecord, meta Meta) *Report {
 		Campaign: *cfg, Runs: runs, Machine: meta.Machine, GoVersion: meta.GoVersion, Command: meta.Command,
 		Comparisons: []Comparison{}, BoundaryEvidence: []BoundaryEvidence{},
 	}
-	failed, done := 0, 0
+	failed, done, reused := 0, 0, 0
 	for i := range runs {
+		if runs[i].Reused {
+			reused++
+		}
 		if runs[i].ok() {
 			done++
 			if r.OpenVINOVersion == "" {
@@ -142,6 +145,9 @@ func BuildReport(cfg *Config, runs []RunRecord, meta Meta) *Report {
 			r.Status = fmt.Sprintf("partial: %d of %d runs have no usable summary", failed, len(runs))
 		} else {
 			r.Status = fmt.Sprintf("complete: %d runs", done)
+		}
+		if reused > 0 {
+			r.Status += fmt.Sprintf(" (%d reused from an earlier invocation; machine load is this one's)", reused)
 		}
 	}
 	byPair := measured(runs)

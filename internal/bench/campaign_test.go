@@ -1,0 +1,256 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/ovtoolkit/ovrun/runtime"
+)
+
+// fakeRunner writes a plausible run summary for every run it is asked for
+// and records the run ids in order. failAt (1-based call number) makes that
+// call fail like a non-zero exit; cancelAt makes it cancel the campaign's
+// context, as Ctrl-C does, and return the context's error.
+type fakeRunner struct {
+	calls    []string
+	failAt   int
+	cancelAt int
+	cancel   context.CancelFunc
+}
+
+var _ Runner = (*fakeRunner)(nil)
+
+func (f *fakeRunner) Run(ctx context.Context, cfg *Config, spec RunSpec) error {
+	f.calls = append(f.calls, spec.ID())
+	n := len(f.calls)
+	if n == f.cancelAt {
+		f.cancel()
+		return ctx.Err()
+	}
+	if n == f.failAt {
+		return errors.New("exit status 1: ovrun: compile of rung 64 failed")
+	}
+	// Deterministic values: one-ahead saves a second of foreground compile.
+	fg := 2.0 + 0.01*float64(spec.Pair)
+	if spec.Arm != cfg.Control() {
+		fg -= 1
+	}
+	s := runtime.Summary{
+		Policy: spec.Arm, Model: cfg.Model, Ladder: cfg.Ladder, PromptTokens: cfg.PromptTokens, DecodeTokens: cfg.DecodeTokens,
+		DecodedTokens: cfg.DecodeTokens, TeacherForced: cfg.TeacherForced, Seed: cfg.Seed, Precision: cfg.Precision,
+		ForegroundCompileS: fg, CriticalPathS: fg + 1, DecodeS: 1, KVReservedPeakBytes: 1 << 20, PeakRSSBytes: 100 << 20,
+		OpenVINOVersion: "fake", FinishReason: "length",
+		Rungs: []runtime.RungSummary{{Capacity: cfg.Ladder[0], Foreground: true, FirstStep: 1, LastStep: 10}},
+	}
+	b, err := json.Marshal(s)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(spec.JSONPath, b, 0o644)
+}
+
+func testConfig() *Config {
+	return &Config{Model: "/models/tiny", Ladder: []int{32, 64, 128}, Arms: []string{"grow-eager", "grow-one-ahead"},
+		Pairs: 6, PromptTokens: 8, DecodeTokens: 100, Seed: 1}
+}
+
+func planIDs(cfg *Config) []string {
+	var ids []string
+	for _, s := range Plan(cfg) {
+		ids = append(ids, s.ID())
+	}
+	return ids
+}
+
+func readReport(t *testing.T, dir string) *Report {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(dir, "report.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r Report
+	if err := json.Unmarshal(b, &r); err != nil {
+		t.Fatal(err)
+	}
+	return &r
+}
+
+func TestCampaignComplete(t *testing.T) {
+	dir := t.TempDir()
+	cfg := testConfig()
+	f := &fakeRunner{}
+	var events []Event
+	rep, err := Run(context.Background(), cfg, Options{Dir: dir, Runner: f, Progress: func(e Event) { events = append(events, e) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(f.calls, planIDs(cfg)) {
+		t.Errorf("runs %v, want the plan %v", f.calls, planIDs(cfg))
+	}
+	if rep.Partial || len(rep.Comparisons) != len(Endpoints) {
+		t.Errorf("partial %v, %d comparisons", rep.Partial, len(rep.Comparisons))
+	}
+	if c := rep.comparison("grow-one-ahead", "foreground_compile_s"); c == nil || c.N != 6 || c.TreatmentWins != 6 || !near(c.PSignFlip, 0.03125) {
+		t.Errorf("foreground compile comparison %+v", c)
+	}
+	if len(events) != 14 || events[0].Index != 1 || events[13].Total != 14 || !events[0].Warmup || events[2].Pair != 1 {
+		t.Errorf("progress events %+v", events)
+	}
+	if events[0].MeanRun != 0 || events[5].MeanRun <= 0 {
+		t.Errorf("ETA: first run %v, sixth %v", events[0].MeanRun, events[5].MeanRun)
+	}
+	for _, name := range []string{"campaign.json", "report.json", "report.md", PlotTimeline, PlotKV, PlotEndpoints} {
+		if _, err := os.Stat(filepath.Join(dir, name)); err != nil {
+			t.Error(err)
+		}
+	}
+	md, _ := os.ReadFile(filepath.Join(dir, "report.md"))
+	for _, p := range []string{PlotTimeline, PlotKV, PlotEndpoints} {
+		if !strings.Contains(string(md), "]("+p+")") {
+			t.Errorf("report.md does not reference %s", p)
+		}
+	}
+}
+
+// A campaign interrupted after k runs keeps them; --resume runs only the rest.
+func TestCampaignResumeAfterInterrupt(t *testing.T) {
+	for _, k := range []int{0, 1, 2, 5, 13} {
+		t.Run(fmt.Sprintf("after %d runs", k), func(t *testing.T) {
+			dir := t.TempDir()
+			cfg := testConfig()
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			first := &fakeRunner{cancelAt: k + 1, cancel: cancel}
+			_, err := Run(ctx, cfg, Options{Dir: dir, Runner: first})
+			if !errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), "--resume") {
+				t.Fatalf("interrupted campaign returned %v", err)
+			}
+			r := readReport(t, dir)
+			if !r.Partial || !strings.Contains(r.Status, "interrupted") {
+				t.Errorf("partial report: partial %v status %q", r.Partial, r.Status)
+			}
+			if got := r.Runs[k].Error; got != "interrupted" {
+				t.Errorf("run %d error %q, want interrupted", k+1, got)
+			}
+
+			// Without --resume the folder is refused.
+			if _, err := Run(context.Background(), cfg, Options{Dir: dir, Runner: &fakeRunner{}}); !errors.Is(err, ErrCampaignExists) {
+				t.Errorf("second run without --resume: %v, want ErrCampaignExists", err)
+			}
+
+			second := &fakeRunner{}
+			rep, err := Run(context.Background(), cfg, Options{Dir: dir, Runner: second, Resume: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := planIDs(cfg)[k:]; !slices.Equal(second.calls, want) {
+				t.Errorf("resume ran %v, want only %v", second.calls, want)
+			}
+			reused := 0
+			for _, rr := range rep.Runs {
+				if rr.Reused {
+					reused++
+				}
+			}
+			if reused != k || rep.Partial {
+				t.Errorf("reused %d (want %d), partial %v", reused, k, rep.Partial)
+			}
+		})
+	}
+}
+
+func TestCampaignResumeRefusesAnotherCampaign(t *testing.T) {
+	dir := t.TempDir()
+	cfg := testConfig()
+	if _, err := Run(context.Background(), cfg, Options{Dir: dir, Runner: &fakeRunner{}}); err != nil {
+		t.Fatal(err)
+	}
+	other := testConfig()
+	other.Pairs, other.DecodeTokens = 8, 200
+	f := &fakeRunner{}
+	_, err := Run(context.Background(), other, Options{Dir: dir, Runner: f, Resume: true})
+	if !errors.Is(err, ErrConfigChanged) || !strings.Contains(err.Error(), "pairs: 6 vs 8") || !strings.Contains(err.Error(), "decode-tokens: 100 vs 200") {
+		t.Errorf("resume with another campaign: %v", err)
+	}
+	if len(f.calls) != 0 {
+		t.Errorf("runs started: %v", f.calls)
+	}
+}
+
+// Summaries that are incomplete (killed, interrupted, failed) or made by
+// another arm are run again on resume.
+func TestCampaignResumeRerunsIncompleteSummaries(t *testing.T) {
+	dir := t.TempDir()
+	cfg := testConfig()
+	if _, err := Run(context.Background(), cfg, Options{Dir: dir, Runner: &fakeRunner{}}); err != nil {
+		t.Fatal(err)
+	}
+	ids := planIDs(cfg)
+	path := func(id string) string { return filepath.Join(dir, "runs", id+".json") }
+	os.WriteFile(path(ids[3]), []byte(`{"policy": "grow-`), 0o644) // cut short
+	edit := func(id string, fn func(*runtime.Summary)) {
+		b, _ := os.ReadFile(path(id))
+		var s runtime.Summary
+		json.Unmarshal(b, &s)
+		fn(&s)
+		b, _ = json.Marshal(s)
+		os.WriteFile(path(id), b, 0o644)
+	}
+	edit(ids[5], func(s *runtime.Summary) { s.FinishReason = "interrupted" })
+	edit(ids[7], func(s *runtime.Summary) { s.Policy = "lazy" })
+	edit(ids[8], func(s *runtime.Summary) { s.Model = "/models/other" })
+	edit(ids[9], func(s *runtime.Summary) { s.Error = "boom"; s.FinishReason = "error" })
+	os.Remove(path(ids[11]))
+	f := &fakeRunner{}
+	if _, err := Run(context.Background(), cfg, Options{Dir: dir, Runner: f, Resume: true}); err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{ids[3], ids[5], ids[7], ids[8], ids[9], ids[11]}; !slices.Equal(f.calls, want) {
+		t.Errorf("resume ran %v, want %v", f.calls, want)
+	}
+}
+
+func TestCampaignStopsAtAFailedRun(t *testing.T) {
+	dir := t.TempDir()
+	cfg := testConfig()
+	f := &fakeRunner{failAt: 4}
+	_, err := Run(context.Background(), cfg, Options{Dir: dir, Runner: f})
+	if !errors.Is(err, ErrRunFailed) || !strings.Contains(err.Error(), "run 4/14 (01-2-grow-one-ahead) failed") ||
+		!strings.Contains(err.Error(), "compile of rung 64 failed") || strings.Contains(err.Error(), "\n") {
+		t.Errorf("error %q", err)
+	}
+	if len(f.calls) != 4 {
+		t.Errorf("%d runs after a failure at run 4", len(f.calls))
+	}
+	r := readReport(t, dir)
+	if !r.Partial || !strings.Contains(r.Runs[3].Error, "compile of rung 64 failed") || r.Runs[4].Error != "not run" {
+		t.Errorf("report: partial %v, run 4 %q, run 5 %q", r.Partial, r.Runs[3].Error, r.Runs[4].Error)
+	}
+	if len(r.Comparisons) != 0 {
+		t.Errorf("%d comparisons without a complete pair", len(r.Comparisons))
+	}
+}
+
+func TestCampaignKeepGoing(t *testing.T) {
+	dir := t.TempDir()
+	cfg := testConfig()
+	f := &fakeRunner{failAt: 4} // pair 1's treatment
+	rep, err := Run(context.Background(), cfg, Options{Dir: dir, Runner: f, KeepGoing: true})
+	if !errors.Is(err, ErrRunFailed) || !strings.Contains(err.Error(), "1 of 14 runs failed") {
+		t.Errorf("error %v", err)
+	}
+	if len(f.calls) != 14 {
+		t.Errorf("%d runs, want all 14", len(f.calls))
+	}
+	c := rep.comparison("grow-one-ahead", "critical_path_s")
+	if !rep.Partial || c == nil || c.N != 5 || !slices.Equal(c.Pairs, []int{2, 3, 4, 5, 6}) {
+		t.Errorf("partial %v, comparison %+v: want pairs 2-6", rep.Partial, c)
+	}
+}

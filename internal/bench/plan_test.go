@@ -1,0 +1,168 @@
+package bench
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+)
+
+func TestPlanTwoArmsAlternatesABBA(t *testing.T) {
+	cfg := &Config{Arms: []string{"grow-eager", "grow-one-ahead"}, Pairs: 6}
+	plan := Plan(cfg)
+	if len(plan) != 2+12 {
+		t.Fatalf("%d runs planned, want 2 warm-ups + 12", len(plan))
+	}
+	for i, a := range cfg.Arms {
+		if s := plan[i]; !s.Warmup || s.Arm != a || s.Pair != 0 {
+			t.Errorf("run %d = %+v, want the warm-up of %s", i, s, a)
+		}
+	}
+	first := map[string]int{}
+	ids := map[string]bool{}
+	for _, s := range plan {
+		if ids[s.ID()] {
+			t.Errorf("duplicate run id %s", s.ID())
+		}
+		ids[s.ID()] = true
+		if !s.Warmup && s.Position == 1 {
+			first[s.Arm]++
+		}
+	}
+	if first["grow-eager"] != 3 || first["grow-one-ahead"] != 3 {
+		t.Errorf("first position counts %v, want 3 each (AB/BA balance)", first)
+	}
+	want := [][]string{{"grow-eager", "grow-one-ahead"}, {"grow-one-ahead", "grow-eager"}}
+	for b, row := range Orders(cfg.Arms, cfg.Pairs) {
+		if !slices.Equal(row, want[b%2]) {
+			t.Errorf("block %d order %v, want %v", b+1, row, want[b%2])
+		}
+	}
+	if got := plan[2].ID(); got != "01-1-grow-eager" {
+		t.Errorf("first measured id %q, want 01-1-grow-eager", got)
+	}
+	if got := plan[0].ID(); got != "warmup-1-grow-eager" {
+		t.Errorf("first warm-up id %q", got)
+	}
+}
+
+// With BalancedPairs blocks, every arm takes every position equally often
+// and every ordered pair of arms is adjacent equally often (Williams).
+func TestOrdersWilliamsBalanceThreeToSixArms(t *testing.T) {
+	policies := []string{"direct", "pyramid", "grow-eager", "grow-one-ahead", "lazy", "grow-remap"}
+	for k := 3; k <= 6; k++ {
+		t.Run(fmt.Sprintf("%d arms", k), func(t *testing.T) {
+			arms := policies[:k]
+			n := BalancedPairs(k)
+			if n < DefaultPairs || n%WilliamsRows(k) != 0 {
+				t.Fatalf("BalancedPairs(%d) = %d", k, n)
+			}
+			pos := map[[2]string]int{}
+			adj := map[[2]string]int{}
+			for _, row := range Orders(arms, n) {
+				if len(row) != k {
+					t.Fatalf("row %v has %d arms", row, len(row))
+				}
+				for p, a := range row {
+					pos[[2]string{a, fmt.Sprint(p)}]++
+					if p > 0 {
+						adj[[2]string{row[p-1], a}]++
+					}
+				}
+			}
+			for _, a := range arms {
+				for p := range k {
+					if got, want := pos[[2]string{a, fmt.Sprint(p)}], n/k; got != want {
+						t.Errorf("%s in position %d %d times, want %d", a, p, got, want)
+					}
+				}
+				for _, b := range arms {
+					if a != b && adj[[2]string{a, b}] != adj[[2]string{arms[0], arms[1]}] {
+						t.Errorf("%s->%s adjacent %d times, %s->%s %d times", a, b, adj[[2]string{a, b}],
+							arms[0], arms[1], adj[[2]string{arms[0], arms[1]}])
+					}
+				}
+			}
+		})
+	}
+}
+
+func TestValidate(t *testing.T) {
+	ok := func() Config {
+		return Config{Model: "/m", Ladder: []int{32, 64, 128}, Arms: []string{"grow-eager", "grow-one-ahead"},
+			Pairs: 6, PromptTokens: 8, DecodeTokens: 100}
+	}
+	tests := []struct {
+		name       string
+		edit       func(*Config)
+		allowSmall bool
+		wantErr    string // "" for none
+	}{
+		{name: "default campaign", edit: func(*Config) {}},
+		{name: "five pairs", edit: func(c *Config) { c.Pairs = 5 }, wantErr: "floor is 2/2^n = 0.0625"},
+		{name: "odd pairs above six", edit: func(c *Config) { c.Pairs = 7 }, wantErr: "even number"},
+		{name: "two pairs allowed small", edit: func(c *Config) { c.Pairs = 2 }, allowSmall: true},
+		{name: "one arm", edit: func(c *Config) { c.Arms = c.Arms[:1] }, wantErr: "at least two arms"},
+		{name: "unknown policy", edit: func(c *Config) { c.Arms[1] = "fast" }, wantErr: "unknown policy"},
+		{name: "arm twice", edit: func(c *Config) { c.Arms[1] = c.Arms[0] }, wantErr: "appears twice"},
+		{name: "bad ladder", edit: func(c *Config) { c.Ladder = []int{64, 32} }, wantErr: "ladder"},
+		{name: "no prompt", edit: func(c *Config) { c.PromptTokens = 0 }, wantErr: "--prompt-tokens"},
+		{name: "reserved run flag", edit: func(c *Config) { c.RunFlags = []string{"--policy=direct"} }, wantErr: "sets --policy itself"},
+		{name: "run flag without dashes", edit: func(c *Config) { c.RunFlags = []string{"infer-threads=1"} }, wantErr: "want a flag"},
+		{name: "run flag", edit: func(c *Config) { c.RunFlags = []string{"--infer-threads=1", "--compile-cpus=1,2"} }},
+		{name: "four arms six pairs", edit: func(c *Config) { c.Arms = []string{"grow-eager", "grow-one-ahead", "direct", "pyramid"} }, wantErr: "multiple of 4"},
+		{name: "four arms eight pairs", edit: func(c *Config) {
+			c.Arms = []string{"grow-eager", "grow-one-ahead", "direct", "pyramid"}
+			c.Pairs = 8
+		}},
+		{name: "three arms six pairs", edit: func(c *Config) { c.Arms = []string{"grow-eager", "grow-one-ahead", "lazy"} }},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			c := ok()
+			tc.edit(&c)
+			err := c.Validate(tc.allowSmall)
+			switch {
+			case tc.wantErr == "" && err != nil:
+				t.Fatalf("unexpected error: %v", err)
+			case tc.wantErr != "" && err == nil:
+				t.Fatalf("no error, want one containing %q", tc.wantErr)
+			case tc.wantErr != "" && !strings.Contains(err.Error(), tc.wantErr):
+				t.Fatalf("error %q does not contain %q", err, tc.wantErr)
+			}
+		})
+	}
+}
+
+func TestSignFlipFloor(t *testing.T) {
+	for n, want := range map[int]float64{5: 0.0625, 6: 0.03125, 2: 0.5} {
+		if got := SignFlipFloor(n); got != want {
+			t.Errorf("SignFlipFloor(%d) = %g, want %g", n, got, want)
+		}
+	}
+}
+
+func TestConfigDiffNamesTheFields(t *testing.T) {
+	a := Config{Model: "/m", Ladder: []int{32, 64}, Arms: []string{"grow-eager", "grow-one-ahead"}, Pairs: 6, PromptTokens: 8, DecodeTokens: 100}
+	b := a
+	b.Pairs, b.Ladder, b.Precision = 8, []int{32, 128}, "f32"
+	got := strings.Join(a.Diff(&b), "; ")
+	want := "ladder: 32,64 vs 32,128; pairs: 6 vs 8; precision: default vs f32"
+	if got != want {
+		t.Errorf("Diff = %q, want %q", got, want)
+	}
+	if d := a.Diff(&a); len(d) != 0 {
+		t.Errorf("Diff with itself = %v", d)
+	}
+}
+
+func TestRunArgs(t *testing.T) {
+	c := Config{Model: "/m", Ladder: []int{32, 64}, Arms: []string{"grow-eager", "lazy"}, Pairs: 6,
+		PromptTokens: 8, DecodeTokens: 100, TeacherForced: true, Seed: 3, Precision: "f32",
+		VerifyBoundaries: true, RunFlags: []string{"--infer-threads=1"}}
+	got := strings.Join(c.RunArgs("lazy", "/out/r.json"), " ")
+	want := "run --model /m --ladder 32,64 --policy lazy --prompt-tokens 8 --decode-tokens 100 --seed 3 --teacher-forced --precision f32 --verify --infer-threads=1 --json /out/r.json --quiet"
+	if got != want {
+		t.Errorf("RunArgs =\n%s\nwant\n%s", got, want)
+	}
+}
