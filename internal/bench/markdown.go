@@ -80,7 +80,7 @@ func (r *Report) writeReading(b *strings.Builder) {
 	n := r.Comparisons[0].N
 	b.WriteString("Paired effect = treatment − control, mean over pairs (negative: lower for the treatment) and as % of the control mean. ")
 	b.WriteString("95% CI: paired t. p: exact two-sided sign-flip (permutation) test of the paired differences. ")
-	b.WriteString("Wins: pairs in which the treatment's value was lower (every endpoint is lower-is-better). ")
+	b.WriteString("Wins: pairs in which the treatment's value was better: lower, except for successor compile overlapped, where more compile hidden behind decode is better. ")
 	b.WriteString("Raw per-run values are in `report.json` (`comparisons[].control_values`, `treatment_values`).\n\n")
 	floor := SignFlipFloor(n)
 	if floor > 0.05 {
