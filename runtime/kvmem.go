@@ -1,12 +1,10 @@
 package runtime
 
 import (
-	"bufio"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
-	"strconv"
-	"strings"
 	"sync/atomic"
 	"syscall"
 	"unsafe"
@@ -76,46 +74,40 @@ func (b *KVBuffer) View(capacity int) (*KV, error) {
 }
 
 // Committed counts the bytes of the buffer backed by private physical pages,
-// as the kernel reports them (the Anonymous: lines of /proc/self/smaps for
-// its mappings), not as computed from capacities. Pages that were only read
-// map the shared zero page and do not count.
+// as the kernel reports them, not as computed from capacities: a page counts
+// when /proc/self/pagemap shows it present and exclusively mapped. Pages that
+// were only read map the shared zero page and do not count. Reading a few
+// pagemap entries per mapping keeps this cheap enough to call every step.
 func (b *KVBuffer) Committed() (int64, error) {
-	ranges := make(map[uintptr]bool, len(b.maps))
-	for _, m := range b.maps {
-		if len(m) > 0 {
-			ranges[uintptr(unsafe.Pointer(&m[0]))] = true
-		}
-	}
-	return anonymousBytes(ranges)
-}
-
-// anonymousBytes sums the Anonymous: field of the smaps entries starting at
-// the given addresses.
-func anonymousBytes(starts map[uintptr]bool) (int64, error) {
-	f, err := os.Open("/proc/self/smaps")
+	f, err := os.Open("/proc/self/pagemap")
 	if err != nil {
 		return 0, fmt.Errorf("measure committed kv: %w", err)
 	}
 	defer f.Close()
+	page := os.Getpagesize()
 	var total int64
-	in := false
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		line := sc.Text()
-		if i := strings.IndexByte(line, '-'); i > 0 && !strings.Contains(line[:i], ":") && !strings.HasSuffix(line, "kB") {
-			addr, err := strconv.ParseUint(line[:i], 16, 64)
-			in = err == nil && starts[uintptr(addr)]
+	var entries []byte
+	for _, m := range b.maps {
+		if len(m) == 0 {
 			continue
 		}
-		if rest, ok := strings.CutPrefix(line, "Anonymous:"); in && ok {
-			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
-			if err != nil {
-				return 0, fmt.Errorf("parse smaps %q: %w", line, err)
+		n := (len(m) + page - 1) / page
+		if cap(entries) < 8*n {
+			entries = make([]byte, 8*n)
+		}
+		entries = entries[:8*n]
+		off := int64(uintptr(unsafe.Pointer(&m[0]))/uintptr(page)) * 8
+		if _, err := f.ReadAt(entries, off); err != nil {
+			return 0, fmt.Errorf("read pagemap: %w", err)
+		}
+		for i := 0; i < n; i++ {
+			e := binary.LittleEndian.Uint64(entries[8*i:])
+			if e&(1<<63) != 0 && e&(1<<56) != 0 { // present, exclusively mapped
+				total += int64(page)
 			}
-			total += kb * 1024
 		}
 	}
-	return total, sc.Err()
+	return total, nil
 }
 
 // Free unmaps the buffer; views of it must no longer be used.

@@ -381,8 +381,8 @@ func (r *run) decode() error {
 			}
 		}
 		r.meter.setLive(t1, int64(len(r.fed))*r.shape.TokenBytes())
-		if r.policy == GrowRemap && t1.Sub(r.lastSample) >= 10*time.Millisecond {
-			r.meter.setReserved(t1, r.reservedBytes()) // reading smaps costs ~1 ms: sampled
+		if r.policy == GrowRemap {
+			r.meter.setReserved(t1, r.reservedBytes())
 		}
 		r.sample(t1, false)
 		r.planAhead()
@@ -470,12 +470,12 @@ func (r *run) boundary(step int) error {
 	if err := r.exe.Bind(r.kv); err != nil {
 		return err
 	}
+	done := r.now()
 	// The context only grows: the smaller graph is never used again, and
 	// freeing it returns its compiled-model memory.
 	if err := r.sch.drop(r.jobs[from]); err != nil {
 		return err
 	}
-	done := r.now()
 	rs.MigrateS = done.Sub(waited).Seconds()
 	r.s.MigrateS += rs.MigrateS
 	r.s.MigrateBytes += rs.MigrateBytes

@@ -31,7 +31,7 @@ type Summary struct {
 	KVReservedPeakBytes int64   `json:"kv_reserved_peak_bytes"`
 	KVLiveAvgBytes      float64 `json:"kv_live_avg_bytes"`
 	KVLiveFinalBytes    int64   `json:"kv_live_final_bytes"`
-	KVMeasured          string  `json:"kv_measured"`              // "allocated" (buffer sizes) or "committed" (private pages, /proc/self/smaps)
+	KVMeasured          string  `json:"kv_measured"`              // "allocated" (buffer sizes) or "committed" (private pages, /proc/self/pagemap)
 	RemapFallback       bool    `json:"remap_fallback,omitempty"` // grow-remap ran with copies (device cannot take views)
 	PeakRSSBytes        int64   `json:"peak_rss_bytes"`
 

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"encoding/binary"
 	"encoding/json"
 	"os"
 	"os/exec"
@@ -122,6 +123,50 @@ func TestBadInputGivesOneClearLine(t *testing.T) {
 	cfg, _ := os.ReadFile(filepath.Join(gpt2, "config.json"))
 	os.WriteFile(filepath.Join(gpt2, "config.json"), bytes.Replace(cfg, []byte(`"qwen2"`), []byte(`"gpt2"`), 1), 0o644)
 
+	// Hand-made files: a header length beyond the file, two tensors whose
+	// bytes overlap, a dtype safetensors does not define, a wrong shape.
+	craft := func(header string, data int) string {
+		dir := copyCheckpoint(t, "tiny")
+		b := make([]byte, 8, 8+len(header)+data)
+		binary.LittleEndian.PutUint64(b, uint64(len(header)))
+		b = append(append(b, header...), make([]byte, data)...)
+		if err := os.WriteFile(filepath.Join(dir, "model.safetensors"), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return dir
+	}
+	absurd := copyCheckpoint(t, "tiny")
+	absurdFile := filepath.Join(absurd, "model.safetensors")
+	b, _ := os.ReadFile(absurdFile)
+	binary.LittleEndian.PutUint64(b, 1<<40)
+	os.WriteFile(absurdFile, b, 0o644)
+	overlap := craft(`{"a":{"dtype":"F32","shape":[4],"data_offsets":[0,16]},"b":{"dtype":"F32","shape":[4],"data_offsets":[8,24]}}`, 24)
+	dtype := craft(`{"a":{"dtype":"F33","shape":[4],"data_offsets":[0,16]}}`, 16)
+	shape := copyCheckpoint(t, "tiny")
+	{
+		f, err := model.OpenSafetensors(filepath.Join(testenv.Synth(t, "tiny", "F32"), "model.safetensors"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ts []*model.Tensor
+		for _, n := range f.Names() {
+			tt := *f.Tensors[n]
+			if n == "model.norm.weight" { // [64] -> [32]
+				tt.Shape, tt.Data = []int64{32}, tt.Data[:128]
+			}
+			ts = append(ts, &tt)
+		}
+		out, err := os.Create(filepath.Join(shape, "model.safetensors"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := model.WriteSafetensors(out, ts, nil); err != nil {
+			t.Fatal(err)
+		}
+		out.Close()
+		f.Close()
+	}
+
 	tiny := testenv.Synth(t, "tiny", "F32")
 	tests := []struct {
 		name string
@@ -130,6 +175,10 @@ func TestBadInputGivesOneClearLine(t *testing.T) {
 		want string
 	}{
 		{name: "truncated checkpoint", args: []string{"generate", "--model", truncated, "--capacity", "32", "--prompt-tokens", "4"}, want: "corrupt checkpoint"},
+		{name: "absurd header length", args: []string{"generate", "--model", absurd, "--capacity", "32", "--prompt-tokens", "4"}, want: "header length"},
+		{name: "overlapping offsets", args: []string{"generate", "--model", overlap, "--capacity", "32", "--prompt-tokens", "4"}, want: "corrupt checkpoint"},
+		{name: "unknown dtype", args: []string{"generate", "--model", dtype, "--capacity", "32", "--prompt-tokens", "4"}, want: "F33"},
+		{name: "wrong shape", args: []string{"generate", "--model", shape, "--capacity", "32", "--prompt-tokens", "4"}, want: `"model.norm.weight" has shape [32], want [64]`},
 		{name: "missing tensor", args: []string{"generate", "--model", missing, "--capacity", "32", "--prompt-tokens", "4"}, want: `missing tensor "model.layers.1.mlp.up_proj.weight"`},
 		{name: "unsupported architecture", args: []string{"generate", "--model", gpt2, "--capacity", "32", "--prompt-tokens", "4"}, want: `model_type "gpt2"`},
 		{name: "missing checkpoint", args: []string{"generate", "--model", filepath.Join(t.TempDir(), "nope"), "--capacity", "32", "--prompt-tokens", "4"}, want: "config.json"},

@@ -43,7 +43,7 @@ On a CPU both decode and background compiles use the same cores; see
 		&cli.BoolFlag{Name: "teacher-forced", Usage: "feed a seeded token stream (identical for every policy) instead of the model's own predictions"},
 		&cli.BoolFlag{Name: "verify", Usage: "at every boundary compare the first step with a control that never switched (not for timing)"},
 		&cli.StringFlag{Name: "compile-cpus", Usage: "pin background compiles to these `CPUS` (e.g. 1 or 2-3)"},
-		&cli.IntFlag{Name: "compile-nice", Usage: "nice `N` (0-19) for the background compile thread"},
+		&cli.IntFlag{Name: "compile-nice", Value: 19, Usage: "nice `N` (0-19) for the background compile thread; 19 lets decode keep the cores (see ovrun contention)"},
 		jsonFlag, quietFlag,
 	), traceFlags...),
 	Action: runAction,
