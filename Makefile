@@ -58,6 +58,7 @@ $(JAEGER): tools/jaeger/go.mod
 
 unit: build $(JAEGER)
 	@mkdir -p $(CACHE)
+	@$(MAKE) --no-print-directory profilers || echo "profilers: could not install perf/valgrind; the profiler tests will skip"
 	OVRUN_JAEGER=$(abspath $(JAEGER)) go test -count=1 ./... 2>&1 | tee $(CACHE)/test.log; status=$${PIPESTATUS[0]}; \
 	echo "== Go test summary =="; grep -E '^(ok|FAIL|--- FAIL|panic)' $(CACHE)/test.log || true; exit $$status
 

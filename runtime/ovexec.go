@@ -152,7 +152,7 @@ func (c *OVCompiler) CompileIR(ctx context.Context, spec model.GraphSpec, xml []
 		c.effective = p
 		c.mu.Unlock()
 	}
-	e := &ovExecutable{spec: spec, compiled: cm, shape: c.shape, vocab: c.vocab}
+	e := &ovExecutable{spec: spec, compiled: cm, shape: c.shape, vocab: c.vocab, irBytes: len(xml)}
 	if err := e.prepare(); err != nil {
 		return nil, errors.Join(fmt.Errorf("prepare graph %s: %w", spec.Name(), err), e.Close())
 	}
@@ -191,7 +191,11 @@ type ovExecutable struct {
 	tensors       []*ov.Tensor // bound once, freed on Close
 	kvTensors     []*ov.Tensor // bound per Bind
 	kv            *KV
+	irBytes       int
 }
+
+// IRBytes is the size of the IR XML the graph was compiled from.
+func (e *ovExecutable) IRBytes() int { return e.irBytes }
 
 var _ Executable = (*ovExecutable)(nil)
 

@@ -225,6 +225,9 @@ func (r *run) record(j *compileJob, kind string, attempt int) {
 	if j.err != nil {
 		c.Error = j.err.Error()
 	}
+	if x, ok := j.exe.(interface{ IRBytes() int }); ok {
+		c.IRBytes = x.IRBytes()
+	}
 	r.s.Compiles = append(r.s.Compiles, c)
 }
 

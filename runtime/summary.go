@@ -86,6 +86,7 @@ type CompileRecord struct {
 	StartS     float64 `json:"start_s"`
 	EndS       float64 `json:"end_s"`
 	CompileS   float64 `json:"compile_s"`
+	IRBytes    int     `json:"ir_bytes,omitempty"` // size of the emitted IR XML
 	Error      string  `json:"error,omitempty"`
 }
 

@@ -12,6 +12,10 @@ import (
 	"github.com/ovtoolkit/ovrun/tracing"
 )
 
+// EventBudget names the root-span event of a compile budget overrun or a
+// predicted deadline miss.
+const EventBudget = "compile.budget"
+
 // EmitSpans turns a finished (or failed, or interrupted) run's summary into
 // one trace: a root span for the run with compile, prefill, decode, migrate
 // and boundary.wait children, at the times the summary recorded. The
@@ -49,11 +53,14 @@ func EmitSpans(ctx context.Context, tracer trace.Tracer, s *Summary, processStar
 		if c.Error != "" {
 			outcome = tracing.OutcomeError
 		}
-		child(tracing.SpanCompile, c.StartS, stop, c.Error,
-			tracing.AttrCapacity.Int(c.Capacity), tracing.AttrChunk.Int(c.Chunk), device,
+		attrs := []attribute.KeyValue{tracing.AttrCapacity.Int(c.Capacity), tracing.AttrChunk.Int(c.Chunk), device,
 			tracing.AttrCompileForeground.Bool(c.Foreground), tracing.AttrCompileKind.String(c.Kind),
 			tracing.AttrCompileAttempt.Int(c.Attempt), tracing.AttrCompileS.Float64(c.CompileS),
-			tracing.AttrOutcome.String(outcome))
+			tracing.AttrOutcome.String(outcome)}
+		if c.IRBytes > 0 {
+			attrs = append(attrs, tracing.AttrIRBytes.Int(c.IRBytes))
+		}
+		child(tracing.SpanCompile, c.StartS, stop, c.Error, attrs...)
 	}
 	if s.PrefillStartS > 0 {
 		stop := s.PrefillEndS
@@ -100,6 +107,23 @@ func EmitSpans(ctx context.Context, tracer trace.Tracer, s *Summary, processStar
 				tracing.AttrTokens.Int(tokens), tracing.AttrFirstStep.Int(r.FirstStep), tracing.AttrLastStep.Int(r.LastStep),
 				tracing.AttrTokensPerS.Float64(r.TokensPerS), tracing.AttrDecodeS.Float64(r.DecodeS))
 		}
+	}
+	// Compile budgets from --compile-cost: an event where a rung overran its
+	// predicted compile time or was predicted to miss its deadline.
+	for _, b := range s.Budgets {
+		if b.OverrunS <= 0 && b.MissedS <= 0 {
+			continue
+		}
+		t := end
+		for _, r := range s.Rungs {
+			if r.Capacity == b.Capacity && r.CompileEndS > 0 {
+				t = r.CompileEndS
+			}
+		}
+		root.AddEvent(EventBudget, at(t), trace.WithAttributes(tracing.AttrCapacity.Int(b.Capacity),
+			attribute.Float64("ovrun.budget.predicted_s", b.PredictedS), attribute.Float64("ovrun.budget.actual_s", b.ActualS),
+			attribute.Float64("ovrun.budget.overrun_s", b.OverrunS), attribute.Float64("ovrun.budget.window_s", b.WindowS),
+			attribute.Float64("ovrun.budget.deadline_missed_by_s", b.MissedS), attribute.Int("ovrun.budget.lookahead", b.Lookahead)))
 	}
 	for _, k := range kvEvents(s.KVTimeline, tracing.MaxKVEvents) {
 		root.AddEvent(tracing.EventKV, at(k.TS), trace.WithAttributes(

@@ -267,3 +267,32 @@ func TestKVEventsKeepEveryReservedStep(t *testing.T) {
 		t.Errorf("short timeline thinned to %d", len(got))
 	}
 }
+
+func TestEmitSpansBudgetOverrunEvent(t *testing.T) {
+	s := traceSummary()
+	s.Compiles[0].IRBytes = 1234
+	s.Budgets = []Budget{{Capacity: s.Rungs[len(s.Rungs)-1].Capacity, PredictedS: 1, ActualS: 3, OverrunS: 2, Lookahead: 1}}
+	var root sdktrace.ReadOnlySpan
+	var irBytes int64
+	for _, sp := range recordSpans(t, s, time.Unix(0, 0)) {
+		if sp.Parent().IsValid() {
+			if v, ok := attrsOf(sp)["ovrun.ir_bytes"]; ok {
+				irBytes = v.AsInt64()
+			}
+			continue
+		}
+		root = sp
+	}
+	if irBytes != 1234 {
+		t.Errorf("compile span ir_bytes = %d, want 1234", irBytes)
+	}
+	n := 0
+	for _, e := range root.Events() {
+		if e.Name == EventBudget {
+			n++
+		}
+	}
+	if n != 1 {
+		t.Errorf("%d %s events on the run span, want 1", n, EventBudget)
+	}
+}
