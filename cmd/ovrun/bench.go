@@ -13,6 +13,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/ovtoolkit/ovrun/internal/bench"
+	"github.com/ovtoolkit/ovrun/internal/cliutil"
 )
 
 var benchCommand = &cli.Command{
@@ -71,7 +72,7 @@ func (s *stringList) Set(x string) error { s.v = append(s.v, x); return nil }
 func (s *stringList) String() string     { return strings.Join(s.v, " ") }
 
 func benchAction(c *cli.Context) error {
-	ladder, err := parseInts("ladder", c.String("ladder"))
+	ladder, err := cliutil.ParseInts("ladder", c.String("ladder"))
 	if err != nil {
 		return err
 	}
@@ -131,7 +132,7 @@ func benchAction(c *cli.Context) error {
 	}
 	if errors.Is(err, context.Canceled) {
 		// Our own line and exit status 130, instead of main's generic one.
-		return cli.Exit("ovrun: "+strings.TrimSuffix(oneLine(err), ": "+context.Canceled.Error()), 130)
+		return cli.Exit("ovrun: "+strings.TrimSuffix(cliutil.OneLine(err), ": "+context.Canceled.Error()), 130)
 	}
 	return err
 }

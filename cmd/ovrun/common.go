@@ -7,6 +7,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/ovtoolkit/ovrun/internal/cliutil"
 	"github.com/ovtoolkit/ovrun/model"
 	"github.com/ovtoolkit/ovrun/ov"
 	"github.com/ovtoolkit/ovrun/runtime"
@@ -39,20 +40,12 @@ func ovOptions(c *cli.Context) (runtime.OVOptions, error) {
 		CacheDir:     c.String(cacheDirFlag.Name),
 		Properties:   map[string]string{},
 	}
-	switch p := strings.ToLower(c.String(precisionFlag.Name)); p {
-	case "", "f32", "bf16", "f16":
-		o.Precision = p
-	default:
-		return o, fmt.Errorf("--precision %q: want f32, bf16 or f16", p)
+	var err error
+	if o.Precision, err = cliutil.ParsePrecision(c.String(precisionFlag.Name)); err != nil {
+		return o, err
 	}
-	for _, kv := range c.StringSlice(propFlag.Name) {
-		k, v, ok := strings.Cut(kv, "=")
-		if !ok || k == "" {
-			return o, fmt.Errorf("--prop %q: want KEY=VALUE", kv)
-		}
-		o.Properties[k] = v
-	}
-	return o, nil
+	o.Properties, err = cliutil.ParseProps(c.StringSlice(propFlag.Name))
+	return o, err
 }
 
 // openModel loads OpenVINO and the checkpoint, in that order, so a missing
@@ -104,21 +97,4 @@ func parseIDs(s string, vocab int) ([]int64, error) {
 		out = append(out, v)
 	}
 	return out, nil
-}
-
-func parseInts(flag, s string) ([]int, error) {
-	var out []int
-	for _, f := range strings.Split(s, ",") {
-		v, err := strconv.Atoi(strings.TrimSpace(f))
-		if err != nil {
-			return nil, fmt.Errorf("--%s: %q is not an integer", flag, f)
-		}
-		out = append(out, v)
-	}
-	return out, nil
-}
-
-// oneLine keeps an error to a single line for the terminal.
-func oneLine(err error) string {
-	return strings.Join(strings.Fields(strings.ReplaceAll(err.Error(), "\n", " ")), " ")
 }

@@ -5,6 +5,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/ovtoolkit/ovrun/internal/cliutil"
 	"github.com/ovtoolkit/ovrun/runtime"
 )
 
@@ -55,7 +56,7 @@ compile uses the host. Try:
 		fmt.Printf("compile alone         %8.2f s\n", res.CompileAloneS)
 		fmt.Printf("compile under decode  %8.2f s  (%+.1f%%)\n", res.CompileUnderDecodeS, res.CompileSlowdownPct)
 		if p := c.String(jsonFlag.Name); p != "" {
-			return writeJSON(p, res)
+			return cliutil.WriteJSON(p, res)
 		}
 		return nil
 	},

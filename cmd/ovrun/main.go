@@ -13,6 +13,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/ovtoolkit/ovrun/internal/cliutil"
 	"github.com/ovtoolkit/ovrun/internal/plancmd"
 )
 
@@ -48,7 +49,7 @@ OpenVINO's C library is found in the project's .venv or through OVRUN_OPENVINO_L
 			fmt.Fprintln(os.Stderr, "ovrun: interrupted; what was done so far is in the summary")
 			os.Exit(130)
 		}
-		fmt.Fprintln(os.Stderr, "ovrun:", oneLine(err))
+		fmt.Fprintln(os.Stderr, "ovrun:", cliutil.OneLine(err))
 		os.Exit(1)
 	}
 }

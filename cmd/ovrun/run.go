@@ -1,9 +1,7 @@
 package main
 
 import (
-	"encoding/json"
 	"errors"
-	"fmt"
 	"os"
 	"strings"
 	"time"
@@ -11,6 +9,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/ovtoolkit/ovrun/compilecost"
+	"github.com/ovtoolkit/ovrun/internal/cliutil"
 	"github.com/ovtoolkit/ovrun/ov"
 	"github.com/ovtoolkit/ovrun/runtime"
 )
@@ -50,7 +49,7 @@ On a CPU both decode and background compiles use the same cores; see
 }
 
 func runAction(c *cli.Context) error {
-	caps, err := parseInts("ladder", c.String("ladder"))
+	caps, err := cliutil.ParseInts("ladder", c.String("ladder"))
 	if err != nil {
 		return err
 	}
@@ -109,24 +108,12 @@ func runAction(c *cli.Context) error {
 	obs.finish(sum) // spans and profile, also after errors and Ctrl-C
 	var werr error
 	if p := c.String(jsonFlag.Name); p != "" {
-		werr = writeJSON(p, sum)
+		werr = cliutil.WriteJSON(p, sum)
 	}
 	if !c.Bool(quietFlag.Name) || runErr == nil {
 		printSummary(os.Stdout, sum)
 	}
 	return errors.Join(runErr, werr)
-}
-
-func writeJSON(path string, v any) error {
-	b, err := json.MarshalIndent(v, "", "  ")
-	if err != nil {
-		return err
-	}
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, append(b, '\n'), 0o644); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	return os.Rename(tmp, path)
 }
 
 func parseCPUList(s string) ([]int, error) {
@@ -136,13 +123,13 @@ func parseCPUList(s string) ([]int, error) {
 	var out []int
 	for _, part := range strings.Split(s, ",") {
 		lo, hi, isRange := strings.Cut(part, "-")
-		a, err := parseInts("compile-cpus", lo)
+		a, err := cliutil.ParseInts("compile-cpus", lo)
 		if err != nil {
 			return nil, err
 		}
 		b := a
 		if isRange {
-			if b, err = parseInts("compile-cpus", hi); err != nil {
+			if b, err = cliutil.ParseInts("compile-cpus", hi); err != nil {
 				return nil, err
 			}
 		}

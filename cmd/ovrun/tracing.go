@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
+	"github.com/ovtoolkit/ovrun/internal/cliutil"
 	"github.com/ovtoolkit/ovrun/runtime"
 	"github.com/ovtoolkit/ovrun/tracing"
 )
@@ -94,7 +95,7 @@ func (o *observer) finish(s *runtime.Summary) {
 			o.mu.Unlock()
 		}
 		if err != nil {
-			fmt.Fprintln(o.stderr, "ovrun: warning: trace export:", oneLine(err))
+			fmt.Fprintln(o.stderr, "ovrun: warning: trace export:", cliutil.OneLine(err))
 		}
 	}
 	o.finishProfile()
@@ -109,7 +110,7 @@ func (o *observer) finishProfile() {
 		err = cerr
 	}
 	if err != nil {
-		fmt.Fprintln(o.stderr, "ovrun: warning: --profile-out:", oneLine(err))
+		fmt.Fprintln(o.stderr, "ovrun: warning: --profile-out:", cliutil.OneLine(err))
 	}
 	o.profile = nil
 }

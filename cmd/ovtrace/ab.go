@@ -11,6 +11,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/ovtoolkit/ovrun/internal/abtest"
+	"github.com/ovtoolkit/ovrun/internal/cliutil"
 )
 
 var abCommand = &cli.Command{
@@ -100,7 +101,7 @@ func abAction(c *cli.Context) error {
 	rep.Model = filepath.Base(filepath.Clean(once.Model))
 	rep.Capacity, rep.Device, rep.Precision = once.Capacity, once.Device, once.Precision
 	if path := c.String(jsonFlag.Name); path != "" {
-		if werr := writeJSON(path, rep); werr != nil {
+		if werr := cliutil.WriteJSON(path, rep); werr != nil {
 			return errors.Join(err, werr)
 		}
 	}

@@ -5,13 +5,13 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/urfave/cli/v2"
 
 	"github.com/ovtoolkit/ovrun/internal/abtest"
+	"github.com/ovtoolkit/ovrun/internal/cliutil"
 )
 
 // Flags shared by the commands that compile.
@@ -48,46 +48,12 @@ func onceConfig(c *cli.Context) (abtest.OnceConfig, error) {
 	if cfg.Chunk < 1 {
 		return cfg, fmt.Errorf("--chunk %d: want >= 1", cfg.Chunk)
 	}
-	switch p := strings.ToLower(c.String(precisionFlag.Name)); p {
-	case "", "f32", "bf16", "f16":
-		cfg.Precision = p
-	default:
-		return cfg, fmt.Errorf("--precision %q: want f32, bf16 or f16", p)
+	var err error
+	if cfg.Precision, err = cliutil.ParsePrecision(c.String(precisionFlag.Name)); err != nil {
+		return cfg, err
 	}
-	for _, kv := range c.StringSlice(propFlag.Name) {
-		k, v, ok := strings.Cut(kv, "=")
-		if !ok || k == "" {
-			return cfg, fmt.Errorf("--prop %q: want KEY=VALUE", kv)
-		}
-		cfg.Props[k] = v
-	}
-	return cfg, nil
-}
-
-func parseInts(flag, s string) ([]int, error) {
-	var out []int
-	for _, f := range strings.Split(s, ",") {
-		v, err := strconv.Atoi(strings.TrimSpace(f))
-		if err != nil {
-			return nil, fmt.Errorf("--%s: %q is not an integer", flag, f)
-		}
-		out = append(out, v)
-	}
-	return out, nil
-}
-
-// writeJSON writes v as indented JSON to path.
-func writeJSON(path string, v any) error {
-	b, err := json.MarshalIndent(v, "", "  ")
-	if err != nil {
-		return err
-	}
-	return os.WriteFile(path, append(b, '\n'), 0o644)
-}
-
-// oneLine keeps an error to a single line for the terminal.
-func oneLine(err error) string {
-	return strings.Join(strings.Fields(strings.ReplaceAll(err.Error(), "\n", " ")), " ")
+	cfg.Props, err = cliutil.ParseProps(c.StringSlice(propFlag.Name))
+	return cfg, err
 }
 
 // status draws one progress line on a terminal (stderr) and nothing otherwise.

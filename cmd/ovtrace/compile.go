@@ -10,6 +10,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/ovtoolkit/ovrun/internal/abtest"
+	"github.com/ovtoolkit/ovrun/internal/cliutil"
 )
 
 var compileCommand = &cli.Command{
@@ -40,7 +41,7 @@ func compileAction(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	ladder, err := parseInts("ladder", c.String("ladder"))
+	ladder, err := cliutil.ParseInts("ladder", c.String("ladder"))
 	if err != nil {
 		return err
 	}

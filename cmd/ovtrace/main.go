@@ -15,6 +15,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/ovtoolkit/ovrun/internal/cliutil"
 	"github.com/ovtoolkit/ovrun/internal/plancmd"
 )
 
@@ -24,7 +25,7 @@ func main() {
 	err := app.RunContext(ctx, flagsFirst(app, os.Args))
 	stop()
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "ovtrace:", oneLine(err))
+		fmt.Fprintln(os.Stderr, "ovtrace:", cliutil.OneLine(err))
 		code := 1
 		if errors.Is(err, context.Canceled) {
 			code = 130

@@ -3,18 +3,16 @@
 package plancmd
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
-	"os"
 	"slices"
-	"strconv"
 	"strings"
 	"text/tabwriter"
 
 	"github.com/urfave/cli/v2"
 
 	"github.com/ovtoolkit/ovrun/compilecost"
+	"github.com/ovtoolkit/ovrun/internal/cliutil"
 )
 
 // Command is the plan subcommand.
@@ -59,7 +57,7 @@ func planAction(c *cli.Context) error {
 	}
 	var ladder []int
 	if s := c.String("ladder"); s != "" {
-		if ladder, err = parseInts("ladder", s); err != nil {
+		if ladder, err = cliutil.ParseInts("ladder", s); err != nil {
 			return err
 		}
 	} else {
@@ -105,7 +103,7 @@ func planAction(c *cli.Context) error {
 		rep.Results = append(rep.Results, res)
 	}
 	if path := c.String(jsonFlag.Name); path != "" {
-		if err := writeJSON(path, rep); err != nil {
+		if err := cliutil.WriteJSON(path, rep); err != nil {
 			return err
 		}
 	}
@@ -141,23 +139,3 @@ func writePlan(w io.Writer, results []compilecost.SimResult, kv bool) error {
 }
 
 var jsonFlag = &cli.StringFlag{Name: "json", Usage: "write the machine-readable result to `FILE`"}
-
-func parseInts(flag, s string) ([]int, error) {
-	var out []int
-	for _, f := range strings.Split(s, ",") {
-		v, err := strconv.Atoi(strings.TrimSpace(f))
-		if err != nil {
-			return nil, fmt.Errorf("--%s: %q is not an integer", flag, f)
-		}
-		out = append(out, v)
-	}
-	return out, nil
-}
-
-func writeJSON(path string, v any) error {
-	b, err := json.MarshalIndent(v, "", "  ")
-	if err != nil {
-		return err
-	}
-	return os.WriteFile(path, append(b, '\n'), 0o644)
-}

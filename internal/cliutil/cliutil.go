@@ -1,0 +1,66 @@
+// Package cliutil holds the small pieces of flag parsing and output that
+// the ovrun and ovtrace front ends share.
+package cliutil
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+)
+
+// ParseInts parses a comma-separated list of integers given to --flag.
+func ParseInts(flag, s string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		v, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil {
+			return nil, fmt.Errorf("--%s: %q is not an integer", flag, f)
+		}
+		out = append(out, v)
+	}
+	return out, nil
+}
+
+// ParsePrecision accepts an inference precision hint ("" keeps the device's).
+func ParsePrecision(s string) (string, error) {
+	switch p := strings.ToLower(s); p {
+	case "", "f32", "bf16", "f16":
+		return p, nil
+	default:
+		return "", fmt.Errorf("--precision %q: want f32, bf16 or f16", s)
+	}
+}
+
+// ParseProps turns repeated --prop KEY=VALUE flags into a map.
+func ParseProps(kvs []string) (map[string]string, error) {
+	props := map[string]string{}
+	for _, kv := range kvs {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || k == "" {
+			return nil, fmt.Errorf("--prop %q: want KEY=VALUE", kv)
+		}
+		props[k] = v
+	}
+	return props, nil
+}
+
+// WriteJSON writes v as indented JSON, through a temporary file renamed
+// into place so readers never see half a file.
+func WriteJSON(path string, v any) error {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, append(b, '\n'), 0o644); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	return os.Rename(tmp, path)
+}
+
+// OneLine keeps an error to a single line for the terminal.
+func OneLine(err error) string {
+	return strings.Join(strings.Fields(strings.ReplaceAll(err.Error(), "\n", " ")), " ")
+}
