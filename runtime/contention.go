@@ -47,15 +47,11 @@ func MeasureContention(ctx context.Context, comp Compiler, shape KVShape, cfg Co
 		return nil, err
 	}
 	defer exe.Close()
-	buf, err := AllocKV(shape, cfg.Capacity, true)
+	buf, kv, err := AllocFullView(shape, cfg.Capacity)
 	if err != nil {
 		return nil, err
 	}
 	defer buf.Free()
-	kv, err := buf.View(cfg.Capacity)
-	if err != nil {
-		return nil, err
-	}
 	if err := exe.Bind(kv); err != nil {
 		return nil, err
 	}

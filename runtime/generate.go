@@ -70,15 +70,11 @@ func Generate(ctx context.Context, comp Compiler, shape KVShape, cfg GenerateCon
 	}
 	res.CompileS = time.Since(t0).Seconds()
 
-	buf, err := AllocKV(shape, cfg.Capacity, true)
+	buf, kv, err := AllocFullView(shape, cfg.Capacity)
 	if err != nil {
 		return nil, err
 	}
 	defer buf.Free()
-	kv, err := buf.View(cfg.Capacity)
-	if err != nil {
-		return nil, err
-	}
 	if err := pre.Bind(kv); err != nil {
 		return nil, err
 	}

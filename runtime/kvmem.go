@@ -52,6 +52,20 @@ func AllocKV(shape KVShape, capacity int, commit bool) (*KVBuffer, error) {
 	return b, nil
 }
 
+// AllocFullView maps a committed cache of the given capacity and returns it
+// with its full-capacity view: the single-graph case (generate, contention).
+func AllocFullView(shape KVShape, capacity int) (*KVBuffer, *KV, error) {
+	buf, err := AllocKV(shape, capacity, true)
+	if err != nil {
+		return nil, nil, err
+	}
+	kv, err := buf.View(capacity)
+	if err != nil {
+		return nil, nil, errors.Join(err, buf.Free())
+	}
+	return buf, kv, nil
+}
+
 // Capacity is the number of token slots the buffer holds.
 func (b *KVBuffer) Capacity() int { return b.capacity }
 
