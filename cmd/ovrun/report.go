@@ -68,7 +68,11 @@ func printSummary(w io.Writer, s *runtime.Summary) {
 		if r.FirstStep > 0 {
 			steps = fmt.Sprintf("%d-%d", r.FirstStep, r.LastStep)
 		}
-		fmt.Fprintf(tw, "%d\t%.2f\t%s\t%v\t%.3f\t%.3f\t%s\t%.1f\t\n", r.Capacity, r.CompileS, when, r.ReadyAtBoundary, r.WaitS, r.MigrateS, steps, r.TokensPerS)
+		ready := "-" // no boundary leads into the first rung
+		if r.WaitStartS > 0 {
+			ready = fmt.Sprint(r.ReadyAtBoundary)
+		}
+		fmt.Fprintf(tw, "%d\t%.2f\t%s\t%s\t%.3f\t%.3f\t%s\t%.1f\t\n", r.Capacity, r.CompileS, when, ready, r.WaitS, r.MigrateS, steps, r.TokensPerS)
 	}
 	tw.Flush()
 	for _, b := range s.Boundaries {
