@@ -161,18 +161,19 @@ func (c *OVCompiler) CompileIR(ctx context.Context, spec model.GraphSpec, xml []
 
 // Close frees the core and the weights; every Executable must be closed first.
 func (c *OVCompiler) Close() error {
-	var errs []error
+	var err error
 	if c.wt != nil {
 		c.wt.Close()
 	}
+	if c.core != nil {
+		err = c.core.Close()
+	}
+	// The weights go last: nothing that read a model from them may outlive them.
 	if c.blob != nil {
 		c.blob.Free()
 	}
-	if c.core != nil {
-		errs = append(errs, c.core.Close())
-	}
 	c.wt, c.blob, c.core = nil, nil, nil
-	return errors.Join(errs...)
+	return err
 }
 
 // ovExecutable is a compiled graph with one infer request whose inputs and
