@@ -255,11 +255,13 @@ func TestFailedBackgroundCompileKeepsTokens(t *testing.T) {
 	}
 }
 
-func TestInterruptWritesPartialSummary(t *testing.T) {
-	tiny := testenv.Synth(t, "tiny", "F32")
-	js := filepath.Join(t.TempDir(), "run.json")
-	cmd := exec.Command(ovrunBin, "run", "--model", tiny, "--ladder", "64,128,256,512,1024,2048,4096,8192,16384",
-		"--prompt-tokens", "8", "--decode-tokens", "16000", "--policy", "lazy", "--json", js, "-q")
+// interruptRun starts a long lazy run with extra flags, sends SIGINT after
+// 1.5 s and checks the exit: 130 and one stderr line saying it was interrupted.
+func interruptRun(t *testing.T, extra ...string) {
+	t.Helper()
+	args := append([]string{"run", "--model", testenv.Synth(t, "tiny", "F32"), "--ladder", "64,128,256,512,1024,2048,4096,8192,16384",
+		"--prompt-tokens", "8", "--decode-tokens", "16000", "--policy", "lazy", "-q"}, extra...)
+	cmd := exec.Command(ovrunBin, args...)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {
@@ -270,11 +272,15 @@ func TestInterruptWritesPartialSummary(t *testing.T) {
 		t.Fatal(err)
 	}
 	err := cmd.Wait()
-	ee, ok := err.(*exec.ExitError)
-	if !ok || ee.ExitCode() != 130 {
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 130 {
 		t.Fatalf("exit %v, want 130 (stderr %q)", err, stderr.String())
 	}
 	assertOneLineError(t, stderr.String(), 130, "interrupted")
+}
+
+func TestInterruptWritesPartialSummary(t *testing.T) {
+	js := filepath.Join(t.TempDir(), "run.json")
+	interruptRun(t, "--json", js)
 	r := readRun(t, js)
 	if r.FinishReason != "interrupted" {
 		t.Errorf("finish %q, want interrupted", r.FinishReason)

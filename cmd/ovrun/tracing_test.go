@@ -4,12 +4,9 @@ import (
 	"bytes"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
-	"time"
 
 	"github.com/google/pprof/profile"
 
@@ -119,22 +116,7 @@ func TestTraceOutOnFailureAndInterrupt(t *testing.T) {
 	})
 	t.Run("interrupt", func(t *testing.T) {
 		tr := filepath.Join(t.TempDir(), "run.otlp.jsonl")
-		cmd := exec.Command(ovrunBin, "run", "--model", tiny, "--ladder", "64,128,256,512,1024,2048,4096,8192,16384",
-			"--prompt-tokens", "8", "--decode-tokens", "16000", "--policy", "lazy", "-q", "--trace-out", tr)
-		var stderr bytes.Buffer
-		cmd.Stderr = &stderr
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		time.Sleep(1500 * time.Millisecond)
-		if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
-			t.Fatal(err)
-		}
-		err := cmd.Wait()
-		if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 130 {
-			t.Fatalf("exit %v, want 130 (stderr %q)", err, stderr.String())
-		}
-		assertOneLineError(t, stderr.String(), 130, "interrupted")
+		interruptRun(t, "--trace-out", tr)
 		_, root := countSpans(t, tr)
 		if root.Status != "error" || root.Attrs.Str(tracing.AttrFinishReason) != "interrupted" {
 			t.Errorf("run span status %q finish %q", root.Status, root.Attrs.Str(tracing.AttrFinishReason))
