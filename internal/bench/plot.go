@@ -38,10 +38,8 @@ func (s *svg) circle(x, y, r float64, fill, extra string) {
 	fmt.Fprintf(&s.b, `<circle cx="%s" cy="%s" r="%s" fill="%s"%s/>`+"\n", f1(x), f1(y), f1(r), fill, attr(extra))
 }
 
-func (s *svg) polyline(pts [][2]float64, stroke string, width float64, extra string) {
-	if len(pts) == 0 {
-		return
-	}
+// points formats vertices as an SVG points attribute ("x,y x,y ...").
+func points(pts [][2]float64) string {
 	var p strings.Builder
 	for i, pt := range pts {
 		if i > 0 {
@@ -49,21 +47,21 @@ func (s *svg) polyline(pts [][2]float64, stroke string, width float64, extra str
 		}
 		p.WriteString(f1(pt[0]) + "," + f1(pt[1]))
 	}
-	fmt.Fprintf(&s.b, `<polyline points="%s" fill="none" stroke="%s" stroke-width="%s"%s/>`+"\n", p.String(), stroke, f1(width), attr(extra))
+	return p.String()
+}
+
+func (s *svg) polyline(pts [][2]float64, stroke string, width float64, extra string) {
+	if len(pts) == 0 {
+		return
+	}
+	fmt.Fprintf(&s.b, `<polyline points="%s" fill="none" stroke="%s" stroke-width="%s"%s/>`+"\n", points(pts), stroke, f1(width), attr(extra))
 }
 
 func (s *svg) polygon(pts [][2]float64, fill, extra string) {
 	if len(pts) == 0 {
 		return
 	}
-	var p strings.Builder
-	for i, pt := range pts {
-		if i > 0 {
-			p.WriteByte(' ')
-		}
-		p.WriteString(f1(pt[0]) + "," + f1(pt[1]))
-	}
-	fmt.Fprintf(&s.b, `<polygon points="%s" fill="%s"%s/>`+"\n", p.String(), fill, attr(extra))
+	fmt.Fprintf(&s.b, `<polygon points="%s" fill="%s"%s/>`+"\n", points(pts), fill, attr(extra))
 }
 
 // text writes str at (x, y); anchor is start, middle or end.

@@ -107,14 +107,7 @@ func Diff(a, b *profile.Profile, opt DiffOptions) (*DiffReport, error) {
 		}
 		return cmp.Or(cmp.Compare(ky, kx), cmp.Compare(sy, sx), cmp.Compare(x.Name, y.Name))
 	})
-	n := opt.N
-	if n == 0 {
-		n = 20
-	}
-	if n < 0 || n > len(all) {
-		n = len(all)
-	}
-	rep.Rows = all[:n]
+	rep.Rows = all[:rowLimit(opt.N, len(all))]
 	return rep, nil
 }
 

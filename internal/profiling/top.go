@@ -204,14 +204,7 @@ func Top(p *profile.Profile, opt TopOptions) (*TopReport, error) {
 	slices.SortFunc(all, func(a, b TopRow) int {
 		return cmp.Or(cmp.Compare(b.Flat, a.Flat), cmp.Compare(b.Cum, a.Cum), cmp.Compare(a.Name, b.Name))
 	})
-	n := opt.N
-	if n == 0 {
-		n = 20
-	}
-	if n < 0 || n > len(all) {
-		n = len(all)
-	}
-	rep.Rows = all[:n]
+	rep.Rows = all[:rowLimit(opt.N, len(all))]
 	for _, r := range all {
 		if r.Repeated {
 			rep.Repeated = append(rep.Repeated, r)
@@ -247,4 +240,16 @@ func systemObject(obj string) bool {
 		}
 	}
 	return false
+}
+
+// rowLimit is how many of total rows a report shows for --n: 0 means 20,
+// a negative value or one past the end means all of them.
+func rowLimit(n, total int) int {
+	if n == 0 {
+		n = 20
+	}
+	if n < 0 || n > total {
+		n = total
+	}
+	return n
 }
