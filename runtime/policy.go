@@ -37,11 +37,16 @@ func ParsePolicy(s string) (Policy, error) {
 			return p, nil
 		}
 	}
+	return "", fmt.Errorf("unknown policy %q (want one of %s)", s, strings.Join(PolicyNames(), ", "))
+}
+
+// PolicyNames lists the policies' names in the order of Policies.
+func PolicyNames() []string {
 	names := make([]string, len(Policies))
 	for i, p := range Policies {
 		names[i] = string(p)
 	}
-	return "", fmt.Errorf("unknown policy %q (want one of %s)", s, strings.Join(names, ", "))
+	return names
 }
 
 // upFront reports whether every rung is compiled before decoding starts.

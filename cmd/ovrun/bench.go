@@ -12,8 +12,23 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/ovtoolkit/ovrun/compilecost"
 	"github.com/ovtoolkit/ovrun/internal/bench"
 	"github.com/ovtoolkit/ovrun/internal/cliutil"
+	"github.com/ovtoolkit/ovrun/runtime"
+)
+
+var (
+	armsFlag = &cli.StringFlag{Name: "arms", Value: "grow-eager,grow-one-ahead", Usage: "`POLICIES` to compare, the control first (" + strings.Join(runtime.PolicyNames(), ", ") + ")",
+		Action: func(_ *cli.Context, v string) error { _, err := parseArms(v); return err }}
+	pairsFlag             = &cli.IntFlag{Name: "pairs", Value: bench.DefaultPairs, Usage: "measured blocks `N` (each runs every arm once); default 6, or a whole number of Williams cycles for 3+ arms"}
+	allowSmallFlag        = &cli.BoolFlag{Name: "allow-small", Usage: "accept --pairs below 6, odd, or not a whole number of counterbalancing cycles"}
+	benchPromptTokensFlag = &cli.IntFlag{Name: "prompt-tokens", Value: 128, Usage: "a seeded random prompt of `N` tokens"}
+	verifyBoundariesFlag  = &cli.BoolFlag{Name: "verify-boundaries", Usage: "pass --verify to every run: boundary logits compared with a never-switched control (outside the timed path)"}
+	runFlagFlag           = &cli.StringSliceFlag{Name: "run-flag", Usage: "extra `FLAG` for every ovrun run, e.g. --run-flag=--infer-threads=1 (repeatable; commas are kept)"}
+	benchOutFlag          = &cli.StringFlag{Name: "out", Required: true, Usage: "campaign `DIR`"}
+	resumeFlag            = &cli.BoolFlag{Name: "resume", Usage: "continue the campaign in --out, reusing its complete runs"}
+	keepGoingFlag         = &cli.BoolFlag{Name: "keep-going", Usage: "record a failed run and go on instead of stopping"}
 )
 
 var benchCommand = &cli.Command{
@@ -44,78 +59,63 @@ the missing runs. A failed run stops the campaign unless --keep-going.
 Extra "ovrun run" flags go through --run-flag, e.g. --run-flag=--infer-threads=1
 --run-flag=--compile-cpus=1 --run-flag=--device=NPU.`,
 	Flags: []cli.Flag{
-		modelFlag,
-		&cli.StringFlag{Name: "ladder", Value: "1024,2048,4096,8192", Usage: "ascending context `CAPACITIES`"},
-		&cli.StringFlag{Name: "arms", Value: "grow-eager,grow-one-ahead", Usage: "`POLICIES` to compare, the control first (direct, pyramid, grow-eager, grow-one-ahead, lazy, grow-remap)"},
-		&cli.IntFlag{Name: "pairs", Value: bench.DefaultPairs, Usage: "measured blocks `N` (each runs every arm once); default 6, or a whole number of Williams cycles for 3+ arms"},
-		&cli.BoolFlag{Name: "allow-small", Usage: "accept --pairs below 6, odd, or not a whole number of counterbalancing cycles"},
-		&cli.IntFlag{Name: "prompt-tokens", Value: 128, Usage: "a seeded random prompt of `N` tokens"},
-		&cli.IntFlag{Name: "decode-tokens", Value: 256, Usage: "decode `STEPS` per run"},
-		&cli.BoolFlag{Name: "teacher-forced", Usage: "feed every run the same seeded token stream"},
-		seedFlag,
-		precisionFlag,
-		&cli.BoolFlag{Name: "verify-boundaries", Usage: "pass --verify to every run: boundary logits compared with a never-switched control (outside the timed path)"},
-		&cli.GenericFlag{Name: "run-flag", Value: &stringList{}, Usage: "extra `FLAG` for every ovrun run, e.g. --run-flag=--infer-threads=1 (repeatable; commas are kept)"},
-		&cli.StringFlag{Name: "out", Required: true, Usage: "campaign `DIR`"},
-		&cli.BoolFlag{Name: "resume", Usage: "continue the campaign in --out, reusing its complete runs"},
-		&cli.BoolFlag{Name: "keep-going", Usage: "record a failed run and go on instead of stopping"},
+		modelFlag, ladderFlag, armsFlag, pairsFlag, allowSmallFlag,
+		benchPromptTokensFlag, decodeTokensFlag, teacherFlag, seedFlag, precisionFlag,
+		verifyBoundariesFlag, compileCostFlag, runFlagFlag, benchOutFlag, resumeFlag, keepGoingFlag,
 		quietFlag,
 	},
 	Action: benchAction,
 }
 
-// stringList is a repeatable string flag that, unlike cli.StringSlice,
-// does not split its values at commas (--compile-cpus=1,2 must survive).
-type stringList struct{ v []string }
-
-func (s *stringList) Set(x string) error { s.v = append(s.v, x); return nil }
-func (s *stringList) String() string     { return strings.Join(s.v, " ") }
-
 func benchAction(c *cli.Context) error {
-	ladder, err := cliutil.ParseInts("ladder", c.String("ladder"))
+	ladder, err := cliutil.ParseInts(ladderFlag.Name, ladderFlag.Get(c))
 	if err != nil {
 		return err
 	}
-	model, err := filepath.Abs(c.String(modelFlag.Name))
+	model, err := filepath.Abs(modelFlag.Get(c))
 	if err != nil {
 		return err
 	}
-	precision := strings.ToLower(c.String(precisionFlag.Name))
-	switch precision {
-	case "", "f32", "bf16", "f16":
-	default:
-		return fmt.Errorf("--precision %q: want f32, bf16 or f16", precision)
+	precision, err := cliutil.ParsePrecision(precisionFlag.Get(c))
+	if err != nil {
+		return err
 	}
-	var arms []string
-	for _, a := range strings.Split(c.String("arms"), ",") {
-		arms = append(arms, strings.TrimSpace(a))
+	arms, err := parseArms(armsFlag.Get(c))
+	if err != nil {
+		return err
 	}
 	cfg := &bench.Config{
-		Model: model, Ladder: ladder, Arms: arms, Pairs: c.Int("pairs"),
-		PromptTokens: c.Int("prompt-tokens"), DecodeTokens: c.Int("decode-tokens"),
-		TeacherForced: c.Bool("teacher-forced"), Seed: c.Uint64(seedFlag.Name), Precision: precision,
-		VerifyBoundaries: c.Bool("verify-boundaries"),
+		Model: model, Ladder: ladder, Arms: arms, Pairs: pairsFlag.Get(c),
+		PromptTokens: benchPromptTokensFlag.Get(c), DecodeTokens: decodeTokensFlag.Get(c),
+		TeacherForced: teacherFlag.Get(c), Seed: seedFlag.Get(c), Precision: precision,
+		VerifyBoundaries: verifyBoundariesFlag.Get(c),
 	}
-	if rf, ok := c.Generic("run-flag").(*stringList); ok {
-		cfg.RunFlags = rf.v
+	if p := compileCostFlag.Get(c); p != "" {
+		if _, err := compilecost.Load(p); err != nil {
+			return err
+		}
+		if cfg.CompileCost, err = filepath.Abs(p); err != nil {
+			return err
+		}
 	}
-	if !c.IsSet("pairs") && len(arms) > 2 {
+	cfg.RunFlags = runFlagFlag.Get(c)
+	if !c.IsSet(pairsFlag.Name) && len(arms) > 2 {
 		cfg.Pairs = bench.BalancedPairs(len(arms))
 	}
-	if err := cfg.Validate(c.Bool("allow-small")); err != nil {
+	if err := cfg.Validate(allowSmallFlag.Get(c)); err != nil {
 		return err
 	}
-	if _, err := os.Stat(filepath.Join(model, "config.json")); err != nil {
-		return fmt.Errorf("--model %s: no config.json (make one with: ovrun synth --preset small --out DIR)", model)
+	if err := checkModelPath(model); err != nil {
+		return err
 	}
 	exe, err := os.Executable()
 	if err != nil {
 		return fmt.Errorf("find the ovrun binary to run: %w", err)
 	}
-	out := c.String("out")
-	prog := bench.NewTerminal(os.Stderr, c.Bool(quietFlag.Name))
+	out := benchOutFlag.Get(c)
+	prog := bench.NewTerminal(os.Stderr, quietFlag.Get(c))
 	opt := bench.Options{
-		Dir: out, Resume: c.Bool("resume"), KeepGoing: c.Bool("keep-going"),
+		Dir: out, Resume: resumeFlag.Get(c), KeepGoing: keepGoingFlag.Get(c),
 		Runner: &bench.ExecRunner{Binary: exe},
 		Meta: bench.Meta{
 			Machine: bench.ReadMachine(), GoVersion: goruntime.Version(),
@@ -165,4 +165,29 @@ func shellJoin(args []string) string {
 		out[i] = "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
 	}
 	return strings.Join(out, " ")
+}
+
+// parseArms splits --arms and checks every name is a policy.
+func parseArms(s string) ([]string, error) {
+	var arms []string
+	for _, a := range strings.Split(s, ",") {
+		a = strings.TrimSpace(a)
+		if _, err := runtime.ParsePolicy(a); err != nil {
+			return nil, fmt.Errorf("--arms: %w", err)
+		}
+		arms = append(arms, a)
+	}
+	return arms, nil
+}
+
+// checkModelPath fails early, before a campaign starts any run, when model
+// is neither a GGUF file nor a checkpoint folder with a config.json.
+func checkModelPath(model string) error {
+	if st, err := os.Stat(model); err == nil && st.Mode().IsRegular() && strings.HasSuffix(strings.ToLower(model), ".gguf") {
+		return nil
+	}
+	if _, err := os.Stat(filepath.Join(model, "config.json")); err != nil {
+		return fmt.Errorf("--model %s: not a .gguf file and no config.json in it (make one with: ovrun synth --preset small --out DIR)", model)
+	}
+	return nil
 }

@@ -17,7 +17,7 @@ import (
 var (
 	modelFlag        = &cli.StringFlag{Name: "model", Usage: "checkpoint `DIR` in Hugging Face layout (config.json, *.safetensors)", Required: true, EnvVars: []string{"OVRUN_MODEL"}}
 	deviceFlag       = &cli.StringFlag{Name: "device", Value: "CPU", Usage: "OpenVINO `DEVICE`: CPU, GPU or NPU", EnvVars: []string{"OVRUN_DEVICE"}}
-	precisionFlag    = &cli.StringFlag{Name: "precision", Usage: "inference precision hint `f32|bf16|f16` (default: the device's; bf16 on CPUs with AMX, so correctness checks ask for f32)"}
+	precisionFlag    = &cli.StringFlag{Name: "precision", Usage: "inference precision hint `f32|bf16|f16` (default: the device's; bf16 on CPUs with AMX, so correctness checks ask for f32)", Action: func(_ *cli.Context, v string) error { _, err := cliutil.ParsePrecision(v); return err }}
 	threadsFlag      = &cli.IntFlag{Name: "infer-threads", Usage: "INFERENCE_NUM_THREADS for the compiled graphs (0: OpenVINO decides)"}
 	cacheDirFlag     = &cli.StringFlag{Name: "cache-dir", Usage: "OpenVINO model cache `DIR` (CACHE_DIR); off by default so compile costs are real"}
 	propFlag         = &cli.StringSliceFlag{Name: "prop", Usage: "extra compile property `KEY=VALUE` (repeatable)"}
@@ -27,6 +27,11 @@ var (
 	promptTokensFlag = &cli.IntFlag{Name: "prompt-tokens", Usage: "a seeded random prompt of `N` tokens"}
 	seedFlag         = &cli.Uint64Flag{Name: "seed", Value: 1, Usage: "seed of the random prompt (and teacher-forced tokens)"}
 	prefillChunkFlag = &cli.IntFlag{Name: "prefill-chunk", Value: 64, Usage: "tokens per prefill call (static shape of the prefill graph); 0 feeds the prompt through the decode graph"}
+	ladderFlag       = &cli.StringFlag{Name: "ladder", Value: "1024,2048,4096,8192", Usage: "ascending context `CAPACITIES`"}
+	decodeTokensFlag = &cli.IntFlag{Name: "decode-tokens", Value: 256, Usage: "decode `STEPS`"}
+	teacherFlag      = &cli.BoolFlag{Name: "teacher-forced", Usage: "feed a seeded token stream (identical for every policy) instead of the model's own predictions"}
+	compileCostFlag  = &cli.StringFlag{Name: "compile-cost", Usage: "compile-cost profile `FILE` from ovtrace compile: per-rung budgets, predicted deadlines, two-ahead launches when one ahead cannot make it"}
+	outDirFlag       = &cli.StringFlag{Name: "out", Usage: "output `DIR`", Required: true}
 )
 
 func compileFlags() []cli.Flag {
@@ -35,16 +40,16 @@ func compileFlags() []cli.Flag {
 
 func ovOptions(c *cli.Context) (runtime.OVOptions, error) {
 	o := runtime.OVOptions{
-		Device:       strings.ToUpper(c.String(deviceFlag.Name)),
-		InferThreads: c.Int(threadsFlag.Name),
-		CacheDir:     c.String(cacheDirFlag.Name),
+		Device:       strings.ToUpper(deviceFlag.Get(c)),
+		InferThreads: threadsFlag.Get(c),
+		CacheDir:     cacheDirFlag.Get(c),
 		Properties:   map[string]string{},
 	}
 	var err error
-	if o.Precision, err = cliutil.ParsePrecision(c.String(precisionFlag.Name)); err != nil {
+	if o.Precision, err = cliutil.ParsePrecision(precisionFlag.Get(c)); err != nil {
 		return o, err
 	}
-	o.Properties, err = cliutil.ParseProps(c.StringSlice(propFlag.Name))
+	o.Properties, err = cliutil.ParseProps(propFlag.Get(c))
 	return o, err
 }
 
@@ -58,7 +63,7 @@ func openModel(c *cli.Context) (*model.Checkpoint, *runtime.OVCompiler, error) {
 	if err := ov.Load(); err != nil {
 		return nil, nil, err
 	}
-	ck, err := model.Load(c.String(modelFlag.Name))
+	ck, err := model.Load(modelFlag.Get(c))
 	if err != nil {
 		return nil, nil, err
 	}
@@ -72,14 +77,14 @@ func openModel(c *cli.Context) (*model.Checkpoint, *runtime.OVCompiler, error) {
 
 // prompt resolves --prompt-ids or --prompt-tokens.
 func prompt(c *cli.Context, vocab int) ([]int64, error) {
-	ids, n := c.String(promptIDsFlag.Name), c.Int(promptTokensFlag.Name)
+	ids, n := promptIDsFlag.Get(c), promptTokensFlag.Get(c)
 	switch {
 	case ids != "" && n > 0:
 		return nil, fmt.Errorf("give --prompt-ids or --prompt-tokens, not both")
 	case ids != "":
 		return parseIDs(ids, vocab)
 	case n > 0:
-		return runtime.SeededTokens(c.Uint64(seedFlag.Name), n, vocab), nil
+		return runtime.SeededTokens(seedFlag.Get(c), n, vocab), nil
 	}
 	return nil, fmt.Errorf("give a prompt: --prompt-ids 1,2,3 or --prompt-tokens N")
 }

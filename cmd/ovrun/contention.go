@@ -9,6 +9,14 @@ import (
 	"github.com/ovtoolkit/ovrun/runtime"
 )
 
+var (
+	contCapacityFlag    = &cli.IntFlag{Name: "capacity", Value: 1024, Usage: "decode graph capacity `C`"}
+	compileCapacityFlag = &cli.IntFlag{Name: "compile-capacity", Value: 2048, Usage: "capacity `C` of the graph compiled in the background"}
+	stepsFlag           = &cli.IntFlag{Name: "steps", Value: 200, Usage: "decode `STEPS` measured alone"}
+	decodeCPUsFlag      = &cli.StringFlag{Name: "decode-cpus", Usage: "pin the decoding thread to `CPUS`"}
+	contNiceFlag        = &cli.IntFlag{Name: "compile-nice", Usage: "nice `N` for the compile thread"}
+)
+
 var contentionCommand = &cli.Command{
 	Name:  "contention",
 	Usage: "measure how much a background compile slows decode on this host, and what the knobs buy",
@@ -21,20 +29,15 @@ compile uses the host. Try:
    ovrun contention ... --infer-threads 1 --compile-cpus 1 --decode-cpus 0
    ovrun contention ... --compile-nice 19`,
 	Flags: append(compileFlags(),
-		&cli.IntFlag{Name: "capacity", Value: 1024, Usage: "decode graph capacity"},
-		&cli.IntFlag{Name: "compile-capacity", Value: 2048, Usage: "capacity of the graph compiled in the background"},
-		&cli.IntFlag{Name: "steps", Value: 200, Usage: "decode steps measured alone"},
-		&cli.StringFlag{Name: "compile-cpus", Usage: "pin the compile thread to `CPUS`"},
-		&cli.StringFlag{Name: "decode-cpus", Usage: "pin the decoding thread to `CPUS`"},
-		&cli.IntFlag{Name: "compile-nice", Usage: "nice `N` for the compile thread"},
+		contCapacityFlag, compileCapacityFlag, stepsFlag, compileCPUsFlag, decodeCPUsFlag, contNiceFlag,
 		jsonFlag,
 	),
 	Action: func(c *cli.Context) error {
-		ccpus, err := parseCPUList(c.String("compile-cpus"))
+		ccpus, err := parseCPUList(compileCPUsFlag.Get(c))
 		if err != nil {
 			return err
 		}
-		dcpus, err := parseCPUList(c.String("decode-cpus"))
+		dcpus, err := parseCPUList(decodeCPUsFlag.Get(c))
 		if err != nil {
 			return err
 		}
@@ -45,8 +48,8 @@ compile uses the host. Try:
 		defer ck.Close()
 		defer comp.Close()
 		res, err := runtime.MeasureContention(c.Context, comp, runtime.ShapeOf(ck.Config), runtime.ContentionConfig{
-			Capacity: c.Int("capacity"), CompileCapacity: c.Int("compile-capacity"), Steps: c.Int("steps"),
-			Background: runtime.BackgroundOptions{CPUs: ccpus, Nice: c.Int("compile-nice")}, DecodeCPUs: dcpus,
+			Capacity: contCapacityFlag.Get(c), CompileCapacity: compileCapacityFlag.Get(c), Steps: stepsFlag.Get(c),
+			Background: runtime.BackgroundOptions{CPUs: ccpus, Nice: contNiceFlag.Get(c)}, DecodeCPUs: dcpus,
 		})
 		if err != nil {
 			return err
@@ -55,7 +58,7 @@ compile uses the host. Try:
 		fmt.Printf("decode under compile  %8.1f tok/s  (%+.1f%%, %d steps)\n", res.UnderCompileTokensPer, -res.DecodeSlowdownPct, res.StepsUnderCompile)
 		fmt.Printf("compile alone         %8.2f s\n", res.CompileAloneS)
 		fmt.Printf("compile under decode  %8.2f s  (%+.1f%%)\n", res.CompileUnderDecodeS, res.CompileSlowdownPct)
-		if p := c.String(jsonFlag.Name); p != "" {
+		if p := jsonFlag.Get(c); p != "" {
 			return cliutil.WriteJSON(p, res)
 		}
 		return nil

@@ -17,12 +17,12 @@ var exportIRCommand = &cli.Command{
 KV is explicit graph I/O: past_key.N / past_value.N are f32 [capacity, kv_heads, head_dim].`,
 	Flags: []cli.Flag{
 		modelFlag,
-		&cli.IntFlag{Name: "capacity", Usage: "context capacity `C` (KV slots)", Required: true},
+		capacityFlag,
 		prefillChunkFlag,
-		&cli.StringFlag{Name: "out", Usage: "output `DIR`", Required: true},
+		outDirFlag,
 	},
 	Action: func(c *cli.Context) error {
-		ck, err := model.Load(c.String("model"))
+		ck, err := model.Load(modelFlag.Get(c))
 		if err != nil {
 			return err
 		}
@@ -32,11 +32,11 @@ KV is explicit graph I/O: past_key.N / past_value.N are f32 [capacity, kv_heads,
 		if err := w.Bind(blob); err != nil {
 			return err
 		}
-		specs := []model.GraphSpec{{Capacity: c.Int("capacity"), Chunk: 1}}
-		if n := c.Int(prefillChunkFlag.Name); n > 1 {
-			specs = append(specs, model.GraphSpec{Capacity: c.Int("capacity"), Chunk: n})
+		specs := []model.GraphSpec{{Capacity: capacityFlag.Get(c), Chunk: 1}}
+		if n := prefillChunkFlag.Get(c); n > 1 {
+			specs = append(specs, model.GraphSpec{Capacity: capacityFlag.Get(c), Chunk: n})
 		}
-		out := c.String("out")
+		out := outDirFlag.Get(c)
 		if err := os.MkdirAll(out, 0o755); err != nil {
 			return err
 		}

@@ -13,6 +13,12 @@ import (
 	"github.com/ovtoolkit/ovrun/runtime"
 )
 
+var (
+	capacityFlag     = &cli.IntFlag{Name: "capacity", Usage: "context capacity `C` (KV slots)", Required: true}
+	maxNewTokensFlag = &cli.IntFlag{Name: "max-new-tokens", Value: 16, Usage: "`N` tokens to generate"}
+	dumpLogitsFlag   = &cli.StringFlag{Name: "dump-logits", Usage: "write logits rows to `FILE.npy`"}
+)
+
 var generateCommand = &cli.Command{
 	Name:  "generate",
 	Usage: "greedy decoding with one static graph of a given capacity",
@@ -21,10 +27,9 @@ prompt, and greedily generates --max-new-tokens tokens. --dump-logits writes
 float32 [rows, vocab] as .npy: row 0 = logits after the prompt, row i = after
 the i-th generated token (the last generated token is not fed back).`,
 	Flags: append(compileFlags(),
-		&cli.IntFlag{Name: "capacity", Usage: "context capacity `C`", Required: true},
+		capacityFlag,
 		promptIDsFlag, promptTokensFlag, seedFlag, prefillChunkFlag,
-		&cli.IntFlag{Name: "max-new-tokens", Value: 16, Usage: "tokens to generate"},
-		&cli.StringFlag{Name: "dump-logits", Usage: "write logits rows to `FILE.npy`"},
+		maxNewTokensFlag, dumpLogitsFlag,
 		jsonFlag,
 	),
 	Action: func(c *cli.Context) error {
@@ -39,13 +44,13 @@ the i-th generated token (the last generated token is not fed back).`,
 			return err
 		}
 		res, err := runtime.Generate(c.Context, comp, runtime.ShapeOf(ck.Config), runtime.GenerateConfig{
-			Capacity: c.Int("capacity"), PrefillChunk: c.Int(prefillChunkFlag.Name),
-			Prompt: ids, MaxNewTokens: c.Int("max-new-tokens"), KeepLogits: c.String("dump-logits") != "",
+			Capacity: capacityFlag.Get(c), PrefillChunk: prefillChunkFlag.Get(c),
+			Prompt: ids, MaxNewTokens: maxNewTokensFlag.Get(c), KeepLogits: dumpLogitsFlag.Get(c) != "",
 		})
 		if err != nil {
 			return err
 		}
-		if p := c.String("dump-logits"); p != "" {
+		if p := dumpLogitsFlag.Get(c); p != "" {
 			if err := npy.WriteFile(p, res.Logits); err != nil {
 				return fmt.Errorf("write logits: %w", err)
 			}
@@ -57,12 +62,12 @@ the i-th generated token (the last generated token is not fed back).`,
 		fmt.Printf("tokens: %s\n", strings.Join(toks, ","))
 		fmt.Printf("compile %.3f s  prefill %.3f s (%d tokens)  decode %.2f tok/s (%d steps)  precision %s\n",
 			res.CompileS, res.PrefillS, len(ids), res.DecodeTokensPerS(), res.Steps, comp.EffectivePrecision())
-		if p := c.String(jsonFlag.Name); p != "" {
+		if p := jsonFlag.Get(c); p != "" {
 			ver, _ := ov.Version()
 			out := map[string]any{
-				"model": c.String("model"), "device": comp.Options().Device, "openvino_version": ver,
+				"model": modelFlag.Get(c), "device": comp.Options().Device, "openvino_version": ver,
 				"precision": comp.Options().Precision, "precision_effective": comp.EffectivePrecision(),
-				"capacity": c.Int("capacity"), "prompt": ids,
+				"capacity": capacityFlag.Get(c), "prompt": ids,
 				"tokens": res.Tokens, "compile_s": res.CompileS, "prefill_s": res.PrefillS,
 				"decode_s": res.DecodeS, "decode_tokens_per_s": res.DecodeTokensPerS(),
 				"peak_rss_bytes": runtime.PeakRSS(),

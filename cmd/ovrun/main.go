@@ -20,7 +20,20 @@ import (
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	app := &cli.App{
+	app := newApp()
+	if err := app.RunContext(ctx, os.Args); err != nil {
+		if errors.Is(err, context.Canceled) {
+			fmt.Fprintln(os.Stderr, "ovrun: interrupted; what was done so far is in the summary")
+			os.Exit(130)
+		}
+		fmt.Fprintln(os.Stderr, "ovrun:", cliutil.OneLine(err))
+		os.Exit(1)
+	}
+}
+
+// newApp is the whole command-line interface; tests run it in process.
+func newApp() *cli.App {
+	return &cli.App{
 		Name:  "ovrun",
 		Usage: "run decoder LLMs on a ladder of compiled context capacities (compile ahead, not up front)",
 		Description: `ovrun compiles a Llama/Qwen2 checkpoint into OpenVINO graphs of static context
@@ -33,6 +46,8 @@ capacity and decodes with them. Start with:
 
 OpenVINO's C library is found in the project's .venv or through OVRUN_OPENVINO_LIB.`,
 		HideHelpCommand: true,
+		// --prop and --run-flag values hold commas of their own.
+		DisableSliceFlagSeparator: true,
 		Commands: []*cli.Command{
 			synthCommand,
 			exportIRCommand,
@@ -43,13 +58,5 @@ OpenVINO's C library is found in the project's .venv or through OVRUN_OPENVINO_L
 			plancmd.Command,
 			benchCommand,
 		},
-	}
-	if err := app.RunContext(ctx, os.Args); err != nil {
-		if errors.Is(err, context.Canceled) {
-			fmt.Fprintln(os.Stderr, "ovrun: interrupted; what was done so far is in the summary")
-			os.Exit(130)
-		}
-		fmt.Fprintln(os.Stderr, "ovrun:", cliutil.OneLine(err))
-		os.Exit(1)
 	}
 }

@@ -17,6 +17,14 @@ import (
 // processStart is the origin of every *_start_s offset in run summaries.
 var processStart = time.Now()
 
+var (
+	policyFlag = &cli.StringFlag{Name: "policy", Value: "grow-one-ahead", Usage: "`POLICY`: " + strings.Join(runtime.PolicyNames(), ", "),
+		Action: func(_ *cli.Context, v string) error { _, err := runtime.ParsePolicy(v); return err }}
+	verifyFlag      = &cli.BoolFlag{Name: "verify", Usage: "at every boundary compare the first step with a control that never switched (not for timing)"}
+	compileCPUsFlag = &cli.StringFlag{Name: "compile-cpus", Usage: "pin background compiles to these `CPUS` (e.g. 1 or 2-3)"}
+	compileNiceFlag = &cli.IntFlag{Name: "compile-nice", Value: 19, Usage: "nice `N` (0-19) for the background compile thread; 19 lets decode keep the cores (see ovrun contention)"}
+)
+
 var runCommand = &cli.Command{
 	Name:  "run",
 	Usage: "decode across a ladder of compiled capacities under one policy",
@@ -32,24 +40,25 @@ The first rung is the smallest that holds the prompt plus one token. Decode
 steps past the largest rung stop the run with finish_reason "capacity".
 --json writes the run summary (also on errors and Ctrl-C, with what was done).
 
+--compile-cost FILE (from "ovtrace compile") gives every successor a budget:
+its predicted compile time against the decode window before its boundary,
+measured as the run goes; a rung that cannot make it one ahead is launched
+two ahead. budgets[] in the summary holds prediction, window and actual.
+
 On a CPU both decode and background compiles use the same cores; see
 --compile-cpus, --compile-nice and --infer-threads.`,
 	Flags: append(append(compileFlags(),
-		&cli.StringFlag{Name: "ladder", Value: "1024,2048,4096,8192", Usage: "ascending context `CAPACITIES`"},
-		&cli.StringFlag{Name: "policy", Value: "grow-one-ahead", Usage: "`POLICY`: direct, pyramid, grow-eager, grow-one-ahead, lazy, grow-remap"},
+		ladderFlag, policyFlag,
 		promptIDsFlag, promptTokensFlag, seedFlag, prefillChunkFlag,
-		&cli.IntFlag{Name: "decode-tokens", Value: 256, Usage: "decode `STEPS`"},
-		&cli.BoolFlag{Name: "teacher-forced", Usage: "feed a seeded token stream (identical for every policy) instead of the model's own predictions"},
-		&cli.BoolFlag{Name: "verify", Usage: "at every boundary compare the first step with a control that never switched (not for timing)"},
-		&cli.StringFlag{Name: "compile-cpus", Usage: "pin background compiles to these `CPUS` (e.g. 1 or 2-3)"},
-		&cli.IntFlag{Name: "compile-nice", Value: 19, Usage: "nice `N` (0-19) for the background compile thread; 19 lets decode keep the cores (see ovrun contention)"},
+		decodeTokensFlag, teacherFlag, verifyFlag, compileCostFlag,
+		compileCPUsFlag, compileNiceFlag,
 		jsonFlag, quietFlag,
 	), traceFlags...),
 	Action: runAction,
 }
 
 func runAction(c *cli.Context) error {
-	caps, err := cliutil.ParseInts("ladder", c.String("ladder"))
+	caps, err := cliutil.ParseInts(ladderFlag.Name, ladderFlag.Get(c))
 	if err != nil {
 		return err
 	}
@@ -57,11 +66,11 @@ func runAction(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	policy, err := runtime.ParsePolicy(c.String("policy"))
+	policy, err := runtime.ParsePolicy(policyFlag.Get(c))
 	if err != nil {
 		return err
 	}
-	cpus, err := parseCPUList(c.String("compile-cpus"))
+	cpus, err := parseCPUList(compileCPUsFlag.Get(c))
 	if err != nil {
 		return err
 	}
@@ -77,21 +86,21 @@ func runAction(c *cli.Context) error {
 		return err
 	}
 	cfg := runtime.RunConfig{
-		Ladder: ladder, Policy: policy, Prompt: ids, DecodeTokens: c.Int("decode-tokens"),
-		Verify: c.Bool("verify"), PrefillChunk: c.Int(prefillChunkFlag.Name),
-		Background:   runtime.BackgroundOptions{CPUs: cpus, Nice: c.Int("compile-nice")},
+		Ladder: ladder, Policy: policy, Prompt: ids, DecodeTokens: decodeTokensFlag.Get(c),
+		Verify: verifyFlag.Get(c), PrefillChunk: prefillChunkFlag.Get(c),
+		Background:   runtime.BackgroundOptions{CPUs: cpus, Nice: compileNiceFlag.Get(c)},
 		ProcessStart: processStart,
 	}
-	if c.Bool("teacher-forced") {
+	if teacherFlag.Get(c) {
 		// A stream independent of the prompt's: seed+1.
-		cfg.Forced = runtime.SeededTokens(c.Uint64(seedFlag.Name)+1, cfg.DecodeTokens, vocab)
+		cfg.Forced = runtime.SeededTokens(seedFlag.Get(c)+1, cfg.DecodeTokens, vocab)
 	}
-	if p := c.String("compile-cost"); p != "" {
+	if p := compileCostFlag.Get(c); p != "" {
 		if cfg.CompileCost, err = compilecost.Load(p); err != nil {
 			return err
 		}
 	}
-	prog := newProgress(c.Bool(quietFlag.Name))
+	prog := newProgress(quietFlag.Get(c))
 	cfg.Progress = prog.update
 	obs, err := startObserver(c)
 	if err != nil {
@@ -99,18 +108,18 @@ func runAction(c *cli.Context) error {
 	}
 	sum, runErr := runtime.Run(c.Context, comp, runtime.ShapeOf(ck.Config), cfg)
 	prog.done()
-	sum.Model = c.String(modelFlag.Name)
+	sum.Model = modelFlag.Get(c)
 	sum.Device = comp.Options().Device
 	sum.Precision = comp.Options().Precision
 	sum.PrecisionUsed = comp.EffectivePrecision()
-	sum.Seed = c.Uint64(seedFlag.Name)
+	sum.Seed = seedFlag.Get(c)
 	sum.OpenVINOVersion, _ = ov.Version()
 	obs.finish(sum) // spans and profile, also after errors and Ctrl-C
 	var werr error
-	if p := c.String(jsonFlag.Name); p != "" {
+	if p := jsonFlag.Get(c); p != "" {
 		werr = cliutil.WriteJSON(p, sum)
 	}
-	if !c.Bool(quietFlag.Name) || runErr == nil {
+	if !quietFlag.Get(c) || runErr == nil {
 		printSummary(os.Stdout, sum)
 	}
 	return errors.Join(runErr, werr)
@@ -123,13 +132,13 @@ func parseCPUList(s string) ([]int, error) {
 	var out []int
 	for _, part := range strings.Split(s, ",") {
 		lo, hi, isRange := strings.Cut(part, "-")
-		a, err := cliutil.ParseInts("compile-cpus", lo)
+		a, err := cliutil.ParseInts(compileCPUsFlag.Name, lo)
 		if err != nil {
 			return nil, err
 		}
 		b := a
 		if isRange {
-			if b, err = cliutil.ParseInts("compile-cpus", hi); err != nil {
+			if b, err = cliutil.ParseInts(compileCPUsFlag.Name, hi); err != nil {
 				return nil, err
 			}
 		}

@@ -2,11 +2,30 @@ package main
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/urfave/cli/v2"
 
 	"github.com/ovtoolkit/ovrun/model"
+)
+
+var (
+	presetFlag = &cli.StringFlag{Name: "preset", Value: "tiny", Usage: "architecture `NAME`: " + strings.Join(model.Presets(), ", "),
+		Action: func(_ *cli.Context, v string) error {
+			if !slices.Contains(model.Presets(), v) {
+				return fmt.Errorf("--preset %q: want one of %s", v, strings.Join(model.Presets(), ", "))
+			}
+			return nil
+		}}
+	synthSeedFlag = &cli.Uint64Flag{Name: "seed", Value: 1, Usage: "random `SEED`"}
+	dtypeFlag     = &cli.StringFlag{Name: "dtype", Usage: "storage `f32|f16|bf16` (default: bf16 for real-shape presets, f32 otherwise)",
+		Action: func(_ *cli.Context, v string) error {
+			if !slices.Contains([]string{"f32", "f16", "bf16"}, strings.ToLower(v)) {
+				return fmt.Errorf("--dtype %q: want f32, f16 or bf16", v)
+			}
+			return nil
+		}}
 )
 
 var synthCommand = &cli.Command{
@@ -15,21 +34,18 @@ var synthCommand = &cli.Command{
 	Description: `Writes config.json and model.safetensors in Hugging Face layout. The same
 preset, seed and dtype always give byte-identical files. Presets: ` + strings.Join(model.Presets(), ", ") + `.`,
 	Flags: []cli.Flag{
-		&cli.StringFlag{Name: "preset", Value: "tiny", Usage: "architecture `NAME`"},
-		&cli.Uint64Flag{Name: "seed", Value: 1, Usage: "random seed"},
-		&cli.StringFlag{Name: "dtype", Usage: "storage `f32|f16|bf16` (default: bf16 for real-shape presets, f32 otherwise)"},
-		&cli.StringFlag{Name: "out", Usage: "output `DIR`", Required: true},
+		presetFlag, synthSeedFlag, dtypeFlag, outDirFlag,
 	},
 	Action: func(c *cli.Context) error {
-		preset := c.String("preset")
+		preset := presetFlag.Get(c)
 		dt := model.DefaultDType(preset)
-		if s := c.String("dtype"); s != "" {
+		if s := dtypeFlag.Get(c); s != "" {
 			dt = model.DType(strings.ToUpper(s))
 		}
-		if err := model.Synthesize(preset, c.Uint64("seed"), dt, c.String("out")); err != nil {
+		if err := model.Synthesize(preset, synthSeedFlag.Get(c), dt, outDirFlag.Get(c)); err != nil {
 			return err
 		}
-		fmt.Printf("wrote %s checkpoint (%s, seed %d) to %s\n", preset, dt, c.Uint64("seed"), c.String("out"))
+		fmt.Printf("wrote %s checkpoint (%s, seed %d) to %s\n", preset, dt, synthSeedFlag.Get(c), outDirFlag.Get(c))
 		return nil
 	},
 }

@@ -10,6 +10,13 @@ import (
 	"github.com/ovtoolkit/ovrun/tracing"
 )
 
+var (
+	traceFileFlag = &cli.StringFlag{Name: "trace", Usage: "OTLP JSON trace `FILE` written by ovrun run --trace-out", Required: true}
+	svgOutFlag    = &cli.StringFlag{Name: "out", Usage: "write the SVG to `FILE`", Required: true}
+	traceIDFlag   = &cli.StringFlag{Name: "trace-id", Usage: "the run to draw when the file holds several (`HEX`; default: the last)"}
+	widthFlag     = &cli.IntFlag{Name: "width", Value: 1200, Usage: "picture width in `PIXELS`"}
+)
+
 var timelineCommand = &cli.Command{
 	Name:  "timeline",
 	Usage: "draw a run's trace (ovrun run --trace-out) as an SVG timeline",
@@ -20,23 +27,20 @@ background (behind decode) below, labelled with capacity and seconds; and
 reserved KV against live KV as step lines. Dashed markers are the boundaries,
 labelled with the wait. Hover a bar for all its attributes.`,
 	Flags: []cli.Flag{
-		&cli.StringFlag{Name: "trace", Usage: "OTLP JSON trace `FILE` written by ovrun run --trace-out", Required: true},
-		&cli.StringFlag{Name: "out", Usage: "write the SVG to `FILE`", Required: true},
-		&cli.StringFlag{Name: "trace-id", Usage: "the run to draw when the file holds several (`HEX`; default: the last)"},
-		&cli.IntFlag{Name: "width", Value: 1200, Usage: "picture width in `PIXELS`"},
+		traceFileFlag, svgOutFlag, traceIDFlag, widthFlag,
 	},
 	Action: timelineAction,
 }
 
 func timelineAction(c *cli.Context) error {
-	spans, err := tracing.ReadTraceFile(c.String("trace"))
+	spans, err := tracing.ReadTraceFile(traceFileFlag.Get(c))
 	if err != nil {
 		return err
 	}
 	var b bytes.Buffer
-	opt := tracing.TimelineOptions{Width: c.Int("width"), TraceID: c.String("trace-id")}
+	opt := tracing.TimelineOptions{Width: widthFlag.Get(c), TraceID: traceIDFlag.Get(c)}
 	if err := tracing.WriteTimeline(&b, spans, opt); err != nil {
-		return fmt.Errorf("%s: %w", c.String("trace"), err)
+		return fmt.Errorf("%s: %w", traceFileFlag.Get(c), err)
 	}
-	return os.WriteFile(c.String("out"), b.Bytes(), 0o644)
+	return os.WriteFile(svgOutFlag.Get(c), b.Bytes(), 0o644)
 }

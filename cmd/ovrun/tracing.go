@@ -53,14 +53,14 @@ func startObserver(c *cli.Context) (*observer, error) {
 	if o.stderr == nil {
 		o.stderr = os.Stderr
 	}
-	if p := c.String(profileOutFlag.Name); p != "" {
+	if p := profileOutFlag.Get(c); p != "" {
 		f, err := os.Create(p)
 		if err != nil {
 			return nil, fmt.Errorf("--profile-out: %w", err)
 		}
 		o.profile, o.stopProfile = f, fgprof.Start(f, fgprof.FormatPprof)
 	}
-	opts := tracing.Options{Endpoint: c.String(otlpEndpointFlag.Name), TraceOut: c.String(traceOutFlag.Name)}
+	opts := tracing.Options{Endpoint: otlpEndpointFlag.Get(c), TraceOut: traceOutFlag.Get(c)}
 	if opts.Endpoint != "" || opts.TraceOut != "" || tracing.OTLPFromEnv() {
 		otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) {
 			o.mu.Lock()

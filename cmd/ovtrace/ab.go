@@ -14,6 +14,15 @@ import (
 	"github.com/ovtoolkit/ovrun/internal/cliutil"
 )
 
+var (
+	variantFlag       = &cli.StringSliceFlag{Name: "variant", Usage: "`NAME=SPEC` (repeatable; the first is the control)", Required: true}
+	pairsFlag         = &cli.IntFlag{Name: "pairs", Value: abtest.MinPairs, Usage: "paired blocks `N` (even, >= 6)"}
+	endpointsFlag     = &cli.StringFlag{Name: "endpoints", Value: strings.Join(abtest.DefaultEndpoints, ","), Usage: "`LIST` of compile_s, compile_cpu_s, peak_rss_bytes, ir_build_s"}
+	allowSmallFlag    = &cli.BoolFlag{Name: "allow-small", Usage: "allow fewer than 6 or an odd number of pairs"}
+	toleranceFlag     = &cli.Float64Flag{Name: "tolerance", Usage: "largest logit difference still reported as equal"}
+	noEquivalenceFlag = &cli.BoolFlag{Name: "no-equivalence", Usage: "skip the logits comparison"}
+)
+
 var abCommand = &cli.Command{
 	Name:  "ab",
 	Usage: "counterbalanced paired trials of compile variants (OpenVINO properties, environment, OpenVINO builds)",
@@ -35,26 +44,26 @@ Per endpoint the report gives the arm means, the paired difference and %
 change, the paired-t 95% CI, the exact sign-flip p, the treatment's wins and
 the raw values. --json writes it (also when stopped by Ctrl-C or a failure).`,
 	Flags: append(compileFlags(), capacityFlag,
-		&cli.StringSliceFlag{Name: "variant", Usage: "`NAME=SPEC` (repeatable; the first is the control)", Required: true},
-		&cli.IntFlag{Name: "pairs", Value: abtest.MinPairs, Usage: "paired blocks `N` (even, >= 6)"},
-		&cli.StringFlag{Name: "endpoints", Value: strings.Join(abtest.DefaultEndpoints, ","), Usage: "`LIST` of compile_s, compile_cpu_s, peak_rss_bytes, ir_build_s"},
-		&cli.BoolFlag{Name: "allow-small", Usage: "allow fewer than 6 or an odd number of pairs"},
-		&cli.Float64Flag{Name: "tolerance", Usage: "largest logit difference still reported as equal"},
-		&cli.BoolFlag{Name: "no-equivalence", Usage: "skip the logits comparison"},
+		variantFlag,
+		pairsFlag,
+		endpointsFlag,
+		allowSmallFlag,
+		toleranceFlag,
+		noEquivalenceFlag,
 		jsonFlag, quietFlag,
 	),
 	Action: abAction,
 }
 
 func abAction(c *cli.Context) error {
-	once, err := onceConfig(c)
+	once, err := onceConfig(c, capacityFlag.Get(c))
 	if err != nil {
 		return err
 	}
 	if once.Capacity < 1 {
 		return fmt.Errorf("give the graph's capacity: --capacity C")
 	}
-	variants, err := abtest.ParseVariants(c.StringSlice("variant"))
+	variants, err := abtest.ParseVariants(variantFlag.Get(c))
 	if err != nil {
 		return err
 	}
@@ -65,15 +74,15 @@ func abAction(c *cli.Context) error {
 	}
 	cfg := abtest.Config{
 		Variants:   variants,
-		Pairs:      c.Int("pairs"),
-		Endpoints:  strings.Split(c.String("endpoints"), ","),
-		AllowSmall: c.Bool("allow-small"),
-		Tolerance:  c.Float64("tolerance"),
+		Pairs:      pairsFlag.Get(c),
+		Endpoints:  strings.Split(endpointsFlag.Get(c), ","),
+		AllowSmall: allowSmallFlag.Get(c),
+		Tolerance:  toleranceFlag.Get(c),
 	}
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
-	if !c.Bool("no-equivalence") {
+	if !noEquivalenceFlag.Get(c) {
 		dir, err := os.MkdirTemp("", "ovtrace-ab-")
 		if err != nil {
 			return err
@@ -81,7 +90,7 @@ func abAction(c *cli.Context) error {
 		defer os.RemoveAll(dir)
 		cfg.LogitsDir = dir
 	}
-	st := newStatus(c.Bool(quietFlag.Name))
+	st := newStatus(quietFlag.Get(c))
 	run := func(ctx context.Context, v abtest.Variant, dumpLogits string) (*abtest.Measurement, error) {
 		o := once
 		o.DumpLogits = dumpLogits
@@ -100,7 +109,7 @@ func abAction(c *cli.Context) error {
 	}
 	rep.Model = filepath.Base(filepath.Clean(once.Model))
 	rep.Capacity, rep.Device, rep.Precision = once.Capacity, once.Device, once.Precision
-	if path := c.String(jsonFlag.Name); path != "" {
+	if path := jsonFlag.Get(c); path != "" {
 		if werr := cliutil.WriteJSON(path, rep); werr != nil {
 			return errors.Join(err, werr)
 		}

@@ -20,7 +20,7 @@ var (
 	capacityFlag  = &cli.IntFlag{Name: "capacity", Usage: "context capacity `C` of the graph"}
 	chunkFlag     = &cli.IntFlag{Name: "chunk", Value: 1, Usage: "tokens per call of the graph: 1 is the decode graph, >1 a prefill graph"}
 	deviceFlag    = &cli.StringFlag{Name: "device", Value: "CPU", Usage: "OpenVINO `DEVICE`: CPU, GPU or NPU", EnvVars: []string{"OVRUN_DEVICE"}}
-	precisionFlag = &cli.StringFlag{Name: "precision", Usage: "inference precision hint `f32|bf16|f16` (default: the device's)"}
+	precisionFlag = &cli.StringFlag{Name: "precision", Usage: "inference precision hint `f32|bf16|f16` (default: the device's)", Action: func(_ *cli.Context, v string) error { _, err := cliutil.ParsePrecision(v); return err }}
 	propFlag      = &cli.StringSliceFlag{Name: "prop", Usage: "extra compile property `KEY=VALUE` (repeatable)"}
 	jsonFlag      = &cli.StringFlag{Name: "json", Usage: "write the machine-readable result to `FILE`"}
 	quietFlag     = &cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}, Usage: "no progress output"}
@@ -30,13 +30,14 @@ func compileFlags() []cli.Flag {
 	return []cli.Flag{modelFlag, chunkFlag, deviceFlag, precisionFlag, propFlag}
 }
 
-// onceConfig reads the compile flags.
-func onceConfig(c *cli.Context) (abtest.OnceConfig, error) {
+// onceConfig reads the compile flags; capacity is the graph's (0 where the
+// command measures a whole ladder).
+func onceConfig(c *cli.Context, capacity int) (abtest.OnceConfig, error) {
 	cfg := abtest.OnceConfig{
-		Model:    c.String(modelFlag.Name),
-		Capacity: c.Int(capacityFlag.Name),
-		Chunk:    c.Int(chunkFlag.Name),
-		Device:   strings.ToUpper(c.String(deviceFlag.Name)),
+		Model:    modelFlag.Get(c),
+		Capacity: capacity,
+		Chunk:    chunkFlag.Get(c),
+		Device:   strings.ToUpper(deviceFlag.Get(c)),
 		Props:    map[string]string{},
 	}
 	if cfg.Model == "" {
@@ -49,10 +50,10 @@ func onceConfig(c *cli.Context) (abtest.OnceConfig, error) {
 		return cfg, fmt.Errorf("--chunk %d: want >= 1", cfg.Chunk)
 	}
 	var err error
-	if cfg.Precision, err = cliutil.ParsePrecision(c.String(precisionFlag.Name)); err != nil {
+	if cfg.Precision, err = cliutil.ParsePrecision(precisionFlag.Get(c)); err != nil {
 		return cfg, err
 	}
-	cfg.Props, err = cliutil.ParseProps(c.StringSlice(propFlag.Name))
+	cfg.Props, err = cliutil.ParseProps(propFlag.Get(c))
 	return cfg, err
 }
 

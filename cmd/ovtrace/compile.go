@@ -13,6 +13,11 @@ import (
 	"github.com/ovtoolkit/ovrun/internal/cliutil"
 )
 
+var (
+	ladderFlag = &cli.StringFlag{Name: "ladder", Value: "1024,2048,4096,8192", Usage: "ascending `CAPACITIES` to measure"}
+	repsFlag   = &cli.IntFlag{Name: "reps", Value: 3, Usage: "compiles per capacity"}
+)
+
 var compileCommand = &cli.Command{
 	Name:  "compile",
 	Usage: "measure the compile cost of every capacity of a ladder, each compile in a fresh process",
@@ -29,24 +34,24 @@ ir_build_s[], peak_rss_bytes}], fit{model, a, b, r2, max_rel_err, n}) that
 "ovrun run --compile-cost" and "ovtrace plan" read. A failed compile or Ctrl-C
 still writes what was measured, and exits non-zero.`,
 	Flags: append(compileFlags(),
-		&cli.StringFlag{Name: "ladder", Value: "1024,2048,4096,8192", Usage: "ascending `CAPACITIES` to measure"},
-		&cli.IntFlag{Name: "reps", Value: 3, Usage: "compiles per capacity"},
+		ladderFlag,
+		repsFlag,
 		jsonFlag, quietFlag,
 	),
 	Action: compileAction,
 }
 
 func compileAction(c *cli.Context) error {
-	cfg, err := onceConfig(c)
+	cfg, err := onceConfig(c, 0)
 	if err != nil {
 		return err
 	}
-	ladder, err := cliutil.ParseInts("ladder", c.String("ladder"))
+	ladder, err := cliutil.ParseInts("ladder", ladderFlag.Get(c))
 	if err != nil {
 		return err
 	}
-	st := newStatus(c.Bool(quietFlag.Name))
-	sweep := abtest.SweepConfig{Ladder: ladder, Reps: c.Int("reps"), Model: cfg.Model, Device: cfg.Device, Precision: cfg.Precision}
+	st := newStatus(quietFlag.Get(c))
+	sweep := abtest.SweepConfig{Ladder: ladder, Reps: repsFlag.Get(c), Model: cfg.Model, Device: cfg.Device, Precision: cfg.Precision}
 	run := func(ctx context.Context, capacity int) (*abtest.Measurement, error) {
 		once := cfg
 		once.Capacity = capacity
@@ -59,7 +64,7 @@ func compileAction(c *cli.Context) error {
 	})
 	st.done()
 	if prof != nil {
-		if path := c.String(jsonFlag.Name); path != "" {
+		if path := jsonFlag.Get(c); path != "" {
 			if serr := prof.Save(path); serr != nil {
 				return errors.Join(err, serr)
 			}

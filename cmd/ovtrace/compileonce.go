@@ -22,26 +22,32 @@ const compileOnceName = "compile-once"
 
 // compileOnceCommand is the child process of compile, profile and ab: one
 // measured compile, printed as one JSON line (abtest.Measurement).
+var (
+	dumpLogitsFlag   = &cli.StringFlag{Name: "dump-logits", Usage: "after measuring, write the logits of a seeded prompt and one decode step to `FILE.npy`"}
+	promptTokensFlag = &cli.IntFlag{Name: "prompt-tokens", Value: 8, Usage: "prompt length for --dump-logits"}
+	seedFlag         = &cli.Uint64Flag{Name: "seed", Value: 1, Usage: "prompt seed for --dump-logits"}
+)
+
 var compileOnceCommand = &cli.Command{
 	Name:   compileOnceName,
 	Hidden: true,
 	Usage:  "compile one graph in this process and print its costs as one JSON line",
 	Flags: append(compileFlags(), capacityFlag,
-		&cli.StringFlag{Name: "dump-logits", Usage: "after measuring, write the logits of a seeded prompt and one decode step to `FILE.npy`"},
-		&cli.IntFlag{Name: "prompt-tokens", Value: 8, Usage: "prompt length for --dump-logits"},
-		&cli.Uint64Flag{Name: "seed", Value: 1, Usage: "prompt seed for --dump-logits"},
+		dumpLogitsFlag,
+		promptTokensFlag,
+		seedFlag,
 	),
 	Action: func(c *cli.Context) error {
-		cfg, err := onceConfig(c)
+		cfg, err := onceConfig(c, capacityFlag.Get(c))
 		if err != nil {
 			return err
 		}
 		if cfg.Capacity < 1 {
 			return fmt.Errorf("give the graph's capacity: --capacity C")
 		}
-		cfg.DumpLogits = c.String("dump-logits")
-		cfg.PromptTokens = c.Int("prompt-tokens")
-		cfg.Seed = c.Uint64("seed")
+		cfg.DumpLogits = dumpLogitsFlag.Get(c)
+		cfg.PromptTokens = promptTokensFlag.Get(c)
+		cfg.Seed = seedFlag.Get(c)
 		m, err := abtest.MeasureCompile(c.Context, cfg)
 		if err != nil {
 			return err

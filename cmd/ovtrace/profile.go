@@ -9,12 +9,24 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/ovtoolkit/ovrun/internal/abtest"
+	"github.com/ovtoolkit/ovrun/internal/cliutil"
 	"github.com/ovtoolkit/ovrun/internal/profiling"
 )
 
 // compileEntry is the C API function a compile runs inside; callgrind
 // collects only there by default.
 const compileEntry = "ov_core_compile_model"
+
+var (
+	backendFlag   = &cli.StringFlag{Name: "backend", Value: profiling.BackendPerf, Usage: "`PROFILER`: perf or callgrind", Action: cliutil.OneOf("backend", profiling.BackendPerf, profiling.BackendCallgrind)}
+	outFlag       = &cli.StringFlag{Name: "out", Aliases: []string{"o"}, Usage: "the pprof profile to write, `F.pb.gz`", Required: true}
+	callGraphFlag = &cli.StringFlag{Name: "call-graph", Value: "dwarf", Usage: "perf --call-graph `MODE`: dwarf, fp, lbr or none", Action: cliutil.OneOf("call-graph", "dwarf", "fp", "lbr", "none")}
+	frequencyFlag = &cli.IntFlag{Name: "frequency", Value: 999, Usage: "perf sampling frequency, `HZ`"}
+	inlineFlag    = &cli.BoolFlag{Name: "inline", Usage: "perf: resolve inlined frames (slow)"}
+	collectFlag   = &cli.StringFlag{Name: "collect", Value: "compile", Usage: "callgrind: `WHAT` to count for --model: compile (inside ov_core_compile_model) or all", Action: cliutil.OneOf("collect", "compile", "all")}
+	rawDirFlag    = &cli.StringFlag{Name: "raw-dir", Usage: "keep the profiler's raw output (perf.data, callgrind.out) in `DIR`"}
+	topFlag       = &cli.IntFlag{Name: "top", Value: 10, Usage: "print the top `N` functions afterwards (0: none)"}
+)
 
 var profileCommand = &cli.Command{
 	Name:      "profile",
@@ -39,25 +51,18 @@ estimates; see docs/ovtrace.md.
 
 perf comes from Debian's linux-perf ("make profilers" installs it).`,
 	Flags: append(compileFlags(), capacityFlag,
-		&cli.StringFlag{Name: "backend", Value: profiling.BackendPerf, Usage: "`PROFILER`: perf or callgrind"},
-		&cli.StringFlag{Name: "out", Aliases: []string{"o"}, Usage: "the pprof profile to write, `F.pb.gz`", Required: true},
-		&cli.StringFlag{Name: "call-graph", Value: "dwarf", Usage: "perf --call-graph `MODE`: dwarf, fp, lbr or none"},
-		&cli.IntFlag{Name: "frequency", Value: 999, Usage: "perf sampling frequency, `HZ`"},
-		&cli.BoolFlag{Name: "inline", Usage: "perf: resolve inlined frames (slow)"},
-		&cli.StringFlag{Name: "collect", Value: "compile", Usage: "callgrind: `WHAT` to count for --model: compile (inside ov_core_compile_model) or all"},
-		&cli.StringFlag{Name: "raw-dir", Usage: "keep the profiler's raw output (perf.data, callgrind.out) in `DIR`"},
-		&cli.IntFlag{Name: "top", Value: 10, Usage: "print the top `N` functions afterwards (0: none)"},
+		backendFlag, outFlag, callGraphFlag, frequencyFlag, inlineFlag, collectFlag, rawDirFlag, topFlag,
 	),
 	Action: profileAction,
 }
 
 func profileAction(c *cli.Context) error {
 	rc := profiling.RecordConfig{
-		Backend:   c.String("backend"),
-		CallGraph: c.String("call-graph"),
-		Frequency: c.Int("frequency"),
-		Inline:    c.Bool("inline"),
-		RawDir:    c.String("raw-dir"),
+		Backend:   backendFlag.Get(c),
+		CallGraph: callGraphFlag.Get(c),
+		Frequency: frequencyFlag.Get(c),
+		Inline:    inlineFlag.Get(c),
+		RawDir:    rawDirFlag.Get(c),
 		Stderr:    os.Stderr,
 	}
 	if rc.RawDir != "" {
@@ -74,7 +79,7 @@ func profileAction(c *cli.Context) error {
 		rc.Command = c.Args().Slice()
 		rc.Stdout = c.App.Writer
 	} else {
-		cfg, err := onceConfig(c)
+		cfg, err := onceConfig(c, capacityFlag.Get(c))
 		if err != nil {
 			return err
 		}
@@ -86,7 +91,7 @@ func profileAction(c *cli.Context) error {
 			return err
 		}
 		rc.Command = append([]string{exe}, onceArgs(cfg, abtest.Variant{})...)
-		collect := c.String("collect")
+		collect := collectFlag.Get(c)
 		if collect != "compile" && collect != "all" {
 			return fmt.Errorf("--collect %q: want compile or all", collect)
 		}
@@ -114,11 +119,11 @@ func profileAction(c *cli.Context) error {
 		profiling.SetMeta(p, profiling.MetaGraphNodes, strconv.Itoa(once.GraphNodes))
 		profiling.SetMeta(p, "compile_s", fmt.Sprintf("%.3f", once.CompileS))
 	}
-	if err := writeProfile(c.String("out"), p); err != nil {
+	if err := writeProfile(outFlag.Get(c), p); err != nil {
 		return err
 	}
 	w := c.App.Writer
-	fmt.Fprintf(w, "wrote %s: %d samples, %d functions", c.String("out"), len(p.Sample), len(p.Function))
+	fmt.Fprintf(w, "wrote %s: %d samples, %d functions", outFlag.Get(c), len(p.Sample), len(p.Function))
 	if win, ok := profiling.Meta(p, "window"); ok {
 		fmt.Fprintf(w, "; kept the samples of the compile, %s", win)
 	}
@@ -126,7 +131,7 @@ func profileAction(c *cli.Context) error {
 		fmt.Fprintf(w, "; collected %s", col)
 	}
 	fmt.Fprintln(w)
-	if n := c.Int("top"); n > 0 {
+	if n := topFlag.Get(c); n > 0 {
 		rep, err := profiling.Top(p, profiling.TopOptions{N: n})
 		if err != nil {
 			return err

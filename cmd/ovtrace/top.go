@@ -5,14 +5,22 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/ovtoolkit/ovrun/internal/cliutil"
 	"github.com/ovtoolkit/ovrun/internal/profiling"
 )
 
 var (
 	nFlag          = &cli.IntFlag{Name: "n", Value: 20, Usage: "rows to print (-1: all)"}
-	byFlag         = &cli.StringFlag{Name: "by", Value: profiling.ByFunction, Usage: "group by `function` or object (shared object)"}
+	byFlag         = &cli.StringFlag{Name: "by", Value: profiling.ByFunction, Usage: "group by `function` or object (shared object)", Action: cliutil.OneOf("by", profiling.ByFunction, profiling.ByObject)}
 	sampleTypeFlag = &cli.StringFlag{Name: "sample-type", Usage: "`TYPE` to rank by (default: the profile's, e.g. cpu-clock or instructions)"}
 	widthFlag      = &cli.IntFlag{Name: "width", Value: 100, Usage: "longest function name printed, `CHARS`"}
+)
+
+var (
+	nodesFlag     = &cli.IntFlag{Name: "nodes", Usage: "the graph's node count `N` (default: from the profile)"}
+	ratioFlag     = &cli.Float64Flag{Name: "ratio", Value: profiling.DefaultRepeatRatio, Usage: "flag calls >= `R` per graph node"}
+	printJSONFlag = &cli.BoolFlag{Name: "json", Usage: "print JSON instead of a table"}
+	sortFlag      = &cli.StringFlag{Name: "sort", Value: "flat", Usage: "order by the change of `flat` or cum", Action: cliutil.OneOf("sort", "flat", "cum")}
 )
 
 var topCommand = &cli.Command{
@@ -27,9 +35,9 @@ work, such as re-sorting the same dependency vectors once per query instead of
 once per node. Functions of system libraries (libc, libstdc++, the loader,
 the kernel) are never flagged.`,
 	Flags: []cli.Flag{nFlag, byFlag, sampleTypeFlag, widthFlag,
-		&cli.IntFlag{Name: "nodes", Usage: "the graph's node count `N` (default: from the profile)"},
-		&cli.Float64Flag{Name: "ratio", Value: profiling.DefaultRepeatRatio, Usage: "flag calls >= `R` per graph node"},
-		&cli.BoolFlag{Name: "json", Usage: "print JSON instead of a table"},
+		nodesFlag,
+		ratioFlag,
+		printJSONFlag,
 	},
 	Action: func(c *cli.Context) error {
 		if c.Args().Len() != 1 {
@@ -40,16 +48,16 @@ the kernel) are never flagged.`,
 			return err
 		}
 		rep, err := profiling.Top(p, profiling.TopOptions{
-			SampleType: c.String(sampleTypeFlag.Name), By: c.String(byFlag.Name), N: c.Int(nFlag.Name),
-			Nodes: c.Int("nodes"), RepeatRatio: c.Float64("ratio"),
+			SampleType: sampleTypeFlag.Get(c), By: byFlag.Get(c), N: nFlag.Get(c),
+			Nodes: nodesFlag.Get(c), RepeatRatio: ratioFlag.Get(c),
 		})
 		if err != nil {
 			return err
 		}
-		if c.Bool("json") {
+		if printJSONFlag.Get(c) {
 			return printJSON(c.App.Writer, rep)
 		}
-		return profiling.WriteTop(c.App.Writer, rep, c.Int(widthFlag.Name))
+		return profiling.WriteTop(c.App.Writer, rep, widthFlag.Get(c))
 	},
 }
 
@@ -62,8 +70,8 @@ callgrind), flat and cumulative, so a faster B shows negative deltas. Both
 profiles must carry the sample type compared. Sampled profiles differ by
 sampling noise too: compare deltas with the totals, and repeat.`,
 	Flags: []cli.Flag{nFlag, byFlag, sampleTypeFlag, widthFlag,
-		&cli.StringFlag{Name: "sort", Value: "flat", Usage: "order by the change of `flat` or cum"},
-		&cli.BoolFlag{Name: "json", Usage: "print JSON instead of a table"},
+		sortFlag,
+		printJSONFlag,
 	},
 	Action: func(c *cli.Context) error {
 		if c.Args().Len() != 2 {
@@ -78,14 +86,14 @@ sampling noise too: compare deltas with the totals, and repeat.`,
 			return err
 		}
 		rep, err := profiling.Diff(a, b, profiling.DiffOptions{
-			SampleType: c.String(sampleTypeFlag.Name), By: c.String(byFlag.Name), N: c.Int(nFlag.Name), SortBy: c.String("sort"),
+			SampleType: sampleTypeFlag.Get(c), By: byFlag.Get(c), N: nFlag.Get(c), SortBy: sortFlag.Get(c),
 		})
 		if err != nil {
 			return err
 		}
-		if c.Bool("json") {
+		if printJSONFlag.Get(c) {
 			return printJSON(c.App.Writer, rep)
 		}
-		return profiling.WriteDiff(c.App.Writer, rep, c.Int(widthFlag.Name))
+		return profiling.WriteDiff(c.App.Writer, rep, widthFlag.Get(c))
 	},
 }

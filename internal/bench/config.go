@@ -40,6 +40,9 @@ type Config struct {
 	// VerifyBoundaries passes --verify to every run (boundary logits are
 	// compared with a control; the comparison is excluded from the timings).
 	VerifyBoundaries bool `json:"verify_boundaries"`
+	// CompileCost is a compile-cost profile (ovtrace compile) passed to
+	// every run as --compile-cost, made absolute; "" runs without budgets.
+	CompileCost string `json:"compile_cost,omitempty"`
 	// RunFlags are extra flags handed verbatim to every `ovrun run`.
 	RunFlags []string `json:"run_flags,omitempty"`
 }
@@ -49,7 +52,7 @@ func (c *Config) Control() string { return c.Arms[0] }
 
 // reservedRunFlags are the run flags the campaign itself sets.
 var reservedRunFlags = []string{"model", "ladder", "policy", "prompt-tokens", "prompt-ids",
-	"decode-tokens", "teacher-forced", "seed", "precision", "verify", "json", "quiet", "q"}
+	"decode-tokens", "teacher-forced", "seed", "precision", "verify", "compile-cost", "json", "quiet", "q"}
 
 // Validate checks the campaign. allowSmall admits designs too small or
 // unbalanced for the sign-flip test to reach p < 0.05.
@@ -145,6 +148,9 @@ func (c *Config) RunArgs(arm, jsonPath string) []string {
 	if c.VerifyBoundaries {
 		args = append(args, "--verify")
 	}
+	if c.CompileCost != "" {
+		args = append(args, "--compile-cost", c.CompileCost)
+	}
 	args = append(args, c.RunFlags...)
 	return append(args, "--json", jsonPath, "--quiet")
 }
@@ -168,6 +174,7 @@ func (c *Config) Diff(other *Config) []string {
 	add("seed", c.Seed, other.Seed)
 	add("precision", orDefault(c.Precision), orDefault(other.Precision))
 	add("verify-boundaries", c.VerifyBoundaries, other.VerifyBoundaries)
+	add("compile-cost", c.CompileCost, other.CompileCost)
 	add("run-flag", strings.Join(c.RunFlags, " "), strings.Join(other.RunFlags, " "))
 	return out
 }

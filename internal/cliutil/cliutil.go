@@ -6,8 +6,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/urfave/cli/v2"
 )
 
 // ParseInts parses a comma-separated list of integers given to --flag.
@@ -63,4 +66,15 @@ func WriteJSON(path string, v any) error {
 // OneLine keeps an error to a single line for the terminal.
 func OneLine(err error) string {
 	return strings.Join(strings.Fields(strings.ReplaceAll(err.Error(), "\n", " ")), " ")
+}
+
+// OneOf is a flag action that accepts only the given values, so a bad value
+// fails while the command line is parsed, before any work.
+func OneOf(flag string, allowed ...string) func(*cli.Context, string) error {
+	return func(_ *cli.Context, v string) error {
+		if slices.Contains(allowed, v) {
+			return nil
+		}
+		return fmt.Errorf("--%s %q: want one of %s", flag, v, strings.Join(allowed, ", "))
+	}
 }

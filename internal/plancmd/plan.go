@@ -16,6 +16,21 @@ import (
 )
 
 // Command is the plan subcommand.
+var (
+	compileCostFlag        = &cli.StringFlag{Name: "compile-cost", Usage: "compile-cost profile `cost.json` (from ovtrace compile)", Required: true}
+	decodeRateFlag         = &cli.Float64Flag{Name: "decode-rate", Usage: "decode `TOK/S` (the same on every rung)", Required: true}
+	ladderFlag             = &cli.StringFlag{Name: "ladder", Usage: "ascending `CAPACITIES` (default: the profile's)"}
+	promptTokensFlag       = &cli.IntFlag{Name: "prompt-tokens", Usage: "prompt length `N`", Required: true}
+	decodeTokensFlag       = &cli.IntFlag{Name: "decode-tokens", Usage: "tokens to decode `M`", Required: true}
+	prefillSFlag           = &cli.Float64Flag{Name: "prefill-s", Usage: "prefill time, `SECONDS`"}
+	backgroundSlowdownFlag = &cli.Float64Flag{Name: "background-slowdown", Usage: "decode step time multiplier `X` (>= 1) while a background compile runs"}
+	kvBytesPerTokenFlag    = &cli.Int64Flag{Name: "kv-bytes-per-token", Usage: "KV `BYTES` of one token over all layers (enables the KV columns)"}
+	migrateGibPerSFlag     = &cli.Float64Flag{Name: "migrate-gib-per-s", Usage: "KV copy bandwidth at a boundary, `GIB/S` (default: copies are free)"}
+	lookaheadFlag          = &cli.IntFlag{Name: "lookahead", Usage: "rungs ahead a background compile may run (0: one ahead, two when a deadline would be missed)"}
+	policyFlag             = &cli.StringFlag{Name: "policy", Value: "all", Usage: "`POLICIES`, comma-separated, or all",
+		Action: func(_ *cli.Context, v string) error { _, err := parsePolicies(v); return err }}
+)
+
 var Command = &cli.Command{
 	Name:  "plan",
 	Usage: "predict the timeline of every run policy from a compile-cost profile (no compiling)",
@@ -27,17 +42,17 @@ the time-weighted average and peak reserved KV. Notes name missed one-ahead
 deadlines and compiles launched two rungs ahead. Use a cost profile measured
 on the target device (an NPU, say) to size a ladder before running there.`,
 	Flags: []cli.Flag{
-		&cli.StringFlag{Name: "compile-cost", Usage: "compile-cost profile `cost.json` (from ovtrace compile)", Required: true},
-		&cli.Float64Flag{Name: "decode-rate", Usage: "decode `TOK/S` (the same on every rung)", Required: true},
-		&cli.StringFlag{Name: "ladder", Usage: "ascending `CAPACITIES` (default: the profile's)"},
-		&cli.IntFlag{Name: "prompt-tokens", Usage: "prompt length `N`", Required: true},
-		&cli.IntFlag{Name: "decode-tokens", Usage: "tokens to decode `M`", Required: true},
-		&cli.Float64Flag{Name: "prefill-s", Usage: "prefill time, `SECONDS`"},
-		&cli.Float64Flag{Name: "background-slowdown", Usage: "decode step time multiplier `X` (>= 1) while a background compile runs"},
-		&cli.Int64Flag{Name: "kv-bytes-per-token", Usage: "KV `BYTES` of one token over all layers (enables the KV columns)"},
-		&cli.Float64Flag{Name: "migrate-gib-per-s", Usage: "KV copy bandwidth at a boundary, `GIB/S` (default: copies are free)"},
-		&cli.IntFlag{Name: "lookahead", Usage: "rungs ahead a background compile may run (0: one ahead, two when a deadline would be missed)"},
-		&cli.StringFlag{Name: "policy", Value: "all", Usage: "`POLICIES`, comma-separated, or all"},
+		compileCostFlag,
+		decodeRateFlag,
+		ladderFlag,
+		promptTokensFlag,
+		decodeTokensFlag,
+		prefillSFlag,
+		backgroundSlowdownFlag,
+		kvBytesPerTokenFlag,
+		migrateGibPerSFlag,
+		lookaheadFlag,
+		policyFlag,
 		jsonFlag,
 	},
 	Action: planAction,
@@ -51,12 +66,12 @@ type Report struct {
 }
 
 func planAction(c *cli.Context) error {
-	prof, err := compilecost.Load(c.String("compile-cost"))
+	prof, err := compilecost.Load(compileCostFlag.Get(c))
 	if err != nil {
 		return err
 	}
 	var ladder []int
-	if s := c.String("ladder"); s != "" {
+	if s := ladderFlag.Get(c); s != "" {
 		if ladder, err = cliutil.ParseInts("ladder", s); err != nil {
 			return err
 		}
@@ -65,35 +80,30 @@ func planAction(c *cli.Context) error {
 			ladder = append(ladder, r.Capacity)
 		}
 	}
-	rate := c.Float64("decode-rate")
+	rate := decodeRateFlag.Get(c)
 	if rate <= 0 {
 		return fmt.Errorf("--decode-rate %v: want tokens per second > 0", rate)
 	}
-	policies := compilecost.Policies()
-	if p := c.String("policy"); p != "all" {
-		policies = strings.Split(p, ",")
-		for _, name := range policies {
-			if !slices.Contains(compilecost.Policies(), name) {
-				return fmt.Errorf("--policy %q: want all or some of %s", name, strings.Join(compilecost.Policies(), ","))
-			}
-		}
+	policies, err := parsePolicies(policyFlag.Get(c))
+	if err != nil {
+		return err
 	}
-	kvPerToken := c.Int64("kv-bytes-per-token")
+	kvPerToken := kvBytesPerTokenFlag.Get(c)
 	cfg := compilecost.SimConfig{
 		Ladder:             ladder,
-		PromptTokens:       c.Int("prompt-tokens"),
-		DecodeTokens:       c.Int("decode-tokens"),
+		PromptTokens:       promptTokensFlag.Get(c),
+		DecodeTokens:       decodeTokensFlag.Get(c),
 		CompileS:           prof.CompileFunc(),
 		DecodeStepS:        func(int) float64 { return 1 / rate },
-		PrefillS:           c.Float64("prefill-s"),
-		Lookahead:          c.Int("lookahead"),
+		PrefillS:           prefillSFlag.Get(c),
+		Lookahead:          lookaheadFlag.Get(c),
 		KVBytesPerToken:    kvPerToken,
-		BackgroundSlowdown: c.Float64("background-slowdown"),
+		BackgroundSlowdown: backgroundSlowdownFlag.Get(c),
 	}
-	if bw := c.Float64("migrate-gib-per-s"); bw > 0 {
+	if bw := migrateGibPerSFlag.Get(c); bw > 0 {
 		cfg.MigrateS = func(_, _, live int) float64 { return float64(int64(live)*kvPerToken) / (bw * (1 << 30)) }
 	}
-	rep := Report{CompileCost: c.String("compile-cost"), DecodeRate: rate}
+	rep := Report{CompileCost: compileCostFlag.Get(c), DecodeRate: rate}
 	for _, p := range policies {
 		cfg.Policy = p
 		res := compilecost.Simulate(cfg)
@@ -102,7 +112,7 @@ func planAction(c *cli.Context) error {
 		}
 		rep.Results = append(rep.Results, res)
 	}
-	if path := c.String(jsonFlag.Name); path != "" {
+	if path := jsonFlag.Get(c); path != "" {
 		if err := cliutil.WriteJSON(path, rep); err != nil {
 			return err
 		}
@@ -139,3 +149,17 @@ func writePlan(w io.Writer, results []compilecost.SimResult, kv bool) error {
 }
 
 var jsonFlag = &cli.StringFlag{Name: "json", Usage: "write the machine-readable result to `FILE`"}
+
+// parsePolicies reads --policy: "all" or a comma-separated list of policies.
+func parsePolicies(s string) ([]string, error) {
+	if s == "all" {
+		return compilecost.Policies(), nil
+	}
+	policies := strings.Split(s, ",")
+	for _, name := range policies {
+		if !slices.Contains(compilecost.Policies(), name) {
+			return nil, fmt.Errorf("--policy %q: want all or some of %s", name, strings.Join(compilecost.Policies(), ","))
+		}
+	}
+	return policies, nil
+}

@@ -1,0 +1,133 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/ovtoolkit/ovrun/compilecost"
+	"github.com/ovtoolkit/ovrun/internal/testenv"
+	"github.com/ovtoolkit/ovrun/runtime"
+)
+
+// The mission's core link, through the binaries: ovtrace compile measures a
+// profile, ovrun run --compile-cost budgets every successor with it, and a
+// profile far beyond the decode windows makes the runtime launch two ahead
+// without changing a single prediction. bench passes the profile through.
+func TestCompileCostEndToEnd(t *testing.T) {
+	tiny := testenv.Synth(t, "tiny", "F32")
+	dir := t.TempDir()
+	ovtrace := filepath.Join(dir, "ovtrace")
+	if out, err := exec.Command("go", "build", "-o", ovtrace, "../ovtrace").CombinedOutput(); err != nil {
+		t.Fatalf("build ovtrace: %v\n%s", err, out)
+	}
+	ladder := "32,64,128,256"
+	cost := filepath.Join(dir, "cost.json")
+	if out, err := exec.Command(ovtrace, "compile", "--model", tiny, "--ladder", ladder, "--reps", "1",
+		"--precision", "f32", "--json", cost, "--quiet").CombinedOutput(); err != nil {
+		t.Fatalf("ovtrace compile: %v\n%s", err, out)
+	}
+
+	run := func(name string, extra ...string) *runtime.Summary {
+		t.Helper()
+		js := filepath.Join(dir, name+".json")
+		args := append([]string{"run", "--model", tiny, "--ladder", ladder, "--policy", "grow-one-ahead",
+			"--prompt-tokens", "8", "--decode-tokens", "240", "--precision", "f32", "--json", js, "-q"}, extra...)
+		if _, stderr, code := ovrun(t, nil, args...); code != 0 {
+			t.Fatalf("ovrun %s: exit %d: %s", strings.Join(args, " "), code, stderr)
+		}
+		return readSummary(t, js)
+	}
+	plain := run("plain")
+	if len(plain.Budgets) != 0 {
+		t.Errorf("a run without --compile-cost has budgets: %+v", plain.Budgets)
+	}
+
+	measured := run("measured", "--compile-cost", cost)
+	var caps []int
+	for _, b := range measured.Budgets {
+		caps = append(caps, b.Capacity)
+		if b.PredictedS <= 0 || b.ActualS <= 0 || b.WindowS == 0 || !b.Measured {
+			t.Errorf("budget %+v: want predicted, actual and window filled from a measured rung", b)
+		}
+	}
+	slices.Sort(caps)
+	if !slices.Equal(caps, []int{64, 128, 256}) {
+		t.Errorf("budgets for capacities %v, want every successor 64, 128, 256", caps)
+	}
+	if !slices.Equal(measured.Predictions, plain.Predictions) {
+		t.Errorf("--compile-cost changed the predictions")
+	}
+
+	// Costs 1000x the measured ones cannot fit any decode window.
+	prof, err := compilecost.Load(cost)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range prof.Rungs {
+		r := &prof.Rungs[i]
+		r.MedianS *= 1000
+		for j := range r.CompileS {
+			r.CompileS[j] *= 1000
+		}
+	}
+	prof.Fit = compilecost.Fit{}
+	slow := filepath.Join(dir, "slow.json")
+	if err := prof.Save(slow); err != nil {
+		t.Fatal(err)
+	}
+	scaled := run("scaled", "--compile-cost", slow)
+	twoAhead := 0
+	for _, b := range scaled.Budgets {
+		if b.Lookahead == 2 {
+			twoAhead++
+		}
+		if b.MissedS <= 0 {
+			t.Errorf("budget %+v: a 1000x profile must predict a missed deadline", b)
+		}
+	}
+	if twoAhead == 0 {
+		t.Errorf("no rung launched two ahead with a 1000x profile: %+v", scaled.Budgets)
+	}
+	if !slices.ContainsFunc(scaled.Notes, func(n string) bool { return strings.Contains(n, "two ahead") }) {
+		t.Errorf("notes %q do not say a rung was launched two ahead", scaled.Notes)
+	}
+	if !slices.Equal(scaled.Predictions, plain.Predictions) {
+		t.Errorf("launching two ahead changed the predictions")
+	}
+
+	// bench hands the profile to every run.
+	out := filepath.Join(dir, "bench")
+	if _, stderr, code := ovrun(t, nil, "bench", "--model", tiny, "--ladder", ladder, "--arms", "grow-eager,grow-one-ahead",
+		"--pairs", "2", "--allow-small", "--prompt-tokens", "8", "--decode-tokens", "120", "--precision", "f32",
+		"--compile-cost", slow, "--out", out, "-q"); code != 0 {
+		t.Fatalf("ovrun bench: exit %d: %s", code, stderr)
+	}
+	runs, err := filepath.Glob(filepath.Join(out, "runs", "*grow-one-ahead.json"))
+	if err != nil || len(runs) == 0 {
+		t.Fatalf("no grow-one-ahead runs in %s (%v)", out, err)
+	}
+	for _, r := range runs {
+		s := readSummary(t, r)
+		if len(s.Budgets) == 0 || !slices.ContainsFunc(s.Budgets, func(b runtime.Budget) bool { return b.Lookahead == 2 }) {
+			t.Errorf("%s: budgets %+v, want the profile's budgets with a two-ahead launch", r, s.Budgets)
+		}
+	}
+}
+
+func readSummary(t *testing.T, path string) *runtime.Summary {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var s runtime.Summary
+	if err := json.Unmarshal(b, &s); err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	return &s
+}

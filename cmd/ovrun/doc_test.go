@@ -1,0 +1,24 @@
+package main
+
+import (
+	"testing"
+
+	"github.com/ovtoolkit/ovrun/internal/clidoc"
+)
+
+// Every ovrun command line in README.md and docs/ parses against the real
+// command definitions.
+func TestDocumentedCommandLines(t *testing.T) {
+	lines, err := clidoc.Find("../..", "ovrun")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(lines) < 20 {
+		t.Fatalf("found only %d documented ovrun command lines; is the extraction broken?", len(lines))
+	}
+	for _, l := range lines {
+		if err := clidoc.Check(newApp(), l, nil); err != nil {
+			t.Errorf("%s\n\t%v", l, err)
+		}
+	}
+}

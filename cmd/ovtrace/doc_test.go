@@ -1,0 +1,24 @@
+package main
+
+import (
+	"testing"
+
+	"github.com/ovtoolkit/ovrun/internal/clidoc"
+)
+
+// Every ovtrace command line in README.md and docs/ parses against the real
+// command definitions, with flags after arguments as main allows.
+func TestDocumentedCommandLines(t *testing.T) {
+	lines, err := clidoc.Find("../..", "ovtrace")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(lines) < 15 {
+		t.Fatalf("found only %d documented ovtrace command lines; is the extraction broken?", len(lines))
+	}
+	for _, l := range lines {
+		if err := clidoc.Check(newApp(), l, flagsFirst); err != nil {
+			t.Errorf("%s\n\t%v", l, err)
+		}
+	}
+}
