@@ -3,6 +3,7 @@ module github.com/ovtoolkit/ovrun
 go 1.26.8
 
 require (
+	github.com/ardanlabs/jinja v1.8.0
 	github.com/felixge/fgprof v0.9.5
 	github.com/google/pprof v0.0.0-20261105003125-4bf881d7fb0b
 	github.com/urfave/cli/v2 v2.27.7

@@ -9,13 +9,14 @@ import (
 	"github.com/ovtoolkit/ovrun/model"
 )
 
-// GenerateConfig is one greedy generation on a single static graph.
+// GenerateConfig is one generation on a single static graph.
 type GenerateConfig struct {
 	Capacity     int
 	PrefillChunk int // tokens per prefill call; 0 feeds the prompt token by token through the decode graph
 	Prompt       []int64
 	MaxNewTokens int
 	KeepLogits   bool // keep every row of logits (for --dump-logits and tests)
+	Decoding          // token choice, end-of-generation and streaming; greedy by default
 }
 
 // GenerateResult holds the tokens and timings of a generation.
@@ -26,6 +27,9 @@ type GenerateResult struct {
 	PrefillS float64
 	DecodeS  float64 // infer time of decode steps
 	Steps    int     // decode infer calls
+	// FinishReason is "length" (MaxNewTokens made) or "stop" (an
+	// end-of-generation token, kept as the last of Tokens).
+	FinishReason string
 }
 
 // DecodeTokensPerS is generated tokens after the first per second of decode.
@@ -36,7 +40,7 @@ func (r *GenerateResult) DecodeTokensPerS() float64 {
 	return float64(r.Steps) / r.DecodeS
 }
 
-// Generate runs greedy decoding with one decode graph of cfg.Capacity slots
+// Generate decodes (greedily unless cfg.Sampler says otherwise) with one decode graph of cfg.Capacity slots
 // (and a prefill graph of the same capacity when PrefillChunk > 0). It
 // generates MaxNewTokens tokens; the last one is not fed back, so the
 // prompt plus MaxNewTokens-1 tokens must fit the capacity.
@@ -91,9 +95,14 @@ func Generate(ctx context.Context, comp Compiler, shape KVShape, cfg GenerateCon
 		if cfg.KeepLogits {
 			res.Logits = append(res.Logits, append([]float32(nil), logits...))
 		}
-		next := int64(Argmax(logits))
+		next, stop := cfg.choose(logits)
 		res.Tokens = append(res.Tokens, next)
+		if stop {
+			res.FinishReason = "stop"
+			break
+		}
 		if len(res.Tokens) == M {
+			res.FinishReason = "length"
 			break
 		}
 		if err := ctx.Err(); err != nil {

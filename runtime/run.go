@@ -24,6 +24,7 @@ type RunConfig struct {
 	Verify       bool    // compare the first step after every switch with a control that never switched
 	PrefillChunk int     // tokens per prefill call; <= 1 prefills through the decode graph
 	Background   BackgroundOptions
+	Decoding     // token choice, end-of-generation and streaming; greedy by default
 
 	// ProcessStart is the origin of every *_start_s / *_end_s offset.
 	ProcessStart time.Time
@@ -67,6 +68,7 @@ type run struct {
 	exe     Executable
 	meter   kvMeter
 	fed     []int64 // every token fed so far: prompt, then decode inputs
+	stopped bool    // the last prediction ended the generation
 
 	decodeWindows [][2]time.Time
 	windowStart   time.Time
@@ -321,7 +323,7 @@ func (r *run) prefill() error {
 	r.s.PrefillEndS = r.off(t1)
 	r.s.PrefillS = t1.Sub(t0).Seconds()
 	r.fed = append(r.fed, r.cfg.Prompt...)
-	r.s.Predictions = append(r.s.Predictions, int64(Argmax(logits)))
+	r.stopped = r.predict(logits)
 	r.exe = r.jobs[r.cur].exe
 	if err := r.exe.Bind(r.kv); err != nil {
 		return err
@@ -340,6 +342,10 @@ func (r *run) prefill() error {
 // decode runs the decode steps, switching rungs at boundaries.
 func (r *run) decode() error {
 	P := len(r.cfg.Prompt)
+	if r.stopped {
+		r.s.FinishReason = "stop"
+		return nil
+	}
 	for i := 1; i <= r.cfg.DecodeTokens; i++ {
 		if err := r.ctx.Err(); err != nil {
 			return err
@@ -376,7 +382,7 @@ func (r *run) decode() error {
 		rs.LastStep = i
 		r.s.DecodedTokens = i
 		r.fed = append(r.fed, tok)
-		r.s.Predictions = append(r.s.Predictions, int64(Argmax(logits)))
+		r.stopped = r.predict(logits)
 		if verify {
 			if err := r.verifyStep(i, logits); err != nil {
 				return err
@@ -389,9 +395,21 @@ func (r *run) decode() error {
 		r.sample(t1, false)
 		r.planAhead()
 		r.progress(i, false)
+		if r.stopped {
+			r.s.FinishReason = "stop"
+			return nil
+		}
 	}
 	r.s.FinishReason = "length"
 	return nil
+}
+
+// predict records the token chosen after logits and reports whether it ends
+// the generation (never in a teacher-forced run, whose inputs are fixed).
+func (r *run) predict(logits []float32) bool {
+	tok, stop := r.cfg.choose(logits)
+	r.s.Predictions = append(r.s.Predictions, tok)
+	return stop && r.cfg.Forced == nil
 }
 
 func (r *run) progress(step int, waiting bool) {

@@ -48,7 +48,7 @@ type Summary struct {
 	Predictions []int64           `json:"predictions"`
 	Notes       []string          `json:"notes,omitempty"`
 
-	FinishReason string `json:"finish_reason"` // length, capacity, compile_error, interrupted, error
+	FinishReason string `json:"finish_reason"` // length, stop, capacity, compile_error, interrupted, error
 	Error        string `json:"error,omitempty"`
 }
 

@@ -197,7 +197,7 @@ func (c *Config) matches(s *runtime.Summary, arm string) (bool, string) {
 		return false, "different precision"
 	case s.Error != "":
 		return false, "run failed: " + s.Error
-	case s.FinishReason != "length" && s.FinishReason != "capacity":
+	case s.FinishReason != "length" && s.FinishReason != "stop" && s.FinishReason != "capacity":
 		return false, "finish_reason " + s.FinishReason
 	}
 	return true, ""
