@@ -32,11 +32,12 @@ func newBudgets(p *compilecost.Profile) *budgets {
 }
 
 // open records the budget of a rung launched lookahead rungs ahead with a
-// predicted decode window.
+// predicted decode window (0: not known yet; planAhead fills it in once the
+// decode rate is measured).
 func (b *budgets) open(capacity, lookahead int, window float64) *Budget {
 	pred, measured := b.profile.Predict(capacity)
 	bu := &Budget{Capacity: capacity, PredictedS: pred, Measured: measured, WindowS: window, Lookahead: lookahead}
-	if miss := pred - window; miss > 0 {
+	if miss := pred - window; window != 0 && miss > 0 {
 		bu.MissedS = miss
 	}
 	b.byCap[capacity] = bu
@@ -94,8 +95,8 @@ func (r *run) planAhead() {
 	if next := r.cur + 1; next < len(r.rungs) {
 		if bu := b.byCap[r.rungs[next]]; bu != nil && bu.WindowS == 0 {
 			bu.WindowS = float64(r.rungs[r.cur]-pos) * st
-			if miss := bu.PredictedS - bu.WindowS; miss > 0 {
-				bu.MissedS = miss
+			bu.MissedS = max(0, bu.PredictedS-bu.WindowS)
+			if miss := bu.MissedS; miss > 0 {
 				r.note("rung %d: predicted compile %.2f s exceeds the %.2f s left to its boundary; expect a wait of about %.2f s", bu.Capacity, bu.PredictedS, bu.WindowS, miss)
 			}
 		}

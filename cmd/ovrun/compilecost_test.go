@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -53,6 +54,9 @@ func TestCompileCostEndToEnd(t *testing.T) {
 		caps = append(caps, b.Capacity)
 		if b.PredictedS <= 0 || b.ActualS <= 0 || b.WindowS == 0 || !b.Measured {
 			t.Errorf("budget %+v: want predicted, actual and window filled from a measured rung", b)
+		}
+		if want := max(0, b.PredictedS-b.WindowS); math.Abs(b.MissedS-want) > 1e-9 {
+			t.Errorf("budget %+v: deadline missed by %v, want predicted - window = %v", b, b.MissedS, want)
 		}
 	}
 	slices.Sort(caps)
