@@ -244,14 +244,18 @@ func bpeReference(t testing.TB) *bpeRef {
 	return ref
 }
 
-// spmCases are allCases plus, for every case holding a ChatML control
-// token, the stretches of text between them: llama.cpp encodes each stretch
-// on its own (with its own space prefix), and sentencepiece's ids for the
-// stretches are the reference for Encode with specials.
+// spmControls are the control tokens of the SentencePiece test model.
+var spmControls = []string{"<|im_start|>", "<|im_end|>", "<s>", "</s>", "<unk>"}
+
+// spmCases are allCases plus, for every case holding a control token, the
+// stretches of text between them: llama.cpp encodes each stretch on its own
+// (with its own space prefix), and sentencepiece's ids for the stretches are
+// the reference for Encode with specials.
 func spmCases() []textCase {
 	cases := allCases()
 	for _, c := range allCases() {
-		for i, part := range splitControls(c.text) {
+		parts, _ := splitControls(c.text)
+		for i, part := range parts {
 			if part != c.text {
 				cases = append(cases, textCase{fmt.Sprintf("%s part %d", c.name, i), part})
 			}
@@ -260,22 +264,23 @@ func spmCases() []textCase {
 	return cases
 }
 
-// splitControls cuts the text around the SentencePiece test model's control
-// tokens, dropping them: the reference for special-token handling, kept
-// apart from the matcher it checks.
-func splitControls(s string) []string {
-	var parts []string
+// splitControls cuts s at the earliest occurrence of any control token
+// (the longest one on a tie), again and again: the stretches of text and the
+// tokens between them. It is the reference for the special-token matcher,
+// written apart from it.
+func splitControls(s string) (parts, controls []string) {
 	for {
-		i, j := strings.Index(s, "<|im_start|>"), strings.Index(s, "<|im_end|>")
-		k, n := i, len("<|im_start|>")
-		if k < 0 || (j >= 0 && j < k) {
-			k, n = j, len("<|im_end|>")
+		at, tok := -1, ""
+		for _, c := range spmControls {
+			if i := strings.Index(s, c); i >= 0 && (at < 0 || i < at || (i == at && len(c) > len(tok))) {
+				at, tok = i, c
+			}
 		}
-		if k < 0 {
-			return append(parts, s)
+		if at < 0 {
+			return append(parts, s), controls
 		}
-		parts = append(parts, s[:k])
-		s = s[k+n:]
+		parts, controls = append(parts, s[:at]), append(controls, tok)
+		s = s[at+len(tok):]
 	}
 }
 
@@ -335,7 +340,7 @@ func compareIDs(t *testing.T, tok *Tokenizer, c textCase, got, want []int) {
 func checkRoundTrip(t *testing.T, tok *Tokenizer, c textCase, ids []int) {
 	t.Helper()
 	if got := tok.Decode(ids); got != c.text {
-		t.Errorf("%s: Decode(Encode(%q)) = %q", c.name, c.text, got)
+		t.Errorf("%s: Decode(Encode(%.200q)) = %.200q", c.name, c.text, got)
 	}
 	d := tok.NewStreamDecoder()
 	var b strings.Builder
@@ -348,6 +353,6 @@ func checkRoundTrip(t *testing.T, tok *Tokenizer, c textCase, ids []int) {
 	}
 	b.WriteString(d.Flush())
 	if b.String() != c.text {
-		t.Errorf("%s: stream decoded %q, want %q", c.name, b.String(), c.text)
+		t.Errorf("%s: stream decoded %.200q, want %.200q", c.name, b.String(), c.text)
 	}
 }
