@@ -1,0 +1,97 @@
+package tokenizer
+
+import (
+	"strings"
+	"unicode/utf8"
+)
+
+// spmModel is SentencePiece-style BPE as llama.cpp runs it for
+// tokenizer.ggml.model "llama": spaces become "▁", a space is put in front of
+// each stretch of text when spacePrefix is set, the text starts as one symbol
+// per UTF-8 character, and the adjacent pair whose concatenation is a piece
+// with the highest score merges first (leftmost on ties). A final symbol that
+// is not a piece is spelt with <0xNN> byte tokens, or UNK without them.
+type spmModel struct {
+	pieces      map[string]int // mergeable pieces: normal, user-defined, unused
+	scores      []float32
+	byteID      [256]int // <0xNN> tokens, -1 if absent
+	unk         int
+	spacePrefix bool
+}
+
+const spaceMarker = "▁"
+
+type spmSym struct {
+	start, end int // byte range in the escaped text; end == start once merged away
+	prev, next int
+}
+
+type spmPair struct {
+	score       float32
+	left, right int
+	size        int
+}
+
+func (p spmPair) before(o spmPair) bool {
+	return p.score > o.score || (p.score == o.score && p.left < o.left)
+}
+
+func (m *spmModel) encode(s string, out []int) []int {
+	if m.spacePrefix {
+		s = " " + s
+	}
+	s = strings.ReplaceAll(s, " ", spaceMarker)
+	syms := make([]spmSym, 0, len(s))
+	for i := 0; i < len(s); {
+		_, n := utf8.DecodeRuneInString(s[i:])
+		syms = append(syms, spmSym{start: i, end: i + n, prev: len(syms) - 1, next: len(syms) + 1})
+		i += n
+	}
+	syms[len(syms)-1].next = -1
+	var h queue[spmPair]
+	for i := 0; i+1 < len(syms); i++ {
+		m.push(&h, s, syms, i, i+1)
+	}
+	for len(h) > 0 {
+		p := h.pop()
+		l, r := &syms[p.left], &syms[p.right]
+		if l.end == l.start || r.end == r.start || l.next != p.right || r.end-l.start != p.size {
+			continue // stale
+		}
+		l.end = r.end
+		r.end = r.start
+		l.next = r.next
+		if l.next >= 0 {
+			syms[l.next].prev = p.left
+		}
+		if l.prev >= 0 {
+			m.push(&h, s, syms, l.prev, p.left)
+		}
+		if l.next >= 0 {
+			m.push(&h, s, syms, p.left, l.next)
+		}
+	}
+	for i := 0; i >= 0; i = syms[i].next {
+		piece := s[syms[i].start:syms[i].end]
+		if id, ok := m.pieces[piece]; ok {
+			out = append(out, id)
+			continue
+		}
+		for j := 0; j < len(piece); j++ {
+			switch {
+			case m.byteID[piece[j]] >= 0:
+				out = append(out, m.byteID[piece[j]])
+			case m.unk >= 0:
+				out = append(out, m.unk)
+			}
+		}
+	}
+	return out
+}
+
+func (m *spmModel) push(h *queue[spmPair], s string, syms []spmSym, left, right int) {
+	text := s[syms[left].start:syms[right].end] // neighbours are contiguous
+	if id, ok := m.pieces[text]; ok {
+		h.push(spmPair{score: m.scores[id], left: left, right: right, size: len(text)})
+	}
+}
