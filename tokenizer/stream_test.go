@@ -68,7 +68,7 @@ func TestStreamDecoderInvalidAndTruncated(t *testing.T) {
 	if s := d.Next(byteID(0xe2)) + d.Next(byteID('b')); s != "\xe2b" {
 		t.Errorf("broken sequence gave %q", s)
 	}
-	if s := d.Next(-1) + d.Next(1 << 30); s != "" {
+	if s := d.Next(-1) + d.Next(1<<30); s != "" {
 		t.Errorf("ids outside the vocabulary gave %q", s)
 	}
 }
