@@ -26,10 +26,12 @@ type spmSym struct {
 	prev, next int
 }
 
+// spmPair is a candidate merge of the symbol at left with its right
+// neighbour, whose joined text had size bytes when it was queued.
 type spmPair struct {
-	score       float32
-	left, right int
-	size        int
+	score float32
+	left  int32
+	size  int32
 }
 
 func (p spmPair) before(o spmPair) bool {
@@ -54,21 +56,23 @@ func (m *spmModel) encode(s string, out []int) []int {
 	}
 	for len(h) > 0 {
 		p := h.pop()
-		l, r := &syms[p.left], &syms[p.right]
-		if l.end == l.start || r.end == r.start || l.next != p.right || r.end-l.start != p.size {
-			continue // stale
+		left := int(p.left)
+		l := &syms[left]
+		if l.end == l.start || l.next < 0 || syms[l.next].end-l.start != int(p.size) {
+			continue // stale: the pair's text has changed since it was queued
 		}
+		r := &syms[l.next]
 		l.end = r.end
 		r.end = r.start
 		l.next = r.next
 		if l.next >= 0 {
-			syms[l.next].prev = p.left
+			syms[l.next].prev = left
 		}
 		if l.prev >= 0 {
-			m.push(&h, s, syms, l.prev, p.left)
+			m.push(&h, s, syms, l.prev, left)
 		}
 		if l.next >= 0 {
-			m.push(&h, s, syms, p.left, l.next)
+			m.push(&h, s, syms, left, l.next)
 		}
 	}
 	for i := 0; i >= 0; i = syms[i].next {
@@ -92,6 +96,6 @@ func (m *spmModel) encode(s string, out []int) []int {
 func (m *spmModel) push(h *queue[spmPair], s string, syms []spmSym, left, right int) {
 	text := s[syms[left].start:syms[right].end] // neighbours are contiguous
 	if id, ok := m.pieces[text]; ok {
-		h.push(spmPair{score: m.scores[id], left: left, right: right, size: len(text)})
+		h.push(spmPair{score: m.scores[id], left: int32(left), size: int32(len(text))})
 	}
 }
