@@ -31,7 +31,7 @@ type bpePair struct {
 	left int32
 }
 
-func (p bpePair) before(o bpePair) bool {
+func bpeBefore(p, o bpePair) bool {
 	return p.rank < o.rank || (p.rank == o.rank && p.left < o.left)
 }
 
@@ -64,11 +64,11 @@ func (m *bpeModel) mergeWord(w string, out []int) []int {
 		return out
 	}
 	syms[len(syms)-1].next = -1
-	var h queue[bpePair]
+	h := queue[bpePair]{before: bpeBefore}
 	for i := 0; i+1 < len(syms); i++ {
 		m.push(&h, syms, i, i+1)
 	}
-	for len(h) > 0 {
+	for h.len() > 0 {
 		p := h.pop()
 		left := int(p.left)
 		l := &syms[left]

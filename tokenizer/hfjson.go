@@ -23,7 +23,8 @@ import (
 // Sequence of those. added_tokens become special tokens.
 //
 // The BOS and EOS ids come from a tokenizer_config.json next to the file
-// when there is one (bos_token, eos_token), else BOS from the template.
+// when there is one (bos_token, eos_token), else BOS from the template;
+// Encode with addSpecial adds what the template says, nothing else.
 //
 // Only a regular file of at most 64 MiB is read. Bad JSON, an inconsistent
 // vocabulary or merges wrap ErrInvalid; other models (WordPiece, Unigram,

@@ -34,7 +34,7 @@ type spmPair struct {
 	size  int32
 }
 
-func (p spmPair) before(o spmPair) bool {
+func spmBefore(p, o spmPair) bool {
 	return p.score > o.score || (p.score == o.score && p.left < o.left)
 }
 
@@ -49,12 +49,15 @@ func (m *spmModel) encode(s string, out []int) []int {
 		syms = append(syms, spmSym{start: i, end: i + n, prev: len(syms) - 1, next: len(syms) + 1})
 		i += n
 	}
+	if len(syms) == 0 {
+		return out
+	}
 	syms[len(syms)-1].next = -1
-	var h queue[spmPair]
+	h := queue[spmPair]{before: spmBefore}
 	for i := 0; i+1 < len(syms); i++ {
 		m.push(&h, s, syms, i, i+1)
 	}
-	for len(h) > 0 {
+	for h.len() > 0 {
 		p := h.pop()
 		left := int(p.left)
 		l := &syms[left]
