@@ -64,6 +64,7 @@ unit: build $(JAEGER)
 
 fuzz: setup
 	go test -run='^$$' -fuzz=FuzzParseSafetensorsHeader -fuzztime=$(FUZZTIME) ./model/
+	go test -run='^$$' -fuzz=FuzzEncodeDecode -fuzztime=$(FUZZTIME) ./tokenizer/
 
 test: lint unit fuzz
 

@@ -23,13 +23,15 @@ type bpeSym struct {
 	prev, next int
 }
 
+// bpePair is a candidate merge of the symbol at left with its right
+// neighbour. It is stale once either symbol has changed; the rank then no
+// longer matches the pair's (ranks are unique per pair), which is the check.
 type bpePair struct {
-	rank        int32
-	left, right int
-	lid, rid    int
+	rank int32
+	left int32
 }
 
-func (p bpePair) before(o bpePair) bool {
+func bpeBefore(p, o bpePair) bool {
 	return p.rank < o.rank || (p.rank == o.rank && p.left < o.left)
 }
 
@@ -62,28 +64,33 @@ func (m *bpeModel) mergeWord(w string, out []int) []int {
 		return out
 	}
 	syms[len(syms)-1].next = -1
-	var h queue[bpePair]
+	h := queue[bpePair]{before: bpeBefore}
 	for i := 0; i+1 < len(syms); i++ {
 		m.push(&h, syms, i, i+1)
 	}
-	for len(h) > 0 {
+	for h.len() > 0 {
 		p := h.pop()
-		l := &syms[p.left]
-		if l.id != p.lid || l.next != p.right || syms[p.right].id != p.rid {
-			continue // stale: a neighbour has merged since
+		left := int(p.left)
+		l := &syms[left]
+		if l.id < 0 || l.next < 0 {
+			continue // stale: merged away, or no right neighbour any more
 		}
-		r := &syms[p.right]
-		l.id = int(m.merges[pairKey(p.lid, p.rid)].id)
+		r := &syms[l.next]
+		mg, ok := m.merges[pairKey(l.id, r.id)]
+		if !ok || mg.rank != p.rank {
+			continue // stale: a symbol of the pair has merged since
+		}
+		l.id = int(mg.id)
 		l.next = r.next
 		r.id = -1
 		if l.next >= 0 {
-			syms[l.next].prev = p.left
+			syms[l.next].prev = left
 		}
 		if l.prev >= 0 {
-			m.push(&h, syms, l.prev, p.left)
+			m.push(&h, syms, l.prev, left)
 		}
 		if l.next >= 0 {
-			m.push(&h, syms, p.left, l.next)
+			m.push(&h, syms, left, l.next)
 		}
 	}
 	for i := 0; i >= 0; i = syms[i].next { // the first symbol is never merged away
@@ -93,8 +100,7 @@ func (m *bpeModel) mergeWord(w string, out []int) []int {
 }
 
 func (m *bpeModel) push(h *queue[bpePair], syms []bpeSym, left, right int) {
-	lid, rid := syms[left].id, syms[right].id
-	if mg, ok := m.merges[pairKey(lid, rid)]; ok {
-		h.push(bpePair{rank: mg.rank, left: left, right: right, lid: lid, rid: rid})
+	if mg, ok := m.merges[pairKey(syms[left].id, syms[right].id)]; ok {
+		h.push(bpePair{rank: mg.rank, left: int32(left)})
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/dlclark/regexp2/v2"
 	"golang.org/x/text/unicode/norm"
@@ -23,7 +24,8 @@ import (
 // Sequence of those. added_tokens become special tokens.
 //
 // The BOS and EOS ids come from a tokenizer_config.json next to the file
-// when there is one (bos_token, eos_token), else BOS from the template.
+// when there is one (bos_token, eos_token), else BOS from the template;
+// Encode with addSpecial adds what the template says, nothing else.
 //
 // Only a regular file of at most 64 MiB is read. Bad JSON, an inconsistent
 // vocabulary or merges wrap ErrInvalid; other models (WordPiece, Unigram,
@@ -276,11 +278,11 @@ func parseHFMerges(raw json.RawMessage) ([][2]string, error) {
 
 // cutSpace splits "a b" at its only space, as Hugging Face does.
 func cutSpace(s string) (string, string, bool) {
-	i := bytes.IndexByte([]byte(s), ' ')
-	if i <= 0 || i == len(s)-1 || bytes.IndexByte([]byte(s[i+1:]), ' ') >= 0 {
+	a, b, ok := strings.Cut(s, " ")
+	if !ok || a == "" || b == "" || strings.Contains(b, " ") {
 		return "", "", false
 	}
-	return s[:i], s[i+1:], true
+	return a, b, true
 }
 
 func isNull(raw json.RawMessage) bool {

@@ -26,13 +26,15 @@ type spmSym struct {
 	prev, next int
 }
 
+// spmPair is a candidate merge of the symbol at left with its right
+// neighbour, whose joined text had size bytes when it was queued.
 type spmPair struct {
-	score       float32
-	left, right int
-	size        int
+	score float32
+	left  int32
+	size  int32
 }
 
-func (p spmPair) before(o spmPair) bool {
+func spmBefore(p, o spmPair) bool {
 	return p.score > o.score || (p.score == o.score && p.left < o.left)
 }
 
@@ -47,28 +49,33 @@ func (m *spmModel) encode(s string, out []int) []int {
 		syms = append(syms, spmSym{start: i, end: i + n, prev: len(syms) - 1, next: len(syms) + 1})
 		i += n
 	}
+	if len(syms) == 0 {
+		return out
+	}
 	syms[len(syms)-1].next = -1
-	var h queue[spmPair]
+	h := queue[spmPair]{before: spmBefore}
 	for i := 0; i+1 < len(syms); i++ {
 		m.push(&h, s, syms, i, i+1)
 	}
-	for len(h) > 0 {
+	for h.len() > 0 {
 		p := h.pop()
-		l, r := &syms[p.left], &syms[p.right]
-		if l.end == l.start || r.end == r.start || l.next != p.right || r.end-l.start != p.size {
-			continue // stale
+		left := int(p.left)
+		l := &syms[left]
+		if l.end == l.start || l.next < 0 || syms[l.next].end-l.start != int(p.size) {
+			continue // stale: the pair's text has changed since it was queued
 		}
+		r := &syms[l.next]
 		l.end = r.end
 		r.end = r.start
 		l.next = r.next
 		if l.next >= 0 {
-			syms[l.next].prev = p.left
+			syms[l.next].prev = left
 		}
 		if l.prev >= 0 {
-			m.push(&h, s, syms, l.prev, p.left)
+			m.push(&h, s, syms, l.prev, left)
 		}
 		if l.next >= 0 {
-			m.push(&h, s, syms, p.left, l.next)
+			m.push(&h, s, syms, left, l.next)
 		}
 	}
 	for i := 0; i >= 0; i = syms[i].next {
@@ -92,6 +99,6 @@ func (m *spmModel) encode(s string, out []int) []int {
 func (m *spmModel) push(h *queue[spmPair], s string, syms []spmSym, left, right int) {
 	text := s[syms[left].start:syms[right].end] // neighbours are contiguous
 	if id, ok := m.pieces[text]; ok {
-		h.push(spmPair{score: m.scores[id], left: left, right: right, size: len(text)})
+		h.push(spmPair{score: m.scores[id], left: int32(left), size: int32(len(text))})
 	}
 }

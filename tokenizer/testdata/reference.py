@@ -87,7 +87,8 @@ def build_bpe(v, pre, ignore_merges=False, normalizer=None, bos=None):
     pre: "smollm" is what SmolLM2's own tokenizer.json uses (Digits then
     ByteLevel with GPT-2's regex; llama.cpp's `smollm` splits \\p{N} and then
     applies the same regex), "gpt2" ByteLevel alone, "llama3"/"qwen2" Split
-    with their regex then ByteLevel without one.
+    with their regex then ByteLevel without one, "runs-prefix" the options
+    those leave off (Digits in runs, ByteLevel's add_prefix_space).
     """
     tk = need("tokenizers", "tokenizers==0.23.3")
     from tokenizers import AddedToken, Regex, decoders, models, normalizers, pre_tokenizers, processors
@@ -102,6 +103,10 @@ def build_bpe(v, pre, ignore_merges=False, normalizer=None, bos=None):
             pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)])
     elif pre == "gpt2":
         tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    elif pre == "runs-prefix":  # digit runs, and a space put before every piece
+        tok.pre_tokenizer = pre_tokenizers.Sequence([
+            pre_tokenizers.Digits(individual_digits=False),
+            pre_tokenizers.ByteLevel(add_prefix_space=True, use_regex=True)])
     else:
         regex = {"llama3": LLAMA3_REGEX, "qwen2": QWEN2_REGEX}[pre]
         tok.pre_tokenizer = pre_tokenizers.Sequence([
@@ -145,6 +150,7 @@ def cmd_bpe(args):
         "llama3": dict(pre="llama3", ignore_merges=True, bos=0),
         "qwen2": dict(pre="qwen2"),
         "qwen2-nfc": dict(pre="qwen2", normalizer="NFC"),
+        "runs-prefix": dict(pre="runs-prefix"),
     }
     tk = need("tokenizers", "tokenizers==0.23.3")
     expected = {}
