@@ -143,6 +143,9 @@ def cmd_model(a):
         w.add_tensor(name, arr.astype(np.float16) if qt == "F16" else arr.astype(np.float32))
 
     llama = a.arch == "llama"
+    # With tied embeddings the residual stream must move well away from the
+    # input token's embedding, or the model just repeats its input.
+    out_std = 1 / 16 if llama else 1
     add("token_embd.weight", "Q6_K", rows=V, cols=H, std=1.0)
     for i in range(L):
         p = "blk.%d." % i
@@ -151,10 +154,10 @@ def cmd_model(a):
         add(p + "attn_q.weight", "Q4_K", rows=Nh * D, cols=H, std=3 / 16, n_head=Nh if llama else 0)
         add(p + "attn_k.weight", "Q4_0", rows=Nkv * D, cols=H, std=3 / 16, n_head=Nkv if llama else 0)
         add(p + "attn_v.weight", "Q8_0", rows=Nkv * D, cols=H, std=1 / 16)
-        add(p + "attn_output.weight", "Q4_1", rows=H, cols=Nh * D, std=1 / 16)
+        add(p + "attn_output.weight", "Q4_1", rows=H, cols=Nh * D, std=out_std)
         add(p + "ffn_gate.weight", "Q6_K", rows=I, cols=H, std=1 / 16)
         add(p + "ffn_up.weight", "F16", rng.standard_normal((I, H)) / 16)
-        add(p + "ffn_down.weight", "Q4_K", rows=H, cols=I, std=1 / 22.6)
+        add(p + "ffn_down.weight", "Q4_K", rows=H, cols=I, std=out_std)
         if not llama:
             add(p + "attn_q.bias", "F32", 0.5 * rng.standard_normal(Nh * D))
             add(p + "attn_k.bias", "F32", 0.5 * rng.standard_normal(Nkv * D))
