@@ -16,21 +16,27 @@ const (
 	IndexName       = "model.safetensors.index.json"
 )
 
-// Checkpoint is a loaded, validated model directory. Tensor data are slices
-// of read-only file mappings, valid until Close.
+// Checkpoint is a loaded, validated model: a Hugging Face directory or a
+// GGUF file. Tensor data are slices of read-only file mappings, valid until
+// Close.
 type Checkpoint struct {
-	Dir     string
-	Config  *Config
-	Tensors map[string]*Tensor // all shards merged
+	Dir     string             // the checkpoint directory, or the .gguf file
+	Config  *Config            // from config.json, or built from GGUF metadata
+	Tensors map[string]*Tensor // Hugging Face names; all shards merged
+	GGUF    *GGUFFile          // the GGUF file's metadata (tokenizer.*), nil for a directory
 
 	files []*SafetensorsFile
 }
 
-// Load reads dir/config.json and dir/model.safetensors or, when that is
+// Load opens a checkpoint: a GGUF file (see the GGUF section of the README),
+// or a directory with config.json and model.safetensors or, when that is
 // absent (the order transformers uses), the shards named by
-// dir/model.safetensors.index.json, then checks that every tensor the
+// model.safetensors.index.json. It then checks that every tensor the
 // architecture needs is present with the right shape (see CheckTensors).
 func Load(dir string) (*Checkpoint, error) {
+	if st, err := os.Stat(dir); err == nil && st.Mode().IsRegular() {
+		return loadGGUF(dir)
+	}
 	cfg, err := LoadConfig(dir)
 	if err != nil {
 		return nil, err
@@ -132,6 +138,7 @@ func (c *Checkpoint) Close() error {
 	for _, f := range c.files {
 		errs = append(errs, f.Close())
 	}
+	errs = append(errs, c.GGUF.Close())
 	c.files = nil
 	return errors.Join(errs...)
 }

@@ -141,16 +141,44 @@ func (g *irGraph) constF32(shape []int64, v ...float32) port {
 func (g *irGraph) scalarI64(v int64) port   { return g.constI64([]int64{}, v) }
 func (g *irGraph) scalarF32(v float32) port { return g.constF32([]int64{}, v) }
 
-// weight references a checkpoint tensor, converted to f32 when stored narrower
-// (OpenVINO treats Const(f16|bf16) -> Convert as compressed weights).
+// weight references a checkpoint tensor as an f32 [out, in] (or [n]) value:
+// an f32 Const, a narrower float Const -> Convert (which OpenVINO treats as
+// compressed weights), or, for GGUF blocks, OpenVINO's weight-compression
+// pattern that the CPU plugin folds into FullyConnected and Gather:
+//
+//	Const(u4|i8) [out, in/G, G] -> Convert -> [Subtract zp] -> Multiply scale -> Reshape [out, in]
 func (g *irGraph) weight(name string) port {
-	t := g.w.tensor(name)
-	et := elem(strings.ToLower(string(t.DType)))
-	c := g.constAt(name, et, t.Shape, g.w.offset(name), int64(len(t.Data)))
-	if et == f32 {
-		return c
+	t, s := g.w.tensor(name), g.w.slot(name)
+	if s.kind != slotPacked {
+		c := g.constAt(name, s.et, t.Shape, s.off, s.size)
+		if s.et == f32 {
+			return c
+		}
+		return g.op("Convert", "opset1", []attr{{"destination_type", "f32"}}, t.Shape, f32, c)
 	}
-	return g.op("Convert", "opset1", []attr{{"destination_type", "f32"}}, t.Shape, f32, c)
+	out, in, G := t.Shape[0], t.Shape[1], s.pack.group
+	grouped := []int64{out, in / G, G}
+	perGroup := []int64{out, in / G, 1}
+	toF32 := []attr{{"destination_type", "f32"}}
+	bcast := []attr{{"auto_broadcast", "numpy"}}
+	q := g.constAt(name, s.et, grouped, s.off, s.size)     // [out, in/G, G] u4|i8
+	x := g.op("Convert", "opset1", toF32, grouped, f32, q) // [out, in/G, G]
+	switch s.pack.zp {
+	case zpScalar:
+		z := g.constBytes(u8, []int64{}, []byte{s.pack.zpValue})
+		z = g.op("Convert", "opset1", toF32, []int64{}, f32, z)   // []
+		x = g.op("Subtract", "opset1", bcast, grouped, f32, x, z) // [out, in/G, G]
+	case zpPlane:
+		z := g.constAt(name+"/zero_point", f32, perGroup, s.zpOff, s.zpSize) // [out, in/G, 1]
+		x = g.op("Subtract", "opset1", bcast, grouped, f32, x, z)            // [out, in/G, G]
+	}
+	sc := g.constAt(name+"/scale", s.pack.scale, perGroup, s.scaleOff, s.scaleSize) // [out, in/G, 1]
+	if s.pack.scale != f32 {
+		sc = g.op("Convert", "opset1", toF32, perGroup, f32, sc) // [out, in/G, 1]
+	}
+	x = g.op("Multiply", "opset1", bcast, grouped, f32, x, sc) // [out, in/G, G]
+	return g.op("Reshape", "opset1", []attr{{"special_zero", "false"}}, t.Shape, f32,
+		x, g.constI64([]int64{2}, out, in)) // [out, in]
 }
 
 // XML renders the network.

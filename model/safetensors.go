@@ -99,6 +99,11 @@ type Tensor struct {
 	DType DType
 	Shape []int64
 	Data  []byte
+	// RowOrder, when set, says which row of Data holds each of the Shape[0]
+	// rows of the tensor: row i is Data's row RowOrder[i]. GGUF llama
+	// checkpoints use it to undo llama.cpp's q/k row permutation while Data
+	// stays a slice of the file mapping.
+	RowOrder []int
 }
 
 // NumElements is the product of the shape (1 for a scalar).
@@ -112,27 +117,43 @@ func numElements(shape []int64) int64 {
 	return n
 }
 
-// Float32s decodes a float tensor into a new slice.
+// Float32s decodes a float or GGUF block tensor into a new slice, rows in
+// tensor order (RowOrder applied).
 func (t *Tensor) Float32s() ([]float32, error) {
-	size := t.DType.Size()
-	if !t.DType.IsFloatWeight() {
+	be, bb := t.DType.block()
+	if be == 0 {
 		return nil, fmt.Errorf("tensor %q: cannot decode dtype %s as float", t.Name, t.DType)
 	}
-	if int64(len(t.Data)) != t.NumElements()*int64(size) {
+	n := t.NumElements()
+	if n%int64(be) != 0 || int64(len(t.Data)) != n/int64(be)*int64(bb) {
 		return nil, fmt.Errorf("tensor %q: %d bytes for shape %v of %s", t.Name, len(t.Data), t.Shape, t.DType)
 	}
-	out := make([]float32, len(t.Data)/size)
-	for i := range out {
-		switch t.DType {
-		case DTypeF32:
-			out[i] = math.Float32frombits(binary.LittleEndian.Uint32(t.Data[4*i:]))
-		case DTypeF16:
-			out[i] = F16ToFloat32(binary.LittleEndian.Uint16(t.Data[2*i:]))
-		case DTypeBF16:
-			out[i] = BF16ToFloat32(binary.LittleEndian.Uint16(t.Data[2*i:]))
-		}
+	out := make([]float32, n)
+	rows := t.rows()
+	per := int(n) / rows
+	for i := range rows {
+		dequantize(t.DType, t.row(i), out[i*per:(i+1)*per])
 	}
 	return out, nil
+}
+
+// rows is the number of rows Row serves: Shape[0] when RowOrder is set,
+// else 1 (the whole tensor).
+func (t *Tensor) rows() int {
+	if t.RowOrder == nil || len(t.Shape) == 0 {
+		return 1
+	}
+	return int(t.Shape[0])
+}
+
+// row is the bytes of row i < rows() of the tensor, RowOrder applied.
+func (t *Tensor) row(i int) []byte {
+	if t.RowOrder == nil {
+		return t.Data
+	}
+	size := len(t.Data) / int(t.Shape[0])
+	r := t.RowOrder[i]
+	return t.Data[r*size : (r+1)*size]
 }
 
 // TensorInfo is one header entry; Begin and End are byte offsets relative to

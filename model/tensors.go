@@ -87,9 +87,10 @@ func ParamCount(cfg *Config) int64 {
 }
 
 // CheckTensors verifies that tensors holds every tensor cfg requires with the
-// right shape and a float dtype, and reports the first failure in
+// right shape and a weight dtype, and reports the first failure in
 // RequiredTensors order: a missing tensor wraps ErrMissingTensor, a wrong
-// shape is a *ShapeError (ErrShape), a non-float dtype wraps ErrUnsupported.
+// shape is a *ShapeError (ErrShape), a dtype that is not a weight type
+// (IsWeight) wraps ErrUnsupported.
 // A tied checkpoint may still carry lm_head.weight; it is then checked too.
 func CheckTensors(cfg *Config, tensors map[string]*Tensor) error {
 	specs := RequiredTensors(cfg)
@@ -106,8 +107,8 @@ func CheckTensors(cfg *Config, tensors map[string]*Tensor) error {
 		if !slices.Equal(t.Shape, s.Shape) {
 			return &ShapeError{Name: s.Name, Got: t.Shape, Want: s.Shape}
 		}
-		if !t.DType.IsFloatWeight() {
-			return fmt.Errorf("%w: tensor %q has dtype %s; weights must be F32, F16 or BF16", ErrUnsupported, s.Name, t.DType)
+		if !t.DType.IsWeight() {
+			return fmt.Errorf("%w: tensor %q has dtype %s; weights must be F32, F16 or BF16 (or, in GGUF, Q8_0, Q4_0, Q4_1, Q4_K, Q6_K)", ErrUnsupported, s.Name, t.DType)
 		}
 	}
 	return nil

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"sort"
+	"strings"
 	"sync"
 )
 
@@ -12,19 +13,72 @@ import (
 // constants graphs need (axes, shapes, rotary frequencies, scalars).
 const poolCap = 1 << 20
 
+// WeightFormat selects how checkpoint tensors are stored in the blob.
+type WeightFormat string
+
+const (
+	// WeightsNative keeps weights as stored: F16 and BF16 stay 16-bit
+	// (Const -> Convert), GGUF block types become OpenVINO compressed weights
+	// (u4/i8 planes with a scale per group and, for Q4_1 and Q4_K, a zero
+	// point) that the CPU plugin decompresses inside its matrix
+	// multiplications and Gather. Block-typed vectors become f32.
+	WeightsNative WeightFormat = "native"
+	// WeightsF32 dequantizes every tensor to f32 constants.
+	WeightsF32 WeightFormat = "f32"
+)
+
+// ParseWeightFormat accepts "native" (or "") and "f32".
+func ParseWeightFormat(s string) (WeightFormat, error) {
+	switch s {
+	case "", "native":
+		return WeightsNative, nil
+	case "f32":
+		return WeightsF32, nil
+	}
+	return "", fmt.Errorf("unknown weight format %q (want native or f32)", s)
+}
+
+// WeightOptions configures a Weights blob.
+type WeightOptions struct {
+	Format WeightFormat // "" is WeightsNative
+}
+
+// slotKind says how a tensor is placed in the blob.
+type slotKind int
+
+const (
+	slotRaw    slotKind = iota // the stored bytes (F32, F16, BF16)
+	slotF32                    // dequantized to f32
+	slotPacked                 // OpenVINO compressed weights: planes of packing
+)
+
+// slot is one tensor's place in the blob.
+type slot struct {
+	kind      slotKind
+	et        elem // raw: storage type; f32; packed: weight plane type
+	off, size int64
+	pack      packing
+	scaleOff  int64
+	scaleSize int64
+	zpOff     int64
+	zpSize    int64
+}
+
 // Weights lays out one weights blob that every graph of a checkpoint shares:
-// the architecture's tensors (64-byte aligned, in name order) followed by an
-// append-only, content-deduplicated pool of small constants. Bytes already
-// placed never change, so graphs read earlier keep valid Const offsets while
-// later graphs add constants of their own.
+// the architecture's tensors (each plane 64-byte aligned, in name order)
+// followed by an append-only, content-deduplicated pool of small constants.
+// Bytes already placed never change, so graphs read earlier keep valid Const
+// offsets while later graphs add constants of their own. GGUF block tensors
+// are repacked (or dequantized) once, by Bind.
 //
 // The blob itself is memory the caller owns (for OpenVINO: C-allocated and
 // alive as long as any model read from it): see Bind.
 type Weights struct {
-	ck      *Checkpoint
-	offsets map[string]int64
-	names   []string
-	size    int64 // checkpoint part, aligned
+	ck     *Checkpoint
+	format WeightFormat
+	slots  map[string]*slot
+	names  []string
+	size   int64 // checkpoint part, aligned
 
 	mu       sync.Mutex
 	buf      []byte
@@ -34,18 +88,45 @@ type Weights struct {
 	pendData [][]byte
 }
 
-// NewWeights plans the blob for a loaded checkpoint.
-func NewWeights(ck *Checkpoint) *Weights {
-	w := &Weights{ck: ck, offsets: map[string]int64{}, pool: map[string]int64{}}
+// NewWeights plans the blob for a loaded checkpoint in the native format.
+func NewWeights(ck *Checkpoint) *Weights { return NewWeightsWith(ck, WeightOptions{}) }
+
+// NewWeightsWith plans the blob for a loaded checkpoint with options.
+func NewWeightsWith(ck *Checkpoint, opts WeightOptions) *Weights {
+	format := opts.Format
+	if format == "" {
+		format = WeightsNative
+	}
+	w := &Weights{ck: ck, format: format, slots: map[string]*slot{}, pool: map[string]int64{}}
 	for _, s := range RequiredTensors(ck.Config) {
 		w.names = append(w.names, s.Name)
 	}
 	sort.Strings(w.names)
 	var off int64
-	for _, n := range w.names {
+	place := func(n int64) int64 {
 		off = align64(off)
-		w.offsets[n] = off
-		off += int64(len(ck.Tensors[n].Data))
+		at := off
+		off += n
+		return at
+	}
+	for _, n := range w.names {
+		t := ck.Tensors[n]
+		s := &slot{kind: slotRaw, et: elem(strings.ToLower(string(t.DType)))}
+		switch {
+		case t.DType.IsQuantized() && format == WeightsNative && len(t.Shape) == 2:
+			s.kind, s.pack = slotPacked, packingOf(t.DType)
+			s.et = s.pack.wt
+			s.size, s.scaleSize, s.zpSize = s.pack.planeBytes(t.Shape[0], t.Shape[1])
+			s.off, s.scaleOff, s.zpOff = place(s.size), place(s.scaleSize), place(s.zpSize)
+			w.slots[n] = s
+			continue
+		case t.DType.IsQuantized() || (format == WeightsF32 && t.DType != DTypeF32):
+			s.kind, s.et, s.size = slotF32, f32, 4*t.NumElements()
+		default:
+			s.size = int64(len(t.Data))
+		}
+		s.off = place(s.size)
+		w.slots[n] = s
 	}
 	w.size = align64(off)
 	return w
@@ -54,17 +135,37 @@ func NewWeights(ck *Checkpoint) *Weights {
 // Size is the number of bytes Bind needs.
 func (w *Weights) Size() int64 { return w.size + poolCap }
 
+// TensorBytes is the size of the checkpoint part of the blob: the weights
+// as the graphs read them, before the constant pool.
+func (w *Weights) TensorBytes() int64 { return w.size }
+
+// Format is the blob's weight format.
+func (w *Weights) Format() WeightFormat { return w.format }
+
+// Compressed reports whether any tensor is stored as OpenVINO compressed
+// (integer) weights, whose matrix multiplications the CPU plugin may run
+// with dynamically quantized activations (DYNAMIC_QUANTIZATION_GROUP_SIZE).
+func (w *Weights) Compressed() bool {
+	for _, s := range w.slots {
+		if s.kind == slotPacked {
+			return true
+		}
+	}
+	return false
+}
+
 // Config is the checkpoint's configuration.
 func (w *Weights) Config() *Config { return w.ck.Config }
 
-// Bind copies the checkpoint tensors into buf (len(buf) >= Size()) and makes
-// it the destination of later constants. buf must not move while in use.
+// Bind writes the checkpoint tensors into buf (len(buf) >= Size()),
+// repacking or dequantizing GGUF blocks, and makes it the destination of
+// later constants. buf must not move while in use.
 func (w *Weights) Bind(buf []byte) error {
 	if int64(len(buf)) < w.Size() {
 		return fmt.Errorf("weights buffer holds %d bytes, need %d", len(buf), w.Size())
 	}
 	for _, n := range w.names {
-		copy(buf[w.offsets[n]:], w.ck.Tensors[n].Data)
+		w.fill(buf, w.ck.Tensors[n], w.slots[n])
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -74,6 +175,51 @@ func (w *Weights) Bind(buf []byte) error {
 	}
 	w.pending, w.pendData = nil, nil
 	return nil
+}
+
+// fill writes one tensor's slot, row by row so RowOrder applies.
+func (w *Weights) fill(buf []byte, t *Tensor, s *slot) {
+	rows := t.rows()
+	per := int(t.NumElements()) / rows // elements per row
+	var tmp []float32
+	if s.kind == slotF32 {
+		tmp = make([]float32, per)
+	}
+	for i := range rows {
+		src := t.row(i)
+		switch s.kind {
+		case slotRaw:
+			copy(buf[s.off+int64(i*len(src)):], src)
+		case slotF32:
+			dequantize(t.DType, src, tmp)
+			dst := buf[s.off+int64(4*i*per):]
+			for k, v := range tmp {
+				putF32(dst[4*k:], v)
+			}
+		case slotPacked:
+			w.fillPacked(buf, t, s, i, src)
+		}
+	}
+}
+
+// fillPacked repacks row i (or, with no RowOrder, the whole tensor row by
+// row) into the slot's planes.
+func (w *Weights) fillPacked(buf []byte, t *Tensor, s *slot, i int, src []byte) {
+	out, in := t.Shape[0], t.Shape[1]
+	wRow, scRow, zpRow := s.pack.planeBytes(1, in)
+	be, bb := t.DType.block()
+	srcRow := in / int64(be) * int64(bb)
+	first, count := int64(i), int64(1)
+	if t.RowOrder == nil {
+		first, count = 0, out
+	}
+	for r := range count {
+		row := first + r
+		packRow(t.DType, src[r*srcRow:(r+1)*srcRow], int(in),
+			buf[s.off+row*wRow:s.off+(row+1)*wRow],
+			buf[s.scaleOff+row*scRow:s.scaleOff+(row+1)*scRow],
+			buf[s.zpOff+row*zpRow:s.zpOff+(row+1)*zpRow])
+	}
 }
 
 // Bytes returns the bound blob (nil before Bind).
@@ -88,12 +234,12 @@ func (w *Weights) tensor(name string) *Tensor {
 	return w.ck.Tensors[name]
 }
 
-func (w *Weights) offset(name string) int64 { return w.offsets[w.resolve(name)] }
+func (w *Weights) slot(name string) *slot { return w.slots[w.resolve(name)] }
 
 // resolve maps the one renamed tensor: a tied lm_head reads the embedding.
 func (w *Weights) resolve(name string) string {
 	if name == "lm_head.weight" {
-		if _, ok := w.offsets[name]; !ok {
+		if _, ok := w.slots[name]; !ok {
 			return "model.embed_tokens.weight"
 		}
 	}

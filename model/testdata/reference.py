@@ -8,7 +8,7 @@ modeling code (modeling_llama.py / modeling_qwen2.py) directly, with every
 weight and every intermediate value in float64.
 
 Usage:
-    reference.py --model DIR (--ids 1,2,3 | --ids-file F) --steps N \
+    reference.py --model DIR|FILE.gguf (--ids 1,2,3 | --ids-file F) --steps N \
                  --out LOGITS.npy [--tokens-out TOKENS.json] [--force 5,6,7]
     reference.py --selftest
 
@@ -20,6 +20,12 @@ fall back to argmax), and its logits become row i. LOGITS.npy holds a float32
 array of shape [1+N, vocab]. TOKENS.json holds
     {"tokens": [the N tokens fed after the prompt],
      "argmax": [argmax of each of the 1+N rows]}.
+
+--model may name a GGUF file (llama or qwen2): the `gguf` package
+(llama.cpp's gguf-py) reads it and gguf.quants.dequantize decodes every
+tensor exactly to float32; the weights are then widened to float64, renamed
+to Hugging Face names, and for llama the q/k rows llama.cpp's converter
+permuted are put back (see load_gguf).
 
 --ids-file accepts a JSON list of ints, or ints separated by commas and/or
 whitespace.
@@ -123,6 +129,73 @@ def load_weights(model_dir):
     if os.path.exists(single):
         return read_safetensors(single)
     raise FileNotFoundError("no model.safetensors(.index.json) in %s" % model_dir)
+
+
+# ---------------------------------------------------------------------------
+# GGUF reader (through the gguf package)
+# ---------------------------------------------------------------------------
+
+GGUF_GLOBAL = {"token_embd.weight": "model.embed_tokens.weight",
+               "output_norm.weight": "model.norm.weight",
+               "output.weight": "lm_head.weight"}
+GGUF_LAYER = {"attn_norm": "input_layernorm", "ffn_norm": "post_attention_layernorm",
+              "attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj",
+              "attn_v": "self_attn.v_proj", "attn_output": "self_attn.o_proj",
+              "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj", "ffn_down": "mlp.down_proj"}
+
+
+def gguf_unpermute(w, n_head):
+    """Undo llama.cpp's convert_hf_to_gguf permute() of q/k rows:
+    permute(w) = w.reshape(n_head, 2, D/2, ...).swapaxes(1, 2).reshape(w.shape)."""
+    return w.reshape(n_head, w.shape[0] // n_head // 2, 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+def load_gguf(path):
+    """(config dict, {HF name: float64 array}) of a llama / qwen2 GGUF file."""
+    import gguf  # only GGUF runs need the package
+
+    r = gguf.GGUFReader(path)
+
+    def field(key, default=None):
+        f = r.fields.get(key)
+        return default if f is None else f.contents()
+
+    arch = field("general.architecture")
+    names = {t.name for t in r.tensors}
+    heads = int(field(arch + ".attention.head_count"))
+    d = dict(model_type=arch,
+             hidden_size=int(field(arch + ".embedding_length")),
+             intermediate_size=int(field(arch + ".feed_forward_length")),
+             num_hidden_layers=int(field(arch + ".block_count")),
+             num_attention_heads=heads,
+             num_key_value_heads=int(field(arch + ".attention.head_count_kv", heads)),
+             rms_norm_eps=float(field(arch + ".attention.layer_norm_rms_epsilon")),
+             rope_theta=float(field(arch + ".rope.freq_base", 10000.0)),
+             tie_word_embeddings="output.weight" not in names,
+             attention_bias="blk.0.attn_q.bias" in names)
+    vocab = field(arch + ".vocab_size")
+    d["vocab_size"] = int(vocab) if vocab is not None else len(field("tokenizer.ggml.tokens"))
+    key_length = field(arch + ".attention.key_length")
+    if key_length is not None:
+        d["head_dim"] = int(key_length)
+    weights = {}
+    for t in r.tensors:
+        if t.name in GGUF_GLOBAL:
+            name = GGUF_GLOBAL[t.name]
+        else:
+            parts = t.name.split(".")  # blk.N.attn_q.weight
+            if parts[0] != "blk" or parts[2] not in GGUF_LAYER:
+                continue
+            name = "model.layers.%s.%s.%s" % (parts[1], GGUF_LAYER[parts[2]], parts[3])
+        # dequantize() returns float32 in numpy order: a GGUF [ne0, ne1]
+        # tensor comes back as ne1 rows of ne0.
+        w = gguf.quants.dequantize(t.data, t.tensor_type).astype(np.float64)
+        if arch == "llama" and ".q_proj." in name:
+            w = gguf_unpermute(w, heads)
+        elif arch == "llama" and ".k_proj." in name:
+            w = gguf_unpermute(w, d["num_key_value_heads"])
+        weights[name] = w
+    return d, weights
 
 
 # ---------------------------------------------------------------------------
@@ -405,7 +478,7 @@ def parse_ids(text):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--model", help="checkpoint directory")
+    ap.add_argument("--model", help="checkpoint directory or GGUF file")
     ap.add_argument("--ids", help="comma-separated prompt token ids")
     ap.add_argument("--ids-file", help="file with prompt token ids")
     ap.add_argument("--steps", type=int, default=0, help="tokens to decode after the prompt")
@@ -428,8 +501,12 @@ def main(argv=None):
             prompt = parse_ids(f.read())
     force = parse_ids(a.force) if a.force else None
 
-    cfg = Config.load(a.model)
-    model = Model(cfg, load_weights(a.model))
+    if os.path.isfile(a.model):
+        cfgd, weights = load_gguf(a.model)
+        cfg = Config(cfgd)
+    else:
+        cfg, weights = Config.load(a.model), load_weights(a.model)
+    model = Model(cfg, weights)
     logits, fed = greedy(model, prompt, a.steps, force)
     np.save(a.out, logits.astype(np.float32))
     if a.tokens_out:

@@ -1,0 +1,145 @@
+package runtime
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"path/filepath"
+	"slices"
+	"testing"
+
+	"github.com/ovtoolkit/ovrun/internal/testenv"
+	"github.com/ovtoolkit/ovrun/model"
+)
+
+// smolPrompt is "The quick brown fox jumps over the lazy dog. Paris is the
+// capital of France, and Berlin is the capital of" in SmolLM2's vocabulary
+// (byte-level BPE from the GGUF's tokenizer.ggml.tokens and merges).
+var smolPrompt = []int64{504, 2365, 6354, 16438, 27003, 690, 260, 23790, 2767, 30, 7042, 314, 260, 3575, 282, 4649, 28, 284, 11452, 314, 260, 3575, 282}
+
+// generateGGUF loads a GGUF checkpoint and greedily generates steps tokens
+// after prompt at f32 with the given weight format, keeping every logits row.
+func generateGGUF(t *testing.T, path string, format model.WeightFormat, prompt []int64, steps int) (*GenerateResult, *OVCompiler) {
+	t.Helper()
+	ck, err := model.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ck.Close() })
+	comp, err := NewOVCompiler(ck, OVOptions{Device: "CPU", Precision: "f32", Weights: format})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := comp.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	res, err := Generate(context.Background(), comp, ShapeOf(ck.Config), GenerateConfig{
+		Capacity: 64, PrefillChunk: 16, Prompt: prompt, MaxNewTokens: steps + 1, KeepLogits: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Logits) != steps+1 {
+		t.Fatalf("%d logits rows, want %d", len(res.Logits), steps+1)
+	}
+	return res, comp
+}
+
+// TestGGUFSyntheticMatchesReference runs small random GGUF models whose
+// matrices use every block type (Q6_K embedding, Q4_K q and down, Q4_0 k,
+// Q8_0 v and lm_head, Q4_1 o, Q6_K gate, F16 up) in both weight formats
+// against the float64 reference over gguf.quants.dequantize: llama (q/k
+// stored permuted, untied) and qwen2 (biases, tied Q6_K embedding).
+func TestGGUFSyntheticMatchesReference(t *testing.T) {
+	const steps = 12
+	for _, arch := range []string{"llama", "qwen2"} {
+		path := filepath.Join(t.TempDir(), arch+".gguf")
+		testenv.Run(t, testenv.Python(t), filepath.Join(testenv.RepoRoot(t), "model", "testdata", "gguf_helper.py"),
+			"model", path, "--arch", arch, "--seed", "3")
+		prompt := SeededTokens(5, 11, 512)
+		want, wantTok := reference(t, path, prompt, steps)
+		for _, format := range []model.WeightFormat{model.WeightsNative, model.WeightsF32} {
+			t.Run(arch+" "+string(format), func(t *testing.T) {
+				res, comp := generateGGUF(t, path, format, prompt, steps)
+				if got := comp.Weights().Compressed(); got != (format == model.WeightsNative) {
+					t.Errorf("Compressed() = %v with format %s", got, format)
+				}
+				if !slices.Equal(res.Tokens, wantTok) {
+					t.Fatalf("greedy tokens differ:\n got %v\nwant %v", res.Tokens, wantTok)
+				}
+				if distinct := len(slices.Compact(slices.Sorted(slices.Values(res.Tokens)))); distinct < 3 {
+					t.Errorf("only %d distinct tokens in %v: the synthetic model is degenerate and the test weak", distinct, res.Tokens)
+				}
+				for i := range want {
+					checkRow(t, i, res.Logits[i], want[i])
+				}
+			})
+		}
+	}
+}
+
+// TestGGUFSmolLM2MatchesReference runs the real SmolLM2-135M-Instruct Q4_1
+// GGUF at f32 with compressed weights against the float64 reference: cosine
+// >= 0.999 on every row and identical greedy tokens for 32 steps of an
+// English prompt, up to the first step where the reference's top-2 logit gap
+// is below 0.1 (a near tie that float32 rounding may break either way). The
+// graph with weights dequantized to f32 constants must pick the same tokens.
+func TestGGUFSmolLM2MatchesReference(t *testing.T) {
+	path := testenv.SmolLM2(t)
+	if testing.Short() {
+		t.Skip("compiles four graphs of a 135M-parameter model")
+	}
+	const steps = 32
+	want, wantTok := reference(t, path, smolPrompt, steps)
+	last := len(want) - 1 // last row whose inputs agree for sure
+	for i, row := range want {
+		if gap := top2Gap(row); gap < 0.1 {
+			last = i
+			t.Logf("reference's top-2 gap at row %d is %.3f: rows compared up to it", i, gap)
+			break
+		}
+	}
+	native, comp := generateGGUF(t, path, model.WeightsNative, smolPrompt, steps)
+	t.Logf("compressed weights: %d bytes in the blob, properties %v", comp.Weights().TensorBytes(), comp.Properties())
+	for i := 0; i <= last; i++ {
+		if i < last && native.Tokens[i] != wantTok[i] {
+			t.Fatalf("row %d: greedy token %d, reference %d (tokens %v, reference %v)", i, native.Tokens[i], wantTok[i], native.Tokens, wantTok)
+		}
+		if c := Cosine(native.Logits[i], want[i]); c < 0.999 {
+			t.Errorf("row %d: cosine %.6f < 0.999", i, c)
+		}
+	}
+	t.Logf("rows 0..%d: %s", last, rowErrors(native.Logits[:last+1], want[:last+1]))
+
+	f32, comp32 := generateGGUF(t, path, model.WeightsF32, smolPrompt, steps)
+	t.Logf("f32 weights: %d bytes in the blob; rows 0..%d: %s", comp32.Weights().TensorBytes(), last, rowErrors(f32.Logits[:last+1], want[:last+1]))
+	if !slices.Equal(f32.Tokens, native.Tokens) {
+		t.Errorf("f32-dequantized weights give other greedy tokens:\n   f32 %v\nnative %v", f32.Tokens, native.Tokens)
+	}
+}
+
+func top2Gap(row []float32) float64 {
+	a, b := math.Inf(-1), math.Inf(-1)
+	for _, v := range row {
+		switch x := float64(v); {
+		case x > a:
+			a, b = x, a
+		case x > b:
+			b = x
+		}
+	}
+	return a - b
+}
+
+// rowErrors summarizes the worst cosine and max abs error over rows.
+func rowErrors(got, want [][]float32) string {
+	minCos, maxErr := 1.0, 0.0
+	for i := range want {
+		minCos = min(minCos, Cosine(got[i], want[i]))
+		for k := range want[i] {
+			maxErr = max(maxErr, math.Abs(float64(got[i][k]-want[i][k])))
+		}
+	}
+	return fmt.Sprintf("min cosine %.7f, max abs error %.3g", minCos, maxErr)
+}
