@@ -47,6 +47,9 @@ type Summary struct {
 	Budgets     []Budget          `json:"budgets,omitempty"` // with --compile-cost
 	Predictions []int64           `json:"predictions"`
 	Notes       []string          `json:"notes,omitempty"`
+	// Text is the generated text (predictions decoded, a final
+	// end-of-generation token left out) of a run given a text prompt.
+	Text string `json:"text,omitempty"`
 
 	FinishReason string `json:"finish_reason"` // length, stop, capacity, compile_error, interrupted, error
 	Error        string `json:"error,omitempty"`

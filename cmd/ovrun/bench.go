@@ -60,7 +60,7 @@ Extra "ovrun run" flags go through --run-flag, e.g. --run-flag=--infer-threads=1
 --run-flag=--compile-cpus=1 --run-flag=--device=NPU.`,
 	Flags: []cli.Flag{
 		modelFlag, ladderFlag, armsFlag, pairsFlag, allowSmallFlag,
-		benchPromptTokensFlag, decodeTokensFlag, teacherFlag, seedFlag, precisionFlag,
+		promptFlag, promptFileFlag, benchPromptTokensFlag, decodeTokensFlag, teacherFlag, seedFlag, precisionFlag,
 		verifyBoundariesFlag, compileCostFlag, runFlagFlag, benchOutFlag, resumeFlag, keepGoingFlag,
 		quietFlag,
 	},
@@ -89,6 +89,9 @@ func benchAction(c *cli.Context) error {
 		PromptTokens: benchPromptTokensFlag.Get(c), DecodeTokens: decodeTokensFlag.Get(c),
 		TeacherForced: teacherFlag.Get(c), Seed: seedFlag.Get(c), Precision: precision,
 		VerifyBoundaries: verifyBoundariesFlag.Get(c),
+	}
+	if cfg.Prompt, err = benchPrompt(c); err != nil {
+		return err
 	}
 	if p := compileCostFlag.Get(c); p != "" {
 		if _, err := compilecost.Load(p); err != nil {
@@ -190,4 +193,24 @@ func checkModelPath(model string) error {
 		return fmt.Errorf("--model %s: not a .gguf file and no config.json in it (make one with: ovrun synth --preset small --out DIR)", model)
 	}
 	return nil
+}
+
+// benchPrompt is the text prompt of a campaign (--prompt or the contents of
+// --prompt-file), "" for the seeded random prompt.
+func benchPrompt(c *cli.Context) (string, error) {
+	text := promptFlag.Get(c)
+	if p := promptFileFlag.Get(c); p != "" {
+		if text != "" {
+			return "", errors.New("give --prompt or --prompt-file, not both")
+		}
+		b, err := readPromptFile(p)
+		if err != nil {
+			return "", err
+		}
+		text = string(b)
+	}
+	if text != "" && c.IsSet(benchPromptTokensFlag.Name) {
+		return "", errors.New("give a text prompt or --prompt-tokens, not both")
+	}
+	return text, nil
 }

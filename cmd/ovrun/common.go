@@ -56,9 +56,17 @@ func ovOptions(c *cli.Context) (runtime.OVOptions, error) {
 // openModel loads OpenVINO and the checkpoint, in that order, so a missing
 // library is reported before any work.
 func openModel(c *cli.Context) (*model.Checkpoint, *runtime.OVCompiler, error) {
+	return openModelWith(c, nil)
+}
+
+// openModelWith is openModel with the compile options adjusted by edit.
+func openModelWith(c *cli.Context, edit func(*runtime.OVOptions)) (*model.Checkpoint, *runtime.OVCompiler, error) {
 	opts, err := ovOptions(c)
 	if err != nil {
 		return nil, nil, err
+	}
+	if edit != nil {
+		edit(&opts)
 	}
 	if err := ov.Load(); err != nil {
 		return nil, nil, err
@@ -82,22 +90,23 @@ func prompt(c *cli.Context, vocab int) ([]int64, error) {
 	case ids != "" && n > 0:
 		return nil, fmt.Errorf("give --prompt-ids or --prompt-tokens, not both")
 	case ids != "":
-		return parseIDs(ids, vocab)
+		return parseIDs(promptIDsFlag.Name, ids, vocab)
 	case n > 0:
 		return runtime.SeededTokens(seedFlag.Get(c), n, vocab), nil
 	}
 	return nil, fmt.Errorf("give a prompt: --prompt-ids 1,2,3 or --prompt-tokens N")
 }
 
-func parseIDs(s string, vocab int) ([]int64, error) {
+// parseIDs reads comma-separated token ids given to --flag.
+func parseIDs(flag, s string, vocab int) ([]int64, error) {
 	var out []int64
 	for _, f := range strings.Split(s, ",") {
 		v, err := strconv.ParseInt(strings.TrimSpace(f), 10, 64)
 		if err != nil {
-			return nil, fmt.Errorf("--prompt-ids: %q is not a token id", f)
+			return nil, fmt.Errorf("--%s: %q is not a token id", flag, f)
 		}
 		if v < 0 || v >= int64(vocab) {
-			return nil, fmt.Errorf("--prompt-ids: token %d is outside the vocabulary [0, %d)", v, vocab)
+			return nil, fmt.Errorf("--%s: token %d is outside the vocabulary [0, %d)", flag, v, vocab)
 		}
 		out = append(out, v)
 	}

@@ -14,67 +14,117 @@ import (
 )
 
 var (
-	capacityFlag     = &cli.IntFlag{Name: "capacity", Usage: "context capacity `C` (KV slots)", Required: true}
-	maxNewTokensFlag = &cli.IntFlag{Name: "max-new-tokens", Value: 16, Usage: "`N` tokens to generate"}
+	capacityFlag     = &cli.IntFlag{Name: "capacity", Usage: "context capacity `C` (KV slots); default: prompt + --max-new-tokens rounded up to a power of two, at least 256"}
+	maxNewTokensFlag = &cli.IntFlag{Name: "max-new-tokens", Value: 16, Usage: "`N` tokens to generate at most"}
 	dumpLogitsFlag   = &cli.StringFlag{Name: "dump-logits", Usage: "write logits rows to `FILE.npy`"}
 )
 
 var generateCommand = &cli.Command{
 	Name:  "generate",
-	Usage: "greedy decoding with one static graph of a given capacity",
+	Usage: "generate text or tokens with one static graph of a given capacity",
 	Description: `Compiles a decode graph (and a prefill graph) of --capacity slots, runs the
-prompt, and greedily generates --max-new-tokens tokens. --dump-logits writes
-float32 [rows, vocab] as .npy: row 0 = logits after the prompt, row i = after
-the i-th generated token (the last generated token is not fed back).`,
-	Flags: append(compileFlags(),
+prompt, and generates up to --max-new-tokens tokens, greedily unless
+--temperature > 0. A text prompt (--prompt, --prompt-file) is tokenized with
+the model's own tokenizer, the answer is printed as it is generated, and
+generation stops at the model's end-of-generation token unless --ignore-eos:
+
+   ovrun generate --model SmolLM2-135M-Instruct.Q4_1.gguf --prompt "The capital of France is" --max-new-tokens 32
+
+Token prompts (--prompt-ids, --prompt-tokens) print the token ids and never
+stop early. --dump-logits writes float32 [rows, vocab] as .npy: row 0 =
+logits after the prompt, row i = after the i-th generated token (the last
+generated token is not fed back). --json writes prompt_ids, generated_ids,
+text, finish_reason and the timings.`,
+	Flags: append(append(compileFlags(),
 		capacityFlag,
-		promptIDsFlag, promptTokensFlag, seedFlag, prefillChunkFlag,
+		promptFlag, promptFileFlag, promptIDsFlag, promptTokensFlag, seedFlag, prefillChunkFlag,
 		maxNewTokensFlag, dumpLogitsFlag,
 		jsonFlag,
-	),
-	Action: func(c *cli.Context) error {
-		ck, comp, err := openModel(c)
-		if err != nil {
-			return err
+	), samplingFlags...),
+	Action: generateAction,
+}
+
+func generateAction(c *cli.Context) error {
+	ck, comp, err := openModel(c)
+	if err != nil {
+		return err
+	}
+	defer ck.Close()
+	defer comp.Close()
+	in, err := readPrompt(c, ck)
+	if err != nil {
+		return err
+	}
+	dec, err := decoding(c, in)
+	if err != nil {
+		return err
+	}
+	capacity := capacityFlag.Get(c)
+	if capacity == 0 {
+		capacity = defaultCapacity(len(in.ids) + maxNewTokensFlag.Get(c))
+	}
+	var stream *textStream
+	if in.isText() {
+		stream = newTextStream(os.Stdout, in.tok)
+		dec.OnToken = stream.token
+	}
+	res, err := runtime.Generate(c.Context, comp, runtime.ShapeOf(ck.Config), runtime.GenerateConfig{
+		Capacity: capacity, PrefillChunk: prefillChunkFlag.Get(c),
+		Prompt: in.ids, MaxNewTokens: maxNewTokensFlag.Get(c), KeepLogits: dumpLogitsFlag.Get(c) != "",
+		Decoding: dec,
+	})
+	if stream != nil {
+		stream.flush()
+		fmt.Println()
+	}
+	if err != nil {
+		return err
+	}
+	if p := dumpLogitsFlag.Get(c); p != "" {
+		if err := npy.WriteFile(p, res.Logits); err != nil {
+			return fmt.Errorf("write logits: %w", err)
 		}
-		defer ck.Close()
-		defer comp.Close()
-		ids, err := prompt(c, ck.Config.VocabSize)
-		if err != nil {
-			return err
-		}
-		res, err := runtime.Generate(c.Context, comp, runtime.ShapeOf(ck.Config), runtime.GenerateConfig{
-			Capacity: capacityFlag.Get(c), PrefillChunk: prefillChunkFlag.Get(c),
-			Prompt: ids, MaxNewTokens: maxNewTokensFlag.Get(c), KeepLogits: dumpLogitsFlag.Get(c) != "",
-		})
-		if err != nil {
-			return err
-		}
-		if p := dumpLogitsFlag.Get(c); p != "" {
-			if err := npy.WriteFile(p, res.Logits); err != nil {
-				return fmt.Errorf("write logits: %w", err)
-			}
-		}
+	}
+	out := os.Stdout
+	if stream != nil {
+		out = os.Stderr // the answer alone on standard output
+	} else {
 		toks := make([]string, len(res.Tokens))
 		for i, t := range res.Tokens {
 			toks[i] = fmt.Sprint(t)
 		}
 		fmt.Printf("tokens: %s\n", strings.Join(toks, ","))
-		fmt.Printf("compile %.3f s  prefill %.3f s (%d tokens)  decode %.2f tok/s (%d steps)  precision %s\n",
-			res.CompileS, res.PrefillS, len(ids), res.DecodeTokensPerS(), res.Steps, comp.EffectivePrecision())
-		if p := jsonFlag.Get(c); p != "" {
-			ver, _ := ov.Version()
-			out := map[string]any{
-				"model": modelFlag.Get(c), "device": comp.Options().Device, "openvino_version": ver,
-				"precision": comp.Options().Precision, "precision_effective": comp.EffectivePrecision(),
-				"capacity": capacityFlag.Get(c), "prompt": ids,
-				"tokens": res.Tokens, "compile_s": res.CompileS, "prefill_s": res.PrefillS,
-				"decode_s": res.DecodeS, "decode_tokens_per_s": res.DecodeTokensPerS(),
-				"peak_rss_bytes": runtime.PeakRSS(),
-			}
-			b, _ := json.MarshalIndent(out, "", "  ")
-			return os.WriteFile(p, append(b, '\n'), 0o644)
+	}
+	fmt.Fprintf(out, "compile %.3f s  prefill %.3f s (%d tokens)  decode %.2f tok/s (%d steps)  precision %s  finish %s\n",
+		res.CompileS, res.PrefillS, len(in.ids), res.DecodeTokensPerS(), res.Steps, comp.EffectivePrecision(), res.FinishReason)
+	if p := jsonFlag.Get(c); p != "" {
+		ver, _ := ov.Version()
+		tok := in.tok
+		if tok == nil {
+			tok, _ = ck.Tokenizer() // text of token prompts too, where the model has a tokenizer
 		}
-		return nil
-	},
+		out := map[string]any{
+			"model": modelFlag.Get(c), "device": comp.Options().Device, "openvino_version": ver,
+			"precision": comp.Options().Precision, "precision_effective": comp.EffectivePrecision(),
+			"capacity": capacity, "prompt": in.ids, "prompt_ids": in.ids,
+			"tokens": res.Tokens, "generated_ids": res.Tokens, "text": generatedText(tok, res.Tokens),
+			"finish_reason": res.FinishReason,
+			"compile_s":     res.CompileS, "prefill_s": res.PrefillS,
+			"decode_s": res.DecodeS, "decode_tokens_per_s": res.DecodeTokensPerS(),
+			"peak_rss_bytes": runtime.PeakRSS(),
+		}
+		b, _ := json.MarshalIndent(out, "", "  ")
+		return os.WriteFile(p, append(b, '\n'), 0o644)
+	}
+	return nil
+}
+
+// defaultCapacity is the static capacity for n tokens: a power of two, at
+// least 256.
+func defaultCapacity(n int) int {
+	c := 256
+	for c < n {
+		c *= 2
+	}
+	return c
 }

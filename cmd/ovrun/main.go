@@ -52,6 +52,8 @@ OpenVINO's C library is found in the project's .venv or through OVRUN_OPENVINO_L
 			synthCommand,
 			exportIRCommand,
 			generateCommand,
+			chatCommand,
+			tokenizeCommand,
 			runCommand,
 			timelineCommand,
 			contentionCommand,

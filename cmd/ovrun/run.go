@@ -2,6 +2,7 @@ package main
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"strings"
 	"time"
@@ -17,12 +18,16 @@ import (
 // processStart is the origin of every *_start_s offset in run summaries.
 var processStart = time.Now()
 
+// defaultCompileNice lets decode keep the cores while a background compile
+// runs (measured with ovrun contention: see README).
+const defaultCompileNice = 19
+
 var (
 	policyFlag = &cli.StringFlag{Name: "policy", Value: "grow-one-ahead", Usage: "`POLICY`: " + strings.Join(runtime.PolicyNames(), ", "),
 		Action: func(_ *cli.Context, v string) error { _, err := runtime.ParsePolicy(v); return err }}
 	verifyFlag      = &cli.BoolFlag{Name: "verify", Usage: "at every boundary compare the first step with a control that never switched (not for timing)"}
 	compileCPUsFlag = &cli.StringFlag{Name: "compile-cpus", Usage: "pin background compiles to these `CPUS` (e.g. 1 or 2-3)"}
-	compileNiceFlag = &cli.IntFlag{Name: "compile-nice", Value: 19, Usage: "nice `N` (0-19) for the background compile thread; 19 lets decode keep the cores (see ovrun contention)"}
+	compileNiceFlag = &cli.IntFlag{Name: "compile-nice", Value: defaultCompileNice, Usage: "nice `N` (0-19) for the background compile thread; 19 lets decode keep the cores (see ovrun contention)"}
 )
 
 var runCommand = &cli.Command{
@@ -36,6 +41,10 @@ var runCommand = &cli.Command{
    lazy            each rung compiled when its boundary is reached
    grow-remap      one-ahead compiles, KV in one reservation committed as tokens arrive
 
+The prompt is --prompt/--prompt-file text (tokenized with the model's own
+tokenizer; the run then stops at the model's end-of-generation token unless
+--ignore-eos, and prints and records the generated text) or token ids
+(--prompt-ids, or a seeded random --prompt-tokens N for experiments).
 The first rung is the smallest that holds the prompt plus one token. Decode
 steps past the largest rung stop the run with finish_reason "capacity".
 --json writes the run summary (also on errors and Ctrl-C, with what was done).
@@ -49,11 +58,11 @@ On a CPU both decode and background compiles use the same cores; see
 --compile-cpus, --compile-nice and --infer-threads.`,
 	Flags: append(append(compileFlags(),
 		ladderFlag, policyFlag,
-		promptIDsFlag, promptTokensFlag, seedFlag, prefillChunkFlag,
+		promptFlag, promptFileFlag, promptIDsFlag, promptTokensFlag, seedFlag, prefillChunkFlag,
 		decodeTokensFlag, teacherFlag, verifyFlag, compileCostFlag,
 		compileCPUsFlag, compileNiceFlag,
 		jsonFlag, quietFlag,
-	), traceFlags...),
+	), append(samplingFlags, traceFlags...)...),
 	Action: runAction,
 }
 
@@ -81,12 +90,16 @@ func runAction(c *cli.Context) error {
 	defer ck.Close()
 	defer comp.Close()
 	vocab := ck.Config.VocabSize
-	ids, err := prompt(c, vocab)
+	in, err := readPrompt(c, ck)
+	if err != nil {
+		return err
+	}
+	dec, err := decoding(c, in)
 	if err != nil {
 		return err
 	}
 	cfg := runtime.RunConfig{
-		Ladder: ladder, Policy: policy, Prompt: ids, DecodeTokens: decodeTokensFlag.Get(c),
+		Ladder: ladder, Policy: policy, Prompt: in.ids, DecodeTokens: decodeTokensFlag.Get(c), Decoding: dec,
 		Verify: verifyFlag.Get(c), PrefillChunk: prefillChunkFlag.Get(c),
 		Background:   runtime.BackgroundOptions{CPUs: cpus, Nice: compileNiceFlag.Get(c)},
 		ProcessStart: processStart,
@@ -114,10 +127,16 @@ func runAction(c *cli.Context) error {
 	sum.PrecisionUsed = comp.EffectivePrecision()
 	sum.Seed = seedFlag.Get(c)
 	sum.OpenVINOVersion, _ = ov.Version()
+	if in.isText() {
+		sum.Text = generatedText(in.tok, sum.Predictions)
+	}
 	obs.finish(sum) // spans and profile, also after errors and Ctrl-C
 	var werr error
 	if p := jsonFlag.Get(c); p != "" {
 		werr = cliutil.WriteJSON(p, sum)
+	}
+	if in.isText() && !quietFlag.Get(c) {
+		fmt.Printf("%s\n\n", sum.Text)
 	}
 	if !quietFlag.Get(c) || runErr == nil {
 		printSummary(os.Stdout, sum)

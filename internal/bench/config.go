@@ -30,7 +30,10 @@ type Config struct {
 	// Arms are run policies; Arms[0] is the control.
 	Arms []string `json:"arms"`
 	// Pairs is the number of measured blocks; each holds every arm once.
-	Pairs         int    `json:"pairs"`
+	Pairs int `json:"pairs"`
+	// Prompt is a text prompt every run gets (--prompt); "" uses a seeded
+	// random prompt of PromptTokens tokens.
+	Prompt        string `json:"prompt,omitempty"`
 	PromptTokens  int    `json:"prompt_tokens"`
 	DecodeTokens  int    `json:"decode_tokens"`
 	TeacherForced bool   `json:"teacher_forced"`
@@ -51,7 +54,7 @@ type Config struct {
 func (c *Config) Control() string { return c.Arms[0] }
 
 // reservedRunFlags are the run flags the campaign itself sets.
-var reservedRunFlags = []string{"model", "ladder", "policy", "prompt-tokens", "prompt-ids",
+var reservedRunFlags = []string{"model", "ladder", "policy", "prompt", "prompt-file", "prompt-tokens", "prompt-ids",
 	"decode-tokens", "teacher-forced", "seed", "precision", "verify", "compile-cost", "json", "quiet", "q"}
 
 // Validate checks the campaign. allowSmall admits designs too small or
@@ -74,7 +77,7 @@ func (c *Config) Validate(allowSmall bool) error {
 			return fmt.Errorf("--arms: %s appears twice", a)
 		}
 	}
-	if c.PromptTokens < 1 {
+	if c.Prompt == "" && c.PromptTokens < 1 {
 		return errors.New("--prompt-tokens must be at least 1")
 	}
 	if c.DecodeTokens < 1 {
@@ -135,9 +138,13 @@ func (c *Config) RunArgs(arm, jsonPath string) []string {
 		"--model", c.Model,
 		"--ladder", joinInts(c.Ladder),
 		"--policy", arm,
-		"--prompt-tokens", strconv.Itoa(c.PromptTokens),
 		"--decode-tokens", strconv.Itoa(c.DecodeTokens),
 		"--seed", strconv.FormatUint(c.Seed, 10),
+	}
+	if c.Prompt != "" {
+		args = append(args, "--prompt", c.Prompt)
+	} else {
+		args = append(args, "--prompt-tokens", strconv.Itoa(c.PromptTokens))
 	}
 	if c.TeacherForced {
 		args = append(args, "--teacher-forced")
@@ -168,6 +175,7 @@ func (c *Config) Diff(other *Config) []string {
 	add("ladder", joinInts(c.Ladder), joinInts(other.Ladder))
 	add("arms", strings.Join(c.Arms, ","), strings.Join(other.Arms, ","))
 	add("pairs", c.Pairs, other.Pairs)
+	add("prompt", c.Prompt, other.Prompt)
 	add("prompt-tokens", c.PromptTokens, other.PromptTokens)
 	add("decode-tokens", c.DecodeTokens, other.DecodeTokens)
 	add("teacher-forced", c.TeacherForced, other.TeacherForced)
@@ -189,7 +197,7 @@ func (c *Config) matches(s *runtime.Summary, arm string) (bool, string) {
 		return false, fmt.Sprintf("model %s, want %s", s.Model, c.Model)
 	case !slices.Equal(s.Ladder, c.Ladder):
 		return false, "different ladder"
-	case s.PromptTokens != c.PromptTokens || s.DecodeTokens != c.DecodeTokens:
+	case (c.Prompt == "" && s.PromptTokens != c.PromptTokens) || s.DecodeTokens != c.DecodeTokens:
 		return false, "different token counts"
 	case s.TeacherForced != c.TeacherForced || s.Seed != c.Seed:
 		return false, "different token stream"

@@ -1,0 +1,186 @@
+package main
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/ovtoolkit/ovrun/chat"
+	"github.com/ovtoolkit/ovrun/internal/cliutil"
+	"github.com/ovtoolkit/ovrun/model"
+	"github.com/ovtoolkit/ovrun/ov"
+	"github.com/ovtoolkit/ovrun/runtime"
+	"github.com/ovtoolkit/ovrun/tokenizer"
+)
+
+var (
+	systemFlag     = &cli.StringFlag{Name: "system", Usage: "system message `TEXT` (default: the chat template's own, if any)"}
+	chatLadderFlag = &cli.StringFlag{Name: "ladder", Value: "256,512,1024,2048", Usage: "ascending context `CAPACITIES`; the conversation grows through them"}
+	chatMaxNewFlag = &cli.IntFlag{Name: "max-new-tokens", Value: 512, Usage: "`N` tokens per answer at most"}
+	chatPolicyFlag = &cli.StringFlag{Name: "policy", Value: "grow-one-ahead", Usage: "ladder `POLICY`: " + strings.Join(runtime.PolicyNames(), ", "), Action: policyFlag.Action}
+	chatStatsFlag  = &cli.BoolFlag{Name: "stats", Usage: "after each answer print the run table (rungs, compiles, tok/s) to standard error"}
+	chatCommand    = &cli.Command{
+		Name:  "chat",
+		Usage: "chat with a model in its own chat template, on the ladder",
+		Description: `Renders the conversation with the model's chat template (GGUF
+tokenizer.chat_template, or tokenizer_config.json next to a safetensors
+checkpoint; ChatML when the model has none), then decodes the answer on the
+--ladder under --policy, growing the KV cache and compiling the next rung in
+the background while the answer streams, and stops at the model's
+end-of-generation token.
+
+With standard input not a terminal, reads one user message from it, prints
+the assistant's answer and exits:
+
+   echo "What is the capital of France?" | ovrun chat --model SmolLM2-135M-Instruct.Q4_1.gguf
+
+On a terminal it is a conversation: each line is a message, an empty line or
+Ctrl-D ends it. Later turns reuse the compiled rungs through OpenVINO's model
+cache (--cache-dir, a temporary folder by default). Greedy unless
+--temperature > 0.`,
+		Flags: append(append(compileFlags(),
+			systemFlag, chatLadderFlag, chatPolicyFlag, chatMaxNewFlag, seedFlag, prefillChunkFlag,
+			chatStatsFlag, jsonFlag, quietFlag,
+		), samplingFlags...),
+		Action: chatAction,
+	}
+)
+
+// maxMessageBytes bounds one message read from standard input.
+const maxMessageBytes = 1 << 20
+
+func chatAction(c *cli.Context) error {
+	caps, err := cliutil.ParseInts(chatLadderFlag.Name, chatLadderFlag.Get(c))
+	if err != nil {
+		return err
+	}
+	ladder, err := runtime.NewLadder(caps)
+	if err != nil {
+		return err
+	}
+	policy, err := runtime.ParsePolicy(chatPolicyFlag.Get(c))
+	if err != nil {
+		return err
+	}
+	if n := chatMaxNewFlag.Get(c); n < 1 {
+		return fmt.Errorf("--max-new-tokens %d: want at least 1", n)
+	}
+	interactive := isTerminal(os.Stdin)
+	var tmpCache string
+	if interactive && cacheDirFlag.Get(c) == "" {
+		if tmpCache, err = os.MkdirTemp("", "ovrun-chat-cache-"); err != nil {
+			return err
+		}
+		defer os.RemoveAll(tmpCache)
+	}
+	ck, comp, err := openModelWith(c, func(o *runtime.OVOptions) {
+		if tmpCache != "" {
+			o.CacheDir = tmpCache
+		}
+	})
+	if err != nil {
+		return err
+	}
+	defer ck.Close()
+	defer comp.Close()
+	tok, err := ck.Tokenizer()
+	if err != nil {
+		return err
+	}
+	src, bos, eos := ck.ChatTemplate()
+	tmpl, err := chat.Compile(src, bos, eos)
+	if err != nil {
+		return fmt.Errorf("%s: %w", modelFlag.Get(c), err)
+	}
+	var msgs []chat.Message
+	if s := systemFlag.Get(c); s != "" {
+		msgs = append(msgs, chat.Message{Role: "system", Content: s})
+	}
+	in := bufio.NewReader(os.Stdin)
+	for {
+		var user string
+		if interactive {
+			fmt.Fprint(os.Stderr, "> ")
+			line, err := in.ReadString('\n')
+			user = strings.TrimSpace(line)
+			if user == "" || (err != nil && !errors.Is(err, io.EOF)) {
+				fmt.Fprintln(os.Stderr)
+				return nil
+			}
+		} else {
+			b, err := io.ReadAll(io.LimitReader(in, maxMessageBytes+1))
+			if err != nil {
+				return fmt.Errorf("read the message from standard input: %w", err)
+			}
+			if len(b) > maxMessageBytes {
+				return fmt.Errorf("the message on standard input is longer than %d MiB", maxMessageBytes>>20)
+			}
+			if user = strings.TrimSpace(string(b)); user == "" {
+				return errors.New("no message on standard input (pipe one in, or run on a terminal)")
+			}
+		}
+		msgs = append(msgs, chat.Message{Role: "user", Content: user})
+		answer, err := chatTurn(c, ck, comp, tok, tmpl, ladder, policy, msgs)
+		if err != nil || !interactive {
+			return err
+		}
+		msgs = append(msgs, chat.Message{Role: "assistant", Content: answer})
+	}
+}
+
+// chatTurn renders the conversation, decodes one answer on the ladder while
+// streaming it to standard output, and returns the answer's text.
+func chatTurn(c *cli.Context, ck *model.Checkpoint, comp *runtime.OVCompiler, tok *tokenizer.Tokenizer, tmpl *chat.Template,
+	ladder runtime.Ladder, policy runtime.Policy, msgs []chat.Message) (string, error) {
+	text, err := tmpl.Render(msgs, true)
+	if err != nil {
+		return "", err
+	}
+	in := promptInput{text: text, tok: tok}
+	for _, id := range tok.Encode(text, false) {
+		in.ids = append(in.ids, int64(id))
+	}
+	dec, err := decoding(c, in)
+	if err != nil {
+		return "", err
+	}
+	stream := newTextStream(os.Stdout, tok)
+	dec.OnToken = stream.token
+	top := ladder[len(ladder)-1]
+	if len(in.ids) >= top {
+		return "", fmt.Errorf("the conversation is %d tokens, the largest rung holds %d: start a new one or give a longer --ladder", len(in.ids), top)
+	}
+	steps := min(chatMaxNewFlag.Get(c), top-len(in.ids)) - 1
+	sum, runErr := runtime.Run(c.Context, comp, runtime.ShapeOf(ck.Config), runtime.RunConfig{
+		Ladder: ladder, Policy: policy, Prompt: in.ids, DecodeTokens: steps, Decoding: dec,
+		PrefillChunk: prefillChunkFlag.Get(c), ProcessStart: processStart,
+		Background: runtime.BackgroundOptions{Nice: defaultCompileNice},
+	})
+	stream.flush()
+	fmt.Println()
+	sum.Model = modelFlag.Get(c)
+	sum.Device = comp.Options().Device
+	sum.Precision = comp.Options().Precision
+	sum.PrecisionUsed = comp.EffectivePrecision()
+	sum.Seed = seedFlag.Get(c)
+	sum.OpenVINOVersion, _ = ov.Version()
+	sum.Text = generatedText(tok, sum.Predictions)
+	if chatStatsFlag.Get(c) && !quietFlag.Get(c) {
+		printSummary(os.Stderr, sum)
+	}
+	var werr error
+	if p := jsonFlag.Get(c); p != "" {
+		werr = cliutil.WriteJSON(p, sum)
+	}
+	return sum.Text, errors.Join(runErr, werr)
+}
+
+func isTerminal(f *os.File) bool {
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+}

@@ -1,0 +1,165 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/ovtoolkit/ovrun/model"
+	"github.com/ovtoolkit/ovrun/runtime"
+	"github.com/ovtoolkit/ovrun/tokenizer"
+)
+
+// Flags for text in, text out.
+var (
+	promptFlag      = &cli.StringFlag{Name: "prompt", Usage: "prompt `TEXT`, tokenized with the model's own tokenizer (special tokens such as <|im_start|> map to their ids; no BOS is added)"}
+	promptFileFlag  = &cli.StringFlag{Name: "prompt-file", Usage: "read the prompt text from `FILE` (- for standard input)"}
+	ignoreEOSFlag   = &cli.BoolFlag{Name: "ignore-eos", Usage: "keep generating past end-of-generation tokens (a text prompt stops at the first one otherwise)"}
+	temperatureFlag = &cli.Float64Flag{Name: "temperature", Usage: "sampling temperature `T`; 0 is greedy (the default)"}
+	topKFlag        = &cli.IntFlag{Name: "top-k", Value: 40, Usage: "with --temperature > 0, sample from the `K` most likely tokens (0: all)"}
+	topPFlag        = &cli.Float64Flag{Name: "top-p", Value: 0.95, Usage: "with --temperature > 0, sample from the smallest set of tokens whose probability reaches `P`"}
+)
+
+// samplingFlags go on every command that generates tokens from a model's
+// own predictions.
+var samplingFlags = []cli.Flag{temperatureFlag, topKFlag, topPFlag, ignoreEOSFlag}
+
+// maxPromptBytes bounds a prompt read from a file or standard input.
+const maxPromptBytes = 16 << 20
+
+// promptInput is the resolved prompt of a command.
+type promptInput struct {
+	ids  []int64
+	text string // the prompt as text (--prompt, --prompt-file); "" for token ids
+	tok  *tokenizer.Tokenizer
+}
+
+// isText reports whether the prompt was given as text: such runs stop at
+// the model's end-of-generation tokens unless --ignore-eos.
+func (p promptInput) isText() bool { return p.text != "" }
+
+// readPrompt resolves exactly one of --prompt, --prompt-file, --prompt-ids
+// and --prompt-tokens. The tokenizer is loaded only for text.
+func readPrompt(c *cli.Context, ck *model.Checkpoint) (promptInput, error) {
+	given := 0
+	for _, set := range []bool{promptFlag.Get(c) != "", promptFileFlag.Get(c) != "", promptIDsFlag.Get(c) != "", promptTokensFlag.Get(c) > 0} {
+		if set {
+			given++
+		}
+	}
+	if given > 1 {
+		return promptInput{}, errors.New("give one of --prompt, --prompt-file, --prompt-ids and --prompt-tokens")
+	}
+	text := promptFlag.Get(c)
+	if p := promptFileFlag.Get(c); p != "" {
+		b, err := readPromptFile(p)
+		if err != nil {
+			return promptInput{}, err
+		}
+		text = string(b)
+		if text == "" {
+			return promptInput{}, fmt.Errorf("--prompt-file %s is empty", p)
+		}
+	}
+	if text == "" {
+		ids, err := prompt(c, ck.Config.VocabSize)
+		return promptInput{ids: ids}, err
+	}
+	tok, err := ck.Tokenizer()
+	if err != nil {
+		return promptInput{}, err
+	}
+	in := promptInput{text: text, tok: tok}
+	for _, id := range tok.Encode(text, false) {
+		in.ids = append(in.ids, int64(id))
+	}
+	if len(in.ids) == 0 {
+		return promptInput{}, errors.New("the prompt has no tokens")
+	}
+	return in, nil
+}
+
+func readPromptFile(p string) ([]byte, error) {
+	var r io.Reader
+	if p == "-" {
+		r = os.Stdin
+	} else {
+		f, err := os.Open(p)
+		if err != nil {
+			return nil, fmt.Errorf("--prompt-file: %w", err)
+		}
+		defer f.Close()
+		if st, err := f.Stat(); err != nil || !st.Mode().IsRegular() {
+			return nil, fmt.Errorf("--prompt-file %s: not a regular file", p)
+		}
+		r = f
+	}
+	b, err := io.ReadAll(io.LimitReader(r, maxPromptBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("--prompt-file: %w", err)
+	}
+	if len(b) > maxPromptBytes {
+		return nil, fmt.Errorf("--prompt-file %s: longer than %d MiB", p, maxPromptBytes>>20)
+	}
+	return b, nil
+}
+
+// decoding builds the token choice of a generating command: the sampler
+// from --temperature/--top-k/--top-p/--seed, and, for text prompts without
+// --ignore-eos, a stop at the model's end-of-generation tokens.
+func decoding(c *cli.Context, in promptInput) (runtime.Decoding, error) {
+	var d runtime.Decoding
+	if t := temperatureFlag.Get(c); t != 0 || math.IsNaN(t) {
+		s, err := runtime.NewSampler(t, topKFlag.Get(c), topPFlag.Get(c), seedFlag.Get(c))
+		if err != nil {
+			return d, fmt.Errorf("--temperature/--top-k/--top-p: %w", err)
+		}
+		d.Sampler = s
+	}
+	if in.tok != nil && !ignoreEOSFlag.Get(c) {
+		tok := in.tok
+		d.Stop = func(id int64) bool { return tok.IsEOG(int(id)) }
+	}
+	return d, nil
+}
+
+// generatedText decodes generated ids, leaving out a final
+// end-of-generation token.
+func generatedText(tok *tokenizer.Tokenizer, ids []int64) string {
+	if tok == nil {
+		return ""
+	}
+	out := make([]int, 0, len(ids))
+	for _, id := range ids {
+		out = append(out, int(id))
+	}
+	if n := len(out); n > 0 && tok.IsEOG(out[n-1]) {
+		out = out[:n-1]
+	}
+	return tok.Decode(out)
+}
+
+// textStream prints tokens as text as they are generated, holding back
+// incomplete UTF-8 and end-of-generation tokens.
+type textStream struct {
+	w   io.Writer
+	tok *tokenizer.Tokenizer
+	dec *tokenizer.StreamDecoder
+}
+
+func newTextStream(w io.Writer, tok *tokenizer.Tokenizer) *textStream {
+	return &textStream{w: w, tok: tok, dec: tok.NewStreamDecoder()}
+}
+
+func (s *textStream) token(id int64) {
+	if s.tok.IsEOG(int(id)) {
+		return
+	}
+	fmt.Fprint(s.w, s.dec.Next(int(id)))
+}
+
+func (s *textStream) flush() { fmt.Fprint(s.w, s.dec.Flush()) }
