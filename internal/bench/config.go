@@ -138,14 +138,13 @@ func (c *Config) RunArgs(arm, jsonPath string) []string {
 		"--model", c.Model,
 		"--ladder", joinInts(c.Ladder),
 		"--policy", arm,
-		"--decode-tokens", strconv.Itoa(c.DecodeTokens),
-		"--seed", strconv.FormatUint(c.Seed, 10),
 	}
 	if c.Prompt != "" {
 		args = append(args, "--prompt", c.Prompt)
 	} else {
 		args = append(args, "--prompt-tokens", strconv.Itoa(c.PromptTokens))
 	}
+	args = append(args, "--decode-tokens", strconv.Itoa(c.DecodeTokens), "--seed", strconv.FormatUint(c.Seed, 10))
 	if c.TeacherForced {
 		args = append(args, "--teacher-forced")
 	}
