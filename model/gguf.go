@@ -381,7 +381,7 @@ func (r *ggufReader) count(what string, n, minSize uint64) error {
 		return r.err
 	}
 	if n > ggufMaxCount || n > r.remaining()/minSize {
-		return r.bad("%s %d is absurd: the %d bytes left hold at most %d", what, n, r.remaining(), r.remaining()/minSize)
+		return r.bad("%s %d does not fit: the %d bytes left hold at most %d", what, n, r.remaining(), min(r.remaining()/minSize, ggufMaxCount))
 	}
 	return nil
 }
