@@ -101,8 +101,7 @@ func (s *ggufSpec) bytes() []byte {
 	w(s.version)
 	w(uint64(cmpOr(s.tensorCount, int64(len(s.tensors)))))
 	w(uint64(cmpOr(s.kvCount, int64(len(s.kvs)))))
-	var value func(t GGUFType, v any)
-	value = func(t GGUFType, v any) {
+	value := func(t GGUFType, v any) {
 		if t == GGUFString {
 			str(v.(string))
 			return
