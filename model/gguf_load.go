@@ -154,14 +154,14 @@ func ggufConfig(f *GGUFFile) (*Config, error) {
 	cfg.TieWordEmbeddings = ggufTensor(f, "output.weight") == nil
 	if arch == "llama" {
 		if ggufTensor(f, "blk.0.attn_q.bias") != nil {
-			cfg.AttentionBias = ptr(true)
+			cfg.AttentionBias = new(true)
 		}
 		if ggufTensor(f, "blk.0.ffn_up.bias") != nil {
-			cfg.MLPBias = ptr(true)
+			cfg.MLPBias = new(true)
 		}
 	}
 	if id, err := f.Int("tokenizer.ggml.bos_token_id"); err == nil {
-		cfg.BOSTokenID = ptr(int(id))
+		cfg.BOSTokenID = new(int(id))
 	}
 	if id, err := f.Int("tokenizer.ggml.eos_token_id"); err == nil {
 		cfg.EOSTokenID = json.RawMessage(strconv.FormatInt(id, 10))
@@ -171,8 +171,6 @@ func ggufConfig(f *GGUFFile) (*Config, error) {
 	}
 	return cfg, nil
 }
-
-func ptr[T any](v T) *T { return &v }
 
 // ggufUniformInt reads an integer key that some files store per layer as an
 // array; an array must hold one value throughout.

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"runtime"
 	"sort"
 	"strings"
 	"sync"
@@ -164,9 +165,21 @@ func (w *Weights) Bind(buf []byte) error {
 	if int64(len(buf)) < w.Size() {
 		return fmt.Errorf("weights buffer holds %d bytes, need %d", len(buf), w.Size())
 	}
-	for _, n := range w.names {
-		w.fill(buf, w.ck.Tensors[n], w.slots[n])
+	// Tensors fill disjoint ranges: spread them over the CPUs.
+	next := make(chan string)
+	var wg sync.WaitGroup
+	for range min(runtime.GOMAXPROCS(0), len(w.names)) {
+		wg.Go(func() {
+			for n := range next {
+				w.fill(buf, w.ck.Tensors[n], w.slots[n])
+			}
+		})
 	}
+	for _, n := range w.names {
+		next <- n
+	}
+	close(next)
+	wg.Wait()
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.buf = buf
