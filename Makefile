@@ -23,7 +23,6 @@ SETUP_VERSION    := 2
 OV_STAMP         := $(VENV)/.setup-$(SETUP_VERSION)-openvino-$(OPENVINO_VERSION)
 CACHE            := .cache
 JAEGER           := $(CACHE)/bin/jaeger
-DEMO_MODEL       := $(CACHE)/models/small-seed1
 FUZZTIME         ?= 15s
 
 export CGO_ENABLED := 1
@@ -51,12 +50,15 @@ build: setup
 	go build -o bin/ovrun ./cmd/ovrun
 	go build -o bin/ovtrace ./cmd/ovtrace
 
-$(DEMO_MODEL)/config.json: | build
-	bin/ovrun synth --preset small --seed 1 --out $(DEMO_MODEL)
+# The demo: SmolLM2-135M-Instruct (the real GGUF from PyPI) answers in its own
+# chat template on a 128..1024 ladder, growing the KV cache and compiling the
+# next rung while the answer streams; then the run table.
+DEMO_QUESTION := Explain in a few paragraphs how a compiler turns source code into machine code.
 
-demo: build $(DEMO_MODEL)/config.json
-	bin/ovrun run --model $(DEMO_MODEL) --ladder 256,512,1024,2048 --policy grow-one-ahead \
-		--prompt-tokens 64 --decode-tokens 1984 --json $(CACHE)/demo-run.json
+demo: build
+	@mkdir -p $(CACHE)
+	echo "$(DEMO_QUESTION)" | bin/ovrun chat --model $(SMOLLM2) --ladder 128,256,512,1024 \
+		--policy grow-one-ahead --stats --json $(CACHE)/demo-chat.json
 
 lint: setup
 	@test -z "$$(gofmt -l $$(git ls-files '*.go') 2>/dev/null)" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt: files above need formatting"; exit 1; }
