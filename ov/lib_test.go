@@ -116,3 +116,62 @@ func TestLoadInSubprocess(t *testing.T) {
 		})
 	}
 }
+
+// TestLoadIgnoresLibraryInParentOfWorkingDirectory plants a library whose
+// constructor leaves a marker in a parent folder of the working directory,
+// as anyone able to write /tmp could, and checks that Load neither finds
+// nor runs it.
+func TestLoadIgnoresLibraryInParentOfWorkingDirectory(t *testing.T) {
+	root := t.TempDir()
+	marker := filepath.Join(root, "constructor-ran")
+	libs := filepath.Join(root, ".venv", "openvino", "libs")
+	if err := os.MkdirAll(libs, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	plantLibrary(t, filepath.Join(libs, libName), marker)
+	cwd := filepath.Join(root, "a", "b")
+	if err := os.MkdirAll(cwd, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestLoadHelperProcess$")
+	cmd.Dir = cwd
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, EnvLibrary+"=") && !strings.HasPrefix(kv, "VIRTUAL_ENV=") && !strings.HasPrefix(kv, "LD_LIBRARY_PATH=") {
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
+	cmd.Env = append(cmd.Env, helperEnv+"=1")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("helper: %v\n%s", err, out)
+	}
+	if !strings.Contains(string(out), "LOAD notfound") {
+		t.Errorf("want not found, got:\n%s", out)
+	}
+	if strings.Contains(string(out), root) {
+		t.Errorf("the message mentions the planted folder:\n%s", out)
+	}
+	if _, err := os.Stat(marker); err == nil {
+		t.Fatal("the planted library's constructor ran")
+	}
+}
+
+// plantLibrary compiles a shared library at path whose constructor creates
+// marker; the test is skipped without a C compiler.
+func plantLibrary(t *testing.T, path, marker string) {
+	t.Helper()
+	src := filepath.Join(t.TempDir(), "evil.c")
+	code := fmt.Sprintf(`#include <stdio.h>
+__attribute__((constructor)) static void ran(void) { FILE *f = fopen(%q, "w"); if (f) fclose(f); }
+`, marker)
+	if err := os.WriteFile(src, []byte(code), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cc := os.Getenv("CC")
+	if cc == "" {
+		cc = "gcc"
+	}
+	if out, err := exec.Command(cc, "-shared", "-fPIC", "-o", path, src).CombinedOutput(); err != nil {
+		t.Skipf("no C compiler to build the planted library: %v\n%s", err, out)
+	}
+}

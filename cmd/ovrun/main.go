@@ -31,7 +31,10 @@ capacity and decodes with them. Start with:
    ovrun run --model /tmp/small --ladder 256,512,1024 --policy grow-one-ahead \
        --prompt-tokens 64 --decode-tokens 900 --json run.json
 
-OpenVINO's C library is found in the project's .venv or through OVRUN_OPENVINO_LIB.`,
+OpenVINO's C library is looked for, in order, in OVRUN_OPENVINO_LIB (a file or
+folder; when set, nothing else), .venv/openvino/libs next to the executable or
+one folder up, $VIRTUAL_ENV, and the loader's path; never in the working
+directory or its parents.`,
 		HideHelpCommand: true,
 		Commands: []*cli.Command{
 			synthCommand,

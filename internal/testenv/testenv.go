@@ -44,6 +44,34 @@ func Python(t testing.TB) string {
 	return p
 }
 
+// UseProjectOpenVINO points OVRUN_OPENVINO_LIB at the project's
+// .venv/openvino/libs unless it is already set, for the test binary and the
+// processes it starts: test binaries and binaries built into temporary
+// folders are not next to the project's .venv, and the library search
+// never looks in the working directory. Call it from TestMain.
+func UseProjectOpenVINO() {
+	if os.Getenv("OVRUN_OPENVINO_LIB") != "" {
+		return
+	}
+	dir, err := os.Getwd()
+	if err != nil {
+		return
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			break
+		}
+		if filepath.Dir(dir) == dir {
+			return
+		}
+		dir = filepath.Dir(dir)
+	}
+	libs := filepath.Join(dir, ".venv", "openvino", "libs")
+	if _, err := os.Stat(libs); err == nil {
+		os.Setenv("OVRUN_OPENVINO_LIB", libs)
+	}
+}
+
 var (
 	synthMu    sync.Mutex
 	synthCache = map[string]string{}
