@@ -23,14 +23,6 @@ const (
 	maxCPU = 1024
 )
 
-// CheckCount requires lo <= v <= hi for --flag.
-func CheckCount(flag string, v, lo, hi int) error {
-	if v < lo || v > hi {
-		return fmt.Errorf("--%s %d: want %d..%d", flag, v, lo, hi)
-	}
-	return nil
-}
-
 // CheckNice requires a nice value in 0..19.
 func CheckNice(flag string, n int) error {
 	if n < 0 || n > MaxNice {
@@ -158,8 +150,8 @@ func CheckMemory(what string, need int64) error {
 // CheckCapacity checks a context capacity given to --flag: within
 // MaxCapacity, and a KV cache of that size must fit in memory.
 func CheckCapacity(flag string, capacity int, shape KVShape) error {
-	if err := CheckCount(flag, capacity, 1, MaxCapacity); err != nil {
-		return err
+	if capacity < 1 || capacity > MaxCapacity {
+		return fmt.Errorf("--%s %d: want 1..%d", flag, capacity, MaxCapacity)
 	}
 	return CheckMemory(fmt.Sprintf("--%s %d: the KV cache", flag, capacity), shape.BufferBytes(capacity))
 }

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/ovtoolkit/ovrun/internal/cliutil"
 	"github.com/ovtoolkit/ovrun/internal/safefile"
 	"github.com/ovtoolkit/ovrun/internal/stats"
 	"github.com/ovtoolkit/ovrun/runtime"
@@ -77,10 +78,10 @@ func (c *Config) Validate(allowSmall bool) error {
 	if c.PromptTokens >= c.Ladder[len(c.Ladder)-1] {
 		return fmt.Errorf("--prompt-tokens %d: the largest rung holds %d, and the prompt needs one slot more", c.PromptTokens, c.Ladder[len(c.Ladder)-1])
 	}
-	if err := runtime.CheckCount("decode-tokens", c.DecodeTokens, 1, runtime.MaxCapacity); err != nil {
+	if err := cliutil.CheckInt("decode-tokens", c.DecodeTokens, 1, runtime.MaxCapacity); err != nil {
 		return err
 	}
-	if err := runtime.CheckCount("pairs", c.Pairs, 1, maxPairs); err != nil {
+	if err := cliutil.CheckInt("pairs", c.Pairs, 1, maxPairs); err != nil {
 		return err
 	}
 	for _, f := range c.RunFlags {

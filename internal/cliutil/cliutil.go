@@ -54,6 +54,14 @@ func WriteJSON(path string, v any) error {
 	return safefile.WriteJSON(path, v)
 }
 
+// CheckInt requires lo <= v <= hi for --flag.
+func CheckInt(flag string, v, lo, hi int) error {
+	if v < lo || v > hi {
+		return fmt.Errorf("--%s %d: want %d..%d", flag, v, lo, hi)
+	}
+	return nil
+}
+
 // CheckFloat requires a finite --flag value in [lo, hi].
 func CheckFloat(flag string, v, lo, hi float64) error {
 	if math.IsNaN(v) || math.IsInf(v, 0) || v < lo || v > hi {

@@ -5,6 +5,7 @@ package plancmd
 import (
 	"fmt"
 	"io"
+	"math"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/ovtoolkit/ovrun/compilecost"
 	"github.com/ovtoolkit/ovrun/internal/cliutil"
+	"github.com/ovtoolkit/ovrun/internal/safefile"
 )
 
 // Command is the plan subcommand.
@@ -50,7 +52,40 @@ type Report struct {
 	Results     []compilecost.SimResult `json:"results"`
 }
 
+// maxTokens is runtime.MaxCapacity (plan does not link OpenVINO).
+const maxTokens = 1 << 24
+
+// checkFlags validates every number before any work: finite, in range.
+func checkFlags(c *cli.Context) error {
+	checks := []error{
+		cliutil.CheckFloat("decode-rate", c.Float64("decode-rate"), math.SmallestNonzeroFloat64, 1e9),
+		cliutil.CheckInt("prompt-tokens", c.Int("prompt-tokens"), 1, maxTokens),
+		cliutil.CheckInt("decode-tokens", c.Int("decode-tokens"), 0, maxTokens),
+		cliutil.CheckFloat("prefill-s", c.Float64("prefill-s"), 0, 1e9),
+		cliutil.CheckFloat("migrate-gib-per-s", c.Float64("migrate-gib-per-s"), 0, 1e9),
+		cliutil.CheckInt("lookahead", c.Int("lookahead"), 0, 64),
+	}
+	if s := c.Float64("background-slowdown"); s != 0 {
+		checks = append(checks, cliutil.CheckFloat("background-slowdown", s, 1, 1e6))
+	}
+	if n := c.Int64("kv-bytes-per-token"); n < 0 || n > 1<<40 {
+		checks = append(checks, fmt.Errorf("--kv-bytes-per-token %d: want 0..%d", n, int64(1<<40)))
+	}
+	if path := c.String(jsonFlag.Name); path != "" {
+		checks = append(checks, safefile.Check(path))
+	}
+	for _, err := range checks {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 func planAction(c *cli.Context) error {
+	if err := checkFlags(c); err != nil {
+		return err
+	}
 	prof, err := compilecost.Load(c.String("compile-cost"))
 	if err != nil {
 		return err
@@ -60,15 +95,17 @@ func planAction(c *cli.Context) error {
 		if ladder, err = cliutil.ParseInts("ladder", s); err != nil {
 			return err
 		}
+		for _, r := range ladder {
+			if err := cliutil.CheckInt("ladder", r, 1, maxTokens); err != nil {
+				return err
+			}
+		}
 	} else {
 		for _, r := range prof.Rungs {
 			ladder = append(ladder, r.Capacity)
 		}
 	}
 	rate := c.Float64("decode-rate")
-	if rate <= 0 {
-		return fmt.Errorf("--decode-rate %v: want tokens per second > 0", rate)
-	}
 	policies := compilecost.Policies()
 	if p := c.String("policy"); p != "all" {
 		policies = strings.Split(p, ",")
