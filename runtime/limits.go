@@ -8,6 +8,8 @@ import (
 	"strings"
 	"syscall"
 	"unsafe"
+
+	"github.com/ovtoolkit/ovrun/model"
 )
 
 // Limits on what a command may ask for, checked before any work so that an
@@ -161,4 +163,18 @@ func gib(n int64) string {
 		return "more bytes than an int64 holds"
 	}
 	return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))
+}
+
+// MaxPrefillChunk bounds --prefill-chunk (tokens per prefill call).
+const MaxPrefillChunk = 1 << 16
+
+// CheckPrefillChunk checks a prefill chunk given to --flag for graphs of up
+// to capacity slots: 0..MaxPrefillChunk, and the attention scores of one
+// call, f32 [heads, chunk, capacity+chunk], must fit in memory.
+func CheckPrefillChunk(flag string, chunk, capacity int, cfg *model.Config) error {
+	if chunk < 0 || chunk > MaxPrefillChunk {
+		return fmt.Errorf("--%s %d: want 0..%d", flag, chunk, MaxPrefillChunk)
+	}
+	scores := int64(cfg.NumAttentionHeads) * int64(chunk) * int64(capacity+chunk) * 4
+	return CheckMemory(fmt.Sprintf("--%s %d: the attention scores of one prefill call", flag, chunk), scores)
 }

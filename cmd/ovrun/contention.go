@@ -30,12 +30,31 @@ compile uses the host. Try:
 		jsonFlag,
 	),
 	Action: func(c *cli.Context) error {
-		ccpus, err := parseCPUList(c.String("compile-cpus"))
+		ccpus, err := parseCPUList(c, "compile-cpus")
 		if err != nil {
 			return err
 		}
-		dcpus, err := parseCPUList(c.String("decode-cpus"))
+		dcpus, err := parseCPUList(c, "decode-cpus")
 		if err != nil {
+			return err
+		}
+		for _, err := range []error{
+			cliutil.CheckInt("capacity", c.Int("capacity"), 2, runtime.MaxCapacity),
+			cliutil.CheckInt("compile-capacity", c.Int("compile-capacity"), 1, runtime.MaxCapacity),
+			cliutil.CheckInt("steps", c.Int("steps"), 1, 1<<20),
+			runtime.CheckNice("compile-nice", c.Int("compile-nice")),
+			checkCompileFlags(c),
+			checkOutputs(c, jsonFlag.Name),
+		} {
+			if err != nil {
+				return err
+			}
+		}
+		cfg, err := modelConfig(c)
+		if err != nil {
+			return err
+		}
+		if err := runtime.CheckCapacity("capacity", c.Int("capacity"), runtime.ShapeOf(cfg)); err != nil {
 			return err
 		}
 		ck, comp, err := openModel(c)
@@ -49,7 +68,7 @@ compile uses the host. Try:
 			Background: runtime.BackgroundOptions{CPUs: ccpus, Nice: c.Int("compile-nice")}, DecodeCPUs: dcpus,
 		})
 		if err != nil {
-			return err
+			return err // nothing to save: the measurement is all or nothing
 		}
 		fmt.Printf("decode alone          %8.1f tok/s\n", res.AloneTokensPerS)
 		fmt.Printf("decode under compile  %8.1f tok/s  (%+.1f%%, %d steps)\n", res.UnderCompileTokensPer, -res.DecodeSlowdownPct, res.StepsUnderCompile)

@@ -1,13 +1,13 @@
 package main
 
 import (
-	"encoding/json"
+	"errors"
 	"fmt"
-	"os"
 	"strings"
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/ovtoolkit/ovrun/internal/cliutil"
 	"github.com/ovtoolkit/ovrun/internal/npy"
 	"github.com/ovtoolkit/ovrun/ov"
 	"github.com/ovtoolkit/ovrun/runtime"
@@ -28,6 +28,41 @@ the i-th generated token (the last generated token is not fed back).`,
 		jsonFlag,
 	),
 	Action: func(c *cli.Context) error {
+		capacity, chunk, newTokens := c.Int("capacity"), c.Int(prefillChunkFlag.Name), c.Int("max-new-tokens")
+		if err := cliutil.CheckInt("capacity", capacity, 1, runtime.MaxCapacity); err != nil {
+			return err
+		}
+		n, err := promptLen(c)
+		if err != nil {
+			return err
+		}
+		if n > capacity {
+			return fmt.Errorf("%w: prompt of %d tokens is longer than capacity %d", runtime.ErrCapacity, n, capacity)
+		}
+		for _, err := range []error{
+			cliutil.CheckInt("max-new-tokens", newTokens, 1, capacity-n+1),
+			checkCompileFlags(c),
+			checkOutputs(c, jsonFlag.Name, "dump-logits"),
+		} {
+			if err != nil {
+				return err
+			}
+		}
+		cfg, err := modelConfig(c)
+		if err != nil {
+			return err
+		}
+		if err := runtime.CheckCapacity("capacity", capacity, runtime.ShapeOf(cfg)); err != nil {
+			return err
+		}
+		if err := runtime.CheckPrefillChunk(prefillChunkFlag.Name, chunk, capacity, cfg); err != nil {
+			return err
+		}
+		if c.String("dump-logits") != "" {
+			if err := runtime.CheckMemory("--dump-logits", int64(newTokens)*int64(cfg.VocabSize)*4); err != nil {
+				return err
+			}
+		}
 		ck, comp, err := openModel(c)
 		if err != nil {
 			return err
@@ -38,14 +73,15 @@ the i-th generated token (the last generated token is not fed back).`,
 		if err != nil {
 			return err
 		}
-		res, err := runtime.Generate(c.Context, comp, runtime.ShapeOf(ck.Config), runtime.GenerateConfig{
-			Capacity: c.Int("capacity"), PrefillChunk: c.Int(prefillChunkFlag.Name),
-			Prompt: ids, MaxNewTokens: c.Int("max-new-tokens"), KeepLogits: c.String("dump-logits") != "",
+		res, genErr := runtime.Generate(c.Context, comp, runtime.ShapeOf(ck.Config), runtime.GenerateConfig{
+			Capacity: capacity, PrefillChunk: chunk,
+			Prompt: ids, MaxNewTokens: newTokens, KeepLogits: c.String("dump-logits") != "",
 		})
-		if err != nil {
-			return err
+		if res == nil {
+			return genErr
 		}
-		if p := c.String("dump-logits"); p != "" {
+		// What was generated is reported, and saved, on failure and Ctrl-C too.
+		if p := c.String("dump-logits"); p != "" && genErr == nil {
 			if err := npy.WriteFile(p, res.Logits); err != nil {
 				return fmt.Errorf("write logits: %w", err)
 			}
@@ -57,19 +93,25 @@ the i-th generated token (the last generated token is not fed back).`,
 		fmt.Printf("tokens: %s\n", strings.Join(toks, ","))
 		fmt.Printf("compile %.3f s  prefill %.3f s (%d tokens)  decode %.2f tok/s (%d steps)  precision %s\n",
 			res.CompileS, res.PrefillS, len(ids), res.DecodeTokensPerS(), res.Steps, comp.EffectivePrecision())
-		if p := c.String(jsonFlag.Name); p != "" {
-			ver, _ := ov.Version()
-			out := map[string]any{
-				"model": c.String("model"), "device": comp.Options().Device, "openvino_version": ver,
-				"precision": comp.Options().Precision, "precision_effective": comp.EffectivePrecision(),
-				"capacity": c.Int("capacity"), "prompt": ids,
-				"tokens": res.Tokens, "compile_s": res.CompileS, "prefill_s": res.PrefillS,
-				"decode_s": res.DecodeS, "decode_tokens_per_s": res.DecodeTokensPerS(),
-				"peak_rss_bytes": runtime.PeakRSS(),
-			}
-			b, _ := json.MarshalIndent(out, "", "  ")
-			return os.WriteFile(p, append(b, '\n'), 0o644)
+		p := c.String(jsonFlag.Name)
+		if p == "" {
+			return cliutil.Interrupted(genErr, "")
 		}
-		return nil
+		ver, _ := ov.Version()
+		out := map[string]any{
+			"model": c.String("model"), "device": comp.Options().Device, "openvino_version": ver,
+			"precision": comp.Options().Precision, "precision_effective": comp.EffectivePrecision(),
+			"capacity": capacity, "prompt": ids,
+			"tokens": res.Tokens, "compile_s": res.CompileS, "prefill_s": res.PrefillS,
+			"decode_s": res.DecodeS, "decode_tokens_per_s": res.DecodeTokensPerS(),
+			"peak_rss_bytes": runtime.PeakRSS(),
+		}
+		if genErr != nil {
+			out["error"] = genErr.Error()
+		}
+		if err := cliutil.WriteJSON(p, out); err != nil {
+			return errors.Join(genErr, err)
+		}
+		return cliutil.Interrupted(genErr, p)
 	},
 }

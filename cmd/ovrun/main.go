@@ -8,8 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/signal"
-	"syscall"
 
 	"github.com/urfave/cli/v2"
 
@@ -18,7 +16,7 @@ import (
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := cliutil.SignalContext(context.Background(), "ovrun", os.Stderr)
 	defer stop()
 	app := &cli.App{
 		Name:  "ovrun",
@@ -49,8 +47,8 @@ directory or its parents.`,
 	}
 	if err := app.RunContext(ctx, os.Args); err != nil {
 		if errors.Is(err, context.Canceled) {
-			fmt.Fprintln(os.Stderr, "ovrun: interrupted; what was done so far is in the summary")
-			os.Exit(130)
+			fmt.Fprintln(os.Stderr, "ovrun:", cliutil.InterruptMessage(err))
+			os.Exit(cliutil.ExitInterrupted)
 		}
 		fmt.Fprintln(os.Stderr, "ovrun:", cliutil.OneLine(err))
 		os.Exit(1)

@@ -2,8 +2,8 @@ package main
 
 import (
 	"errors"
+	"fmt"
 	"os"
-	"strings"
 	"time"
 
 	"github.com/urfave/cli/v2"
@@ -61,20 +61,58 @@ func runAction(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	cpus, err := parseCPUList(c.String("compile-cpus"))
+	cpus, err := parseCPUList(c, "compile-cpus")
 	if err != nil {
 		return err
 	}
-	ck, comp, err := openModel(c)
+	n, err := promptLen(c)
 	if err != nil {
 		return err
+	}
+	if n >= ladder.Max() {
+		return fmt.Errorf("%w: a prompt of %d tokens plus one decoded token needs %d slots; the largest rung holds %d",
+			runtime.ErrCapacity, n, n+1, ladder.Max())
+	}
+	for _, err := range []error{
+		runtime.CheckNice("compile-nice", c.Int("compile-nice")),
+		cliutil.CheckInt("decode-tokens", c.Int("decode-tokens"), 1, runtime.MaxCapacity),
+		checkCompileFlags(c),
+		checkOutputs(c, jsonFlag.Name, traceOutFlag.Name, profileOutFlag.Name),
+	} {
+		if err != nil {
+			return err
+		}
+	}
+	// From here on --json gets a summary whatever happens.
+	sum := &runtime.Summary{Policy: string(policy), Model: c.String(modelFlag.Name), Ladder: ladder,
+		DecodeTokens: c.Int("decode-tokens"), Seed: c.Uint64(seedFlag.Name), FinishReason: "error"}
+	fail := func(err error) error {
+		sum.Error = err.Error()
+		if p := c.String(jsonFlag.Name); p != "" {
+			return errors.Join(err, cliutil.WriteJSON(p, sum))
+		}
+		return err
+	}
+	mcfg, err := modelConfig(c)
+	if err != nil {
+		return fail(err)
+	}
+	if err := runtime.CheckCapacity("ladder", ladder.Max(), runtime.ShapeOf(mcfg)); err != nil {
+		return fail(err)
+	}
+	if err := runtime.CheckPrefillChunk(prefillChunkFlag.Name, c.Int(prefillChunkFlag.Name), ladder.Max(), mcfg); err != nil {
+		return fail(err)
+	}
+	ck, comp, err := openModel(c)
+	if err != nil {
+		return fail(err)
 	}
 	defer ck.Close()
 	defer comp.Close()
 	vocab := ck.Config.VocabSize
 	ids, err := prompt(c, vocab)
 	if err != nil {
-		return err
+		return fail(err)
 	}
 	cfg := runtime.RunConfig{
 		Ladder: ladder, Policy: policy, Prompt: ids, DecodeTokens: c.Int("decode-tokens"),
@@ -88,14 +126,14 @@ func runAction(c *cli.Context) error {
 	}
 	if p := c.String("compile-cost"); p != "" {
 		if cfg.CompileCost, err = compilecost.Load(p); err != nil {
-			return err
+			return fail(err)
 		}
 	}
 	prog := newProgress(c.Bool(quietFlag.Name))
 	cfg.Progress = prog.update
 	obs, err := startObserver(c)
 	if err != nil {
-		return err
+		return fail(err)
 	}
 	sum, runErr := runtime.Run(c.Context, comp, runtime.ShapeOf(ck.Config), cfg)
 	prog.done()
@@ -107,35 +145,23 @@ func runAction(c *cli.Context) error {
 	sum.OpenVINOVersion, _ = ov.Version()
 	obs.finish(sum) // spans and profile, also after errors and Ctrl-C
 	var werr error
+	saved := ""
 	if p := c.String(jsonFlag.Name); p != "" {
-		werr = cliutil.WriteJSON(p, sum)
+		if werr = cliutil.WriteJSON(p, sum); werr == nil {
+			saved = p
+		}
 	}
 	if !c.Bool(quietFlag.Name) || runErr == nil {
 		printSummary(os.Stdout, sum)
 	}
-	return errors.Join(runErr, werr)
+	if werr != nil {
+		return errors.Join(runErr, werr)
+	}
+	return cliutil.Interrupted(runErr, saved)
 }
 
-func parseCPUList(s string) ([]int, error) {
-	if s == "" {
-		return nil, nil
-	}
-	var out []int
-	for _, part := range strings.Split(s, ",") {
-		lo, hi, isRange := strings.Cut(part, "-")
-		a, err := cliutil.ParseInts("compile-cpus", lo)
-		if err != nil {
-			return nil, err
-		}
-		b := a
-		if isRange {
-			if b, err = cliutil.ParseInts("compile-cpus", hi); err != nil {
-				return nil, err
-			}
-		}
-		for c := a[0]; c <= b[0]; c++ {
-			out = append(out, c)
-		}
-	}
-	return out, nil
+// parseCPUList parses --compile-cpus or --decode-cpus: CPUs this process
+// may use, in ranges that run forwards.
+func parseCPUList(c *cli.Context, flag string) ([]int, error) {
+	return runtime.ParseCPUList(flag, c.String(flag))
 }

@@ -3,10 +3,11 @@ package main
 import (
 	"bytes"
 	"fmt"
-	"os"
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/ovtoolkit/ovrun/internal/cliutil"
+	"github.com/ovtoolkit/ovrun/internal/safefile"
 	"github.com/ovtoolkit/ovrun/tracing"
 )
 
@@ -29,6 +30,12 @@ labelled with the wait. Hover a bar for all its attributes.`,
 }
 
 func timelineAction(c *cli.Context) error {
+	if err := cliutil.CheckInt("width", c.Int("width"), 400, 100000); err != nil {
+		return err
+	}
+	if err := checkOutputs(c, "out"); err != nil {
+		return err
+	}
 	spans, err := tracing.ReadTraceFile(c.String("trace"))
 	if err != nil {
 		return err
@@ -38,5 +45,5 @@ func timelineAction(c *cli.Context) error {
 	if err := tracing.WriteTimeline(&b, spans, opt); err != nil {
 		return fmt.Errorf("%s: %w", c.String("trace"), err)
 	}
-	return os.WriteFile(c.String("out"), b.Bytes(), 0o644)
+	return safefile.WriteFile(c.String("out"), b.Bytes())
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/ovtoolkit/ovrun/internal/abtest"
 	"github.com/ovtoolkit/ovrun/internal/cliutil"
+	"github.com/ovtoolkit/ovrun/internal/safefile"
 )
 
 var abCommand = &cli.Command{
@@ -53,6 +55,17 @@ func abAction(c *cli.Context) error {
 	}
 	if once.Capacity < 1 {
 		return fmt.Errorf("give the graph's capacity: --capacity C")
+	}
+	if err := cliutil.CheckInt("pairs", c.Int("pairs"), 1, 10000); err != nil {
+		return err
+	}
+	if err := cliutil.CheckFloat("tolerance", c.Float64("tolerance"), 0, math.MaxFloat32); err != nil {
+		return err
+	}
+	if p := c.String(jsonFlag.Name); p != "" {
+		if err := safefile.Check(p); err != nil {
+			return fmt.Errorf("--json: %w", err)
+		}
 	}
 	variants, err := abtest.ParseVariants(c.StringSlice("variant"))
 	if err != nil {

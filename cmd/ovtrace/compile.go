@@ -11,6 +11,7 @@ import (
 
 	"github.com/ovtoolkit/ovrun/internal/abtest"
 	"github.com/ovtoolkit/ovrun/internal/cliutil"
+	"github.com/ovtoolkit/ovrun/internal/safefile"
 )
 
 var compileCommand = &cli.Command{
@@ -44,6 +45,19 @@ func compileAction(c *cli.Context) error {
 	ladder, err := cliutil.ParseInts("ladder", c.String("ladder"))
 	if err != nil {
 		return err
+	}
+	for _, r := range ladder {
+		if err := cliutil.CheckInt("ladder", r, 1, maxCapacity); err != nil {
+			return err
+		}
+	}
+	if err := cliutil.CheckInt("reps", c.Int("reps"), 1, 1000); err != nil {
+		return err
+	}
+	if p := c.String(jsonFlag.Name); p != "" {
+		if err := safefile.Check(p); err != nil {
+			return fmt.Errorf("--json: %w", err)
+		}
 	}
 	st := newStatus(c.Bool(quietFlag.Name))
 	sweep := abtest.SweepConfig{Ladder: ladder, Reps: c.Int("reps"), Model: cfg.Model, Device: cfg.Device, Precision: cfg.Precision}

@@ -9,9 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/signal"
 	"strings"
-	"syscall"
 
 	"github.com/urfave/cli/v2"
 
@@ -20,7 +18,7 @@ import (
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := cliutil.SignalContext(context.Background(), "ovtrace", os.Stderr)
 	app := newApp()
 	err := app.RunContext(ctx, flagsFirst(app, os.Args))
 	stop()
@@ -28,7 +26,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, "ovtrace:", cliutil.OneLine(err))
 		code := 1
 		if errors.Is(err, context.Canceled) {
-			code = 130
+			code = cliutil.ExitInterrupted
 		}
 		os.Exit(code)
 	}

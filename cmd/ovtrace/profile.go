@@ -5,11 +5,12 @@ import (
 	"os"
 	"strconv"
 
-	"github.com/google/pprof/profile"
 	"github.com/urfave/cli/v2"
 
 	"github.com/ovtoolkit/ovrun/internal/abtest"
+	"github.com/ovtoolkit/ovrun/internal/cliutil"
 	"github.com/ovtoolkit/ovrun/internal/profiling"
+	"github.com/ovtoolkit/ovrun/internal/safefile"
 )
 
 // compileEntry is the C API function a compile runs inside; callgrind
@@ -60,8 +61,17 @@ func profileAction(c *cli.Context) error {
 		RawDir:    c.String("raw-dir"),
 		Stderr:    os.Stderr,
 	}
+	for _, err := range []error{
+		cliutil.CheckInt("frequency", rc.Frequency, 1, 100000),
+		cliutil.CheckInt("top", c.Int("top"), 0, 1<<20),
+		safefile.Check(c.String("out")),
+	} {
+		if err != nil {
+			return err
+		}
+	}
 	if rc.RawDir != "" {
-		if err := os.MkdirAll(rc.RawDir, 0o755); err != nil {
+		if err := safefile.MkdirAll(rc.RawDir); err != nil {
 			return err
 		}
 	}
@@ -114,7 +124,7 @@ func profileAction(c *cli.Context) error {
 		profiling.SetMeta(p, profiling.MetaGraphNodes, strconv.Itoa(once.GraphNodes))
 		profiling.SetMeta(p, "compile_s", fmt.Sprintf("%.3f", once.CompileS))
 	}
-	if err := writeProfile(c.String("out"), p); err != nil {
+	if err := profiling.WriteFile(c.String("out"), p); err != nil {
 		return err
 	}
 	w := c.App.Writer
@@ -134,29 +144,4 @@ func profileAction(c *cli.Context) error {
 		return profiling.WriteTop(w, rep, 100)
 	}
 	return nil
-}
-
-func writeProfile(path string, p *profile.Profile) error {
-	f, err := os.Create(path)
-	if err != nil {
-		return err
-	}
-	if err := p.Write(f); err != nil {
-		f.Close()
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	return f.Close()
-}
-
-func readProfile(path string) (*profile.Profile, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	p, err := profile.Parse(f)
-	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", path, err)
-	}
-	return p, nil
 }

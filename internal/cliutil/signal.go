@@ -2,6 +2,7 @@ package cliutil
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -45,4 +46,38 @@ func SignalContext(parent context.Context, prog string, stderr io.Writer) (ctx c
 		close(done)
 		cancel()
 	}
+}
+
+// InterruptedError is a Ctrl-C (it matches context.Canceled) that says
+// where what was done so far was written, if anywhere.
+type InterruptedError struct {
+	Saved string // a path, "" when nothing was written
+}
+
+func (e *InterruptedError) Error() string {
+	if e.Saved == "" {
+		return "interrupted"
+	}
+	return "interrupted; what was done so far is in " + e.Saved
+}
+
+func (e *InterruptedError) Unwrap() error { return context.Canceled }
+
+// Interrupted turns err into an *InterruptedError naming saved when it is a
+// cancellation, and returns it unchanged otherwise.
+func Interrupted(err error, saved string) error {
+	if !errors.Is(err, context.Canceled) {
+		return err
+	}
+	return &InterruptedError{Saved: saved}
+}
+
+// InterruptMessage is the line to print for an error that matches
+// context.Canceled: "interrupted", with where the partial result went.
+func InterruptMessage(err error) string {
+	var ie *InterruptedError
+	if errors.As(err, &ie) {
+		return ie.Error()
+	}
+	return "interrupted"
 }
