@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/ovtoolkit/ovrun/internal/testenv"
 )
 
 // TestHeaderVersion checks the package's constants against the headers it
@@ -125,10 +127,7 @@ func TestLoadIgnoresLibraryInParentOfWorkingDirectory(t *testing.T) {
 	root := t.TempDir()
 	marker := filepath.Join(root, "constructor-ran")
 	libs := filepath.Join(root, ".venv", "openvino", "libs")
-	if err := os.MkdirAll(libs, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	plantLibrary(t, filepath.Join(libs, libName), marker)
+	testenv.PlantLibrary(t, filepath.Join(libs, libName), marker)
 	cwd := filepath.Join(root, "a", "b")
 	if err := os.MkdirAll(cwd, 0o755); err != nil {
 		t.Fatal(err)
@@ -156,22 +155,3 @@ func TestLoadIgnoresLibraryInParentOfWorkingDirectory(t *testing.T) {
 	}
 }
 
-// plantLibrary compiles a shared library at path whose constructor creates
-// marker; the test is skipped without a C compiler.
-func plantLibrary(t *testing.T, path, marker string) {
-	t.Helper()
-	src := filepath.Join(t.TempDir(), "evil.c")
-	code := fmt.Sprintf(`#include <stdio.h>
-__attribute__((constructor)) static void ran(void) { FILE *f = fopen(%q, "w"); if (f) fclose(f); }
-`, marker)
-	if err := os.WriteFile(src, []byte(code), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	cc := os.Getenv("CC")
-	if cc == "" {
-		cc = "gcc"
-	}
-	if out, err := exec.Command(cc, "-shared", "-fPIC", "-o", path, src).CombinedOutput(); err != nil {
-		t.Skipf("no C compiler to build the planted library: %v\n%s", err, out)
-	}
-}

@@ -5,6 +5,7 @@ package testenv
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -128,4 +129,28 @@ func Run(t testing.TB, name string, args ...string) []byte {
 		t.Fatalf("%s: %v", name, err)
 	}
 	return out
+}
+
+// PlantLibrary compiles a shared library at path whose constructor creates
+// marker, standing in for a malicious libopenvino_c; the test is skipped
+// without a C compiler.
+func PlantLibrary(t testing.TB, path, marker string) {
+	t.Helper()
+	src := filepath.Join(t.TempDir(), "planted.c")
+	code := fmt.Sprintf(`#include <stdio.h>
+__attribute__((constructor)) static void ran(void) { FILE *f = fopen(%q, "w"); if (f) fclose(f); }
+`, marker)
+	if err := os.WriteFile(src, []byte(code), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cc := os.Getenv("CC")
+	if cc == "" {
+		cc = "gcc"
+	}
+	if out, err := exec.Command(cc, "-shared", "-fPIC", "-o", path, src).CombinedOutput(); err != nil {
+		t.Skipf("no C compiler to build the planted library: %v\n%s", err, out)
+	}
 }
