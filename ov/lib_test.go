@@ -154,4 +154,3 @@ func TestLoadIgnoresLibraryInParentOfWorkingDirectory(t *testing.T) {
 		t.Fatal("the planted library's constructor ran")
 	}
 }
-
