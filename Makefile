@@ -12,7 +12,7 @@ OV_STAMP         := $(VENV)/.openvino-$(OPENVINO_VERSION)
 CACHE            := .cache
 JAEGER           := $(CACHE)/bin/jaeger
 DEMO_MODEL       := $(CACHE)/models/small-seed1
-FUZZTIME         ?= 15s
+FUZZTIME         ?= 5s
 
 export CGO_ENABLED := 1
 SHELL := /bin/bash
@@ -62,8 +62,22 @@ unit: build $(JAEGER)
 	OVRUN_JAEGER=$(abspath $(JAEGER)) go test -count=1 ./... 2>&1 | tee $(CACHE)/test.log; status=$${PIPESTATUS[0]}; \
 	echo "== Go test summary =="; grep -E '^(ok|FAIL|--- FAIL|panic)' $(CACHE)/test.log || true; exit $$status
 
+# Every fuzz target, PACKAGE:TARGET, each run for $(FUZZTIME) (about two
+# minutes in all with the builds): the readers of every file a user can hand
+# the binaries, and the parsers of what they run.
+FUZZ_TARGETS := \
+	./model:FuzzParseSafetensorsHeader ./model:FuzzOpenSafetensors \
+	./model:FuzzLoadConfig ./model:FuzzReadIndex \
+	./tracing:FuzzReadTrace ./compilecost:FuzzLoad \
+	./internal/abtest:FuzzParseVariants \
+	./internal/profiling:FuzzParsePerfScript ./internal/profiling:FuzzParseCallgrind \
+	./internal/profiling:FuzzReadFile ./internal/npy:FuzzParse
+
 fuzz: setup
-	go test -run='^$$' -fuzz=FuzzParseSafetensorsHeader -fuzztime=$(FUZZTIME) ./model/
+	@for t in $(FUZZ_TARGETS); do \
+		echo "fuzz $${t#*:} in $${t%%:*} for $(FUZZTIME)"; \
+		go test -run='^$$' -fuzz="^$${t#*:}\$$" -fuzztime=$(FUZZTIME) $${t%%:*} || exit 1; \
+	done
 
 test: lint unit fuzz
 
