@@ -63,16 +63,16 @@ the i-th generated token (the last generated token is not fed back).`,
 				return err
 			}
 		}
+		ids, err := prompt(c, cfg.VocabSize)
+		if err != nil {
+			return err
+		}
 		ck, comp, err := openModel(c)
 		if err != nil {
 			return err
 		}
 		defer ck.Close()
 		defer comp.Close()
-		ids, err := prompt(c, ck.Config.VocabSize)
-		if err != nil {
-			return err
-		}
 		res, genErr := runtime.Generate(c.Context, comp, runtime.ShapeOf(ck.Config), runtime.GenerateConfig{
 			Capacity: capacity, PrefillChunk: chunk,
 			Prompt: ids, MaxNewTokens: newTokens, KeepLogits: c.String("dump-logits") != "",

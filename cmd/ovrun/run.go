@@ -103,17 +103,17 @@ func runAction(c *cli.Context) error {
 	if err := runtime.CheckPrefillChunk(prefillChunkFlag.Name, c.Int(prefillChunkFlag.Name), ladder.Max(), mcfg); err != nil {
 		return fail(err)
 	}
+	vocab := mcfg.VocabSize
+	ids, err := prompt(c, vocab)
+	if err != nil {
+		return fail(err)
+	}
 	ck, comp, err := openModel(c)
 	if err != nil {
 		return fail(err)
 	}
 	defer ck.Close()
 	defer comp.Close()
-	vocab := ck.Config.VocabSize
-	ids, err := prompt(c, vocab)
-	if err != nil {
-		return fail(err)
-	}
 	cfg := runtime.RunConfig{
 		Ladder: ladder, Policy: policy, Prompt: ids, DecodeTokens: c.Int("decode-tokens"),
 		Verify: c.Bool("verify"), PrefillChunk: c.Int(prefillChunkFlag.Name),
