@@ -81,9 +81,9 @@ the i-th generated token (the last generated token is not fed back).`,
 			return genErr
 		}
 		// What was generated is reported, and saved, on failure and Ctrl-C too.
-		if p := c.String("dump-logits"); p != "" && genErr == nil {
+		if p := c.String("dump-logits"); p != "" && len(res.Logits) > 0 {
 			if err := npy.WriteFile(p, res.Logits); err != nil {
-				return fmt.Errorf("write logits: %w", err)
+				return errors.Join(genErr, fmt.Errorf("write logits: %w", err))
 			}
 		}
 		toks := make([]string, len(res.Tokens))

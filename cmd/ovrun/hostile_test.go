@@ -439,14 +439,23 @@ func TestSecondSignalExitsAtOnce(t *testing.T) {
 		t.Fatalf("exit %d, want 130 (stderr %q)", code, stderr.String())
 	}
 	assertOneLineError(t, stderr.String(), 130, "interrupted")
-	if es, _ := os.ReadDir(filepath.Dir(js)); len(es) > 1 {
-		t.Errorf("left %d files, want at most the summary", len(es))
+	if r := readRun(t, js); r.FinishReason != "interrupted" {
+		t.Errorf("summary finish %q, want interrupted", r.FinishReason)
+	}
+	if es, _ := os.ReadDir(filepath.Dir(js)); len(es) != 1 {
+		t.Errorf("left %d files, want the summary alone", len(es))
 	}
 }
 
 // TestContentionHonoursCtrlC: the measurement loop stops at the first
-// SIGINT and claims no summary.
+// SIGINT (or SIGTERM) and claims no summary.
 func TestContentionHonoursCtrlC(t *testing.T) {
+	for _, sig := range []syscall.Signal{syscall.SIGINT, syscall.SIGTERM} {
+		t.Run(sig.String(), func(t *testing.T) { contentionSignal(t, sig) })
+	}
+}
+
+func contentionSignal(t *testing.T, sig syscall.Signal) {
 	cmd := exec.Command(ovrunBin, "contention", "--model", testenv.Synth(t, "tiny", "F32"), "--capacity", "64", "--compile-capacity", "128",
 		"--steps", "1000000")
 	var stderr bytes.Buffer
@@ -457,13 +466,13 @@ func TestContentionHonoursCtrlC(t *testing.T) {
 	exited := make(chan struct{})
 	go func() { cmd.Wait(); close(exited) }()
 	time.Sleep(1500 * time.Millisecond)
-	cmd.Process.Signal(syscall.SIGINT)
+	cmd.Process.Signal(sig)
 	select {
 	case <-exited:
 	case <-time.After(5 * time.Second):
 		cmd.Process.Kill()
 		<-exited
-		t.Fatal("contention ignored SIGINT")
+		t.Fatalf("contention ignored %v", sig)
 	}
 	if got := strings.TrimSpace(stderr.String()); got != "ovrun: interrupted" {
 		t.Errorf("stderr %q, want exactly \"ovrun: interrupted\"", got)

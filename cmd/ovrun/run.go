@@ -143,7 +143,7 @@ func runAction(c *cli.Context) error {
 	sum.PrecisionUsed = comp.EffectivePrecision()
 	sum.Seed = c.Uint64(seedFlag.Name)
 	sum.OpenVINOVersion, _ = ov.Version()
-	obs.finish(sum) // spans and profile, also after errors and Ctrl-C
+	// The summary first: a hung trace export cannot lose it.
 	var werr error
 	saved := ""
 	if p := c.String(jsonFlag.Name); p != "" {
@@ -151,6 +151,7 @@ func runAction(c *cli.Context) error {
 			saved = p
 		}
 	}
+	obs.finish(sum) // spans and profile, also after errors and Ctrl-C
 	if !c.Bool(quietFlag.Name) || runErr == nil {
 		printSummary(os.Stdout, sum)
 	}
