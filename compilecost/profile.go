@@ -1,15 +1,17 @@
 package compilecost
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
-	"os"
-	"path/filepath"
 	"slices"
+
+	"github.com/ovtoolkit/ovrun/internal/safefile"
 )
+
+// MaxProfileBytes is the largest cost.json Load reads.
+const MaxProfileBytes = 16 << 20
 
 // ErrInvalidProfile is wrapped by every validation error of a Profile.
 var ErrInvalidProfile = errors.New("invalid compile-cost profile")
@@ -174,7 +176,7 @@ func (p *Profile) fillDerived() {
 // Load reads and validates a profile (cost.json). Missing medians are
 // computed from compile_s and a missing fit is computed from the rungs.
 func Load(path string) (*Profile, error) {
-	b, err := os.ReadFile(path)
+	b, err := safefile.ReadFile(path, MaxProfileBytes)
 	if err != nil {
 		return nil, fmt.Errorf("load compile-cost profile: %w", err)
 	}
@@ -190,8 +192,9 @@ func Load(path string) (*Profile, error) {
 }
 
 // Save validates the profile, fills missing medians and a missing fit (in
-// p, too), and writes it as indented JSON to path, atomically: a temporary
-// file in the same directory is renamed over path.
+// p, too), and writes it as indented JSON to path through safefile:
+// atomically, never over anything but a regular file, "-" for standard
+// output.
 func (p *Profile) Save(path string) error {
 	if err := p.Validate(); err != nil {
 		return fmt.Errorf("save %s: %w", path, err)
@@ -207,24 +210,7 @@ func (p *Profile) Save(path string) error {
 			out.Rungs[i].IRBuildS = []float64{}
 		}
 	}
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetIndent("", "  ")
-	if err := enc.Encode(&out); err != nil {
-		return fmt.Errorf("save %s: %w", path, err)
-	}
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*.tmp")
-	if err != nil {
-		return fmt.Errorf("save compile-cost profile: %w", err)
-	}
-	_, werr := tmp.Write(buf.Bytes())
-	cerr := tmp.Close()
-	if err := errors.Join(werr, cerr); err != nil {
-		os.Remove(tmp.Name())
-		return fmt.Errorf("save %s: %w", path, err)
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		os.Remove(tmp.Name())
+	if err := safefile.WriteJSON(path, &out); err != nil {
 		return fmt.Errorf("save compile-cost profile: %w", err)
 	}
 	return nil

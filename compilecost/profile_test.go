@@ -9,6 +9,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/ovtoolkit/ovrun/internal/safefile"
 )
 
 func TestMedian(t *testing.T) {
@@ -212,6 +214,7 @@ func TestLoadErrors(t *testing.T) {
 			is: ErrInvalidProfile, wantMsg: "duplicated"},
 		{name: "zero capacity", path: write("zero.json", `{"model":"m","device":"CPU","rungs":[{"capacity":0,"compile_s":[2]}]}`),
 			is: ErrInvalidProfile, wantMsg: "not positive"},
+		{name: "a device", path: "/dev/zero", is: safefile.ErrNotRegular, wantMsg: "character device"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -242,4 +245,32 @@ func TestLoadComputesMissingFit(t *testing.T) {
 	if p.Fit.Model != FitLinear || !near(p.Fit.A, 1, 1e-12) || !near(p.Fit.B, 0.002, 1e-12) {
 		t.Errorf("fit = %+v, want a+b*C with a=1 b=0.002", p.Fit)
 	}
+}
+
+// FuzzLoad: any cost.json is refused with one line or gives a profile whose
+// predictions are finite and non-negative at every capacity asked.
+func FuzzLoad(f *testing.F) {
+	if b, err := os.ReadFile(filepath.Join("testdata", "cost.json")); err == nil {
+		f.Add(b, 4096)
+	}
+	f.Add([]byte(`{"model":"m","device":"CPU","rungs":[{"capacity":1000,"compile_s":[3]},{"capacity":2000,"compile_s":[5]}]}`), 3000)
+	f.Add([]byte(`{"model":"m","device":"CPU","rungs":[{"capacity":1,"median_s":1e308}],"fit":{"model":"power","a":1e308,"b":1e308}}`), 1<<30)
+	f.Add([]byte(`{"model":"m","device":"CPU","rungs":[{"capacity":5,"compile_s":[0]}],"fit":{"model":"line","a":-1,"b":-1}}`), 9)
+	f.Fuzz(func(t *testing.T, b []byte, capacity int) {
+		path := filepath.Join(t.TempDir(), "cost.json")
+		if err := os.WriteFile(path, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		p, err := Load(path)
+		if err != nil {
+			if strings.Contains(err.Error(), "\n") {
+				t.Fatalf("error spans lines: %q", err)
+			}
+			return
+		}
+		s, _ := p.Predict(capacity)
+		if math.IsNaN(s) || math.IsInf(s, 0) || s < 0 {
+			t.Fatalf("Predict(%d) = %v", capacity, s)
+		}
+	})
 }

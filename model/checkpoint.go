@@ -1,13 +1,19 @@
 package model
 
 import (
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/ovtoolkit/ovrun/internal/safefile"
 )
 
 // File names of a Hugging Face checkpoint directory.
@@ -50,7 +56,75 @@ func Load(dir string) (*Checkpoint, error) {
 		c.Close()
 		return nil, fmt.Errorf("checkpoint %s: %w", dir, err)
 	}
+	if err := checkLayerCount(cfg, c.Tensors); err != nil {
+		c.Close()
+		return nil, fmt.Errorf("checkpoint %s: %w", dir, err)
+	}
 	return c, nil
+}
+
+// checkLayerCount refuses a checkpoint with layers beyond num_hidden_layers:
+// running only the first layers of a deeper model gives wrong answers
+// without any other sign.
+func checkLayerCount(cfg *Config, tensors map[string]*Tensor) error {
+	deepest := -1
+	for name := range tensors {
+		rest, ok := strings.CutPrefix(name, "model.layers.")
+		if !ok {
+			continue
+		}
+		num, _, _ := strings.Cut(rest, ".")
+		if n, err := strconv.Atoi(num); err == nil && n > deepest {
+			deepest = n
+		}
+	}
+	if deepest >= cfg.NumHiddenLayers {
+		return fmt.Errorf("%w: the checkpoint has tensors of layer %d but config.json says num_hidden_layers %d",
+			ErrCorrupt, deepest, cfg.NumHiddenLayers)
+	}
+	return nil
+}
+
+// NonFinite names the first NaN or infinity among the weights the decoder
+// uses, in RequiredTensors order: the tensor, the element index and its
+// value. ok is false when every weight is finite. It reads every weight, so
+// it is for explaining a failure, not for every load.
+func (c *Checkpoint) NonFinite() (name string, index int64, value float32, ok bool) {
+	for _, s := range RequiredTensors(c.Config) {
+		t := c.Tensors[s.Name]
+		if t == nil {
+			continue
+		}
+		if i, v, found := firstNonFinite(t); found {
+			return s.Name, i, v, true
+		}
+	}
+	return "", 0, 0, false
+}
+
+// firstNonFinite scans a float tensor's raw data.
+func firstNonFinite(t *Tensor) (int64, float32, bool) {
+	switch t.DType {
+	case DTypeF32:
+		for i := 0; i+4 <= len(t.Data); i += 4 {
+			if b := binary.LittleEndian.Uint32(t.Data[i:]); b&0x7f800000 == 0x7f800000 {
+				return int64(i / 4), math.Float32frombits(b), true
+			}
+		}
+	case DTypeF16:
+		for i := 0; i+2 <= len(t.Data); i += 2 {
+			if h := binary.LittleEndian.Uint16(t.Data[i:]); h&0x7c00 == 0x7c00 {
+				return int64(i / 2), F16ToFloat32(h), true
+			}
+		}
+	case DTypeBF16:
+		for i := 0; i+2 <= len(t.Data); i += 2 {
+			if h := binary.LittleEndian.Uint16(t.Data[i:]); h&0x7f80 == 0x7f80 {
+				return int64(i / 2), BF16ToFloat32(h), true
+			}
+		}
+	}
+	return 0, 0, false
 }
 
 func (c *Checkpoint) open() error {
@@ -99,26 +173,43 @@ func (c *Checkpoint) open() error {
 // readIndex parses a shard index and returns its weight_map. A missing file
 // is reported with an error matching os.ErrNotExist.
 func readIndex(path string) (map[string]string, error) {
-	b, err := os.ReadFile(path)
+	b, err := safefile.ReadFile(path, MaxIndexBytes)
 	if err != nil {
 		return nil, err
 	}
 	var idx struct {
-		WeightMap map[string]string `json:"weight_map"`
+		WeightMap json.RawMessage `json:"weight_map"`
 	}
 	if err := json.Unmarshal(b, &idx); err != nil {
 		return nil, fmt.Errorf("%s: %w: %v", path, ErrCorrupt, err)
 	}
-	if len(idx.WeightMap) == 0 {
+	weightMap := map[string]string{}
+	if len(idx.WeightMap) > 0 && string(idx.WeightMap) != "null" {
+		fields, err := objectFields(idx.WeightMap)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w: weight_map: %v", path, ErrCorrupt, err)
+		}
+		for name, raw := range fields {
+			var f string
+			if err := json.Unmarshal(raw, &f); err != nil {
+				return nil, fmt.Errorf("%s: %w: weight_map: tensor %q maps to %s, not a file name", path, ErrCorrupt, name, raw)
+			}
+			weightMap[name] = f
+		}
+	}
+	if len(weightMap) == 0 {
 		return nil, fmt.Errorf("%s: %w: empty or missing weight_map", path, ErrCorrupt)
 	}
-	for _, name := range slices.Sorted(maps.Keys(idx.WeightMap)) {
-		if f := idx.WeightMap[name]; f == "" || f != filepath.Base(f) || f == "." || f == ".." {
+	for _, name := range slices.Sorted(maps.Keys(weightMap)) {
+		if f := weightMap[name]; f == "" || f != filepath.Base(f) || f == "." || f == ".." {
 			return nil, fmt.Errorf("%s: %w: tensor %q maps to %q, not a file in the checkpoint directory", path, ErrCorrupt, name, f)
 		}
 	}
-	return idx.WeightMap, nil
+	return weightMap, nil
 }
+
+// MaxIndexBytes is the largest shard index read (a 405B model's is 0.1 MiB).
+const MaxIndexBytes = 64 << 20
 
 // Tensor returns the named tensor or an error wrapping ErrMissingTensor.
 func (c *Checkpoint) Tensor(name string) (*Tensor, error) {

@@ -2,8 +2,10 @@ package model
 
 import (
 	"bytes"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -382,6 +384,134 @@ func TestLoadShardedErrors(t *testing.T) {
 		os.WriteFile(filepath.Join(dir, IndexName), []byte("{"), 0o644)
 		if _, err := Load(dir); !errors.Is(err, ErrCorrupt) {
 			t.Errorf("error %v, want ErrCorrupt", err)
+		}
+	})
+}
+
+func TestLoadRefusesLayersBeyondConfig(t *testing.T) {
+	dir := t.TempDir()
+	if err := Synthesize("tiny", 4, DTypeF32, dir); err != nil {
+		t.Fatal(err)
+	}
+	ckptEditConfig(t, dir, func(m map[string]any) { m["num_hidden_layers"] = 1 })
+	_, err := Load(dir)
+	if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "tensors of layer 1 but config.json says num_hidden_layers 1") {
+		t.Fatalf("Load = %v", err)
+	}
+}
+
+func TestLoadShardIndexDuplicateKey(t *testing.T) {
+	dir := ckptShard(t, nil)
+	idx := filepath.Join(dir, IndexName)
+	b, _ := os.ReadFile(idx)
+	b = bytes.Replace(b, []byte(`"weight_map":{`), []byte(`"weight_map":{"model.norm.weight":"x.safetensors",`), 1)
+	os.WriteFile(idx, b, 0o644)
+	if _, err := Load(dir); !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), `"model.norm.weight" appears twice`) {
+		t.Fatalf("Load = %v", err)
+	}
+}
+
+func TestNonFinite(t *testing.T) {
+	for _, dt := range []DType{DTypeF32, DTypeF16, DTypeBF16} {
+		t.Run(string(dt), func(t *testing.T) {
+			dir := t.TempDir()
+			if err := Synthesize("tiny", 4, dt, dir); err != nil {
+				t.Fatal(err)
+			}
+			c, err := Load(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if name, _, _, ok := c.NonFinite(); ok {
+				t.Errorf("synthetic weights: non-finite %s", name)
+			}
+			c.Close()
+			ts := ckptTensors(t, dir)
+			for _, x := range ts {
+				if x.Name == "model.layers.1.mlp.up_proj.weight" {
+					switch dt {
+					case DTypeF32:
+						binary.LittleEndian.PutUint32(x.Data[4*5:], math.Float32bits(float32(math.NaN())))
+					case DTypeF16:
+						binary.LittleEndian.PutUint16(x.Data[2*5:], 0x7c00) // +Inf
+					case DTypeBF16:
+						binary.LittleEndian.PutUint16(x.Data[2*5:], 0xff80) // -Inf
+					}
+				}
+			}
+			ckptWrite(t, filepath.Join(dir, SafetensorsName), ts)
+			c, err = Load(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			name, i, v, ok := c.NonFinite()
+			if !ok || name != "model.layers.1.mlp.up_proj.weight" || i != 5 || !math.IsNaN(float64(v)) && !math.IsInf(float64(v), 0) {
+				t.Errorf("NonFinite = %s[%d] = %v, %v", name, i, v, ok)
+			}
+		})
+	}
+}
+
+// FuzzLoadConfig: any config.json is either refused with one line or
+// validated, and listing its tensors stays within the limits.
+func FuzzLoadConfig(f *testing.F) {
+	f.Add([]byte(`{"model_type":"qwen2","vocab_size":256,"hidden_size":64,"intermediate_size":128,"num_hidden_layers":2,"num_attention_heads":4,"num_key_value_heads":2,"rms_norm_eps":1e-6}`))
+	f.Add([]byte(`{"model_type":"llama","vocab_size":256,"hidden_size":64,"intermediate_size":128,"num_hidden_layers":1000000000,"num_attention_heads":4,"rms_norm_eps":1e-6}`))
+	f.Add([]byte(`{"model_type":"llama","vocab_size":256,"hidden_size":60,"intermediate_size":128,"num_hidden_layers":2,"num_attention_heads":4,"head_dim":-24,"rms_norm_eps":1e-6}`))
+	f.Add([]byte(`{"model_type":"llama","rope_scaling":{"type":"linear"}}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		dir := t.TempDir()
+		if err := os.WriteFile(filepath.Join(dir, "config.json"), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		c, err := LoadConfig(dir)
+		if err != nil {
+			if strings.Contains(err.Error(), "\n") {
+				t.Fatalf("error spans lines: %q", err)
+			}
+			return
+		}
+		if c.HeadDim() <= 0 || c.KVHeads() <= 0 || c.NumHiddenLayers > configLimits["num_hidden_layers"] {
+			t.Fatalf("validated config with head dim %d, kv heads %d, %d layers", c.HeadDim(), c.KVHeads(), c.NumHiddenLayers)
+		}
+		specs := RequiredTensors(c)
+		if len(specs) > 16*configLimits["num_hidden_layers"]+4 {
+			t.Fatalf("%d tensors required", len(specs))
+		}
+		if c.KVBytesPerToken() <= 0 || ParamCount(c) <= 0 {
+			t.Fatalf("non-positive sizes: %d KV bytes per token, %d parameters", c.KVBytesPerToken(), ParamCount(c))
+		}
+	})
+}
+
+// FuzzReadIndex: any shard index is refused with one line wrapping
+// ErrCorrupt, or maps tensors only to files inside the checkpoint folder.
+func FuzzReadIndex(f *testing.F) {
+	f.Add([]byte(`{"metadata":{"total_size":0},"weight_map":{"a":"model-00001-of-00002.safetensors","b":"model-00002-of-00002.safetensors"}}`))
+	f.Add([]byte(`{"weight_map":{"a":"../etc/passwd"}}`))
+	f.Add([]byte(`{"weight_map":{"a":"x","a":"y"}}`))
+	f.Add([]byte(`{"weight_map":{}}`))
+	f.Add([]byte(`{"weight_map":{"a":1}}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		path := filepath.Join(t.TempDir(), IndexName)
+		if err := os.WriteFile(path, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		wm, err := readIndex(path)
+		if err != nil {
+			if !errors.Is(err, ErrCorrupt) || strings.Contains(err.Error(), "\n") {
+				t.Fatalf("error %q: want one line wrapping ErrCorrupt", err)
+			}
+			return
+		}
+		if len(wm) == 0 {
+			t.Fatal("empty weight map accepted")
+		}
+		for name, f := range wm {
+			if f == "" || f != filepath.Base(f) || f == "." || f == ".." {
+				t.Fatalf("tensor %q maps outside the folder: %q", name, f)
+			}
 		}
 	})
 }

@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+
+	"github.com/ovtoolkit/ovrun/internal/safefile"
 )
 
 // ErrUnsupported reports a checkpoint this package cannot run.
@@ -39,10 +41,14 @@ type Config struct {
 	EOSTokenID            json.RawMessage `json:"eos_token_id,omitempty"`
 }
 
-// HeadDim is the per-head width: head_dim when given, else hidden/heads.
+// HeadDim is the per-head width: head_dim when given, else hidden/heads
+// (0 for a config without heads, which Validate rejects).
 func (c *Config) HeadDim() int {
 	if c.HeadDimField > 0 {
 		return c.HeadDimField
+	}
+	if c.NumAttentionHeads <= 0 {
+		return 0
 	}
 	return c.HiddenSize / c.NumAttentionHeads
 }
@@ -89,8 +95,26 @@ func (c *Config) KVBytesPerToken() int64 {
 	return int64(2 * c.NumHiddenLayers * c.KVHeads() * c.HeadDim() * 4)
 }
 
+// MaxConfigBytes is the largest config.json read; real ones are a few KiB.
+const MaxConfigBytes = 1 << 20
+
+// Limits on the counts of a config.json, checked before anything is sized
+// by them. They are far above every released Llama or Qwen2 model (126
+// layers, hidden 16384, intermediate 53248, 128 heads, vocabulary 152064)
+// and far below what would exhaust memory while merely listing tensors.
+var configLimits = map[string]int{
+	"vocab_size":          1 << 22,
+	"hidden_size":         1 << 17,
+	"intermediate_size":   1 << 19,
+	"num_hidden_layers":   1 << 10,
+	"num_attention_heads": 1 << 11,
+	"num_key_value_heads": 1 << 11,
+	"head_dim":            1 << 13,
+}
+
 // Validate rejects configurations the graph emitter cannot build, naming the
-// offending field.
+// offending field: unsupported features, counts that are not positive or
+// beyond configLimits, and derived sizes that do not fit.
 func (c *Config) Validate() error {
 	switch c.ModelType {
 	case "llama", "qwen2":
@@ -106,16 +130,30 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("%w: hidden_act %q (only silu is supported)", ErrUnsupported, c.HiddenAct)
 	}
 	for _, f := range []struct {
-		name string
-		v    int
+		name     string
+		v        int
+		optional bool // 0 means absent
 	}{
-		{"vocab_size", c.VocabSize}, {"hidden_size", c.HiddenSize},
-		{"intermediate_size", c.IntermediateSize}, {"num_hidden_layers", c.NumHiddenLayers},
-		{"num_attention_heads", c.NumAttentionHeads},
+		{"vocab_size", c.VocabSize, false}, {"hidden_size", c.HiddenSize, false},
+		{"intermediate_size", c.IntermediateSize, false}, {"num_hidden_layers", c.NumHiddenLayers, false},
+		{"num_attention_heads", c.NumAttentionHeads, false},
+		{"num_key_value_heads", c.NumKeyValueHeads, true}, {"head_dim", c.HeadDimField, true},
 	} {
-		if f.v <= 0 {
+		switch {
+		case f.optional && f.v == 0:
+		case f.v <= 0 && f.optional:
+			return fmt.Errorf("config.json: %s must be positive when given, got %d", f.name, f.v)
+		case f.v <= 0:
 			return fmt.Errorf("config.json: %s must be positive, got %d", f.name, f.v)
+		case f.v > configLimits[f.name]:
+			return fmt.Errorf("config.json: %s %d is beyond the limit of %d", f.name, f.v, configLimits[f.name])
 		}
+	}
+	if c.RopeTheta < 0 {
+		return fmt.Errorf("config.json: rope_theta must be positive when given, got %g", c.RopeTheta)
+	}
+	if c.MaxPositionEmbeddings < 0 {
+		return fmt.Errorf("config.json: max_position_embeddings must be positive when given, got %d", c.MaxPositionEmbeddings)
 	}
 	if c.HeadDimField == 0 && c.HiddenSize%c.NumAttentionHeads != 0 {
 		return fmt.Errorf("config.json: hidden_size %d is not a multiple of num_attention_heads %d and head_dim is absent", c.HiddenSize, c.NumAttentionHeads)
@@ -129,13 +167,31 @@ func (c *Config) Validate() error {
 	if c.RMSNormEps <= 0 {
 		return fmt.Errorf("config.json: rms_norm_eps must be positive, got %g", c.RMSNormEps)
 	}
+	if c.HeadDim() > configLimits["head_dim"] {
+		return fmt.Errorf("config.json: head dimension %d is beyond the limit of %d", c.HeadDim(), configLimits["head_dim"])
+	}
+	if n := ParamCount(c); n > maxParams {
+		return fmt.Errorf("config.json: %d parameters is beyond the limit of %d", n, int64(maxParams))
+	}
 	return nil
 }
 
+// maxParams bounds the parameters a config may describe (2^40, a 1T-
+// parameter model): the product of limited counts still fits an int64.
+const maxParams = 1 << 40
+
 // LoadConfig reads and validates dir/config.json.
 func LoadConfig(dir string) (*Config, error) {
+	if st, err := os.Stat(dir); err == nil && st.Mode().IsRegular() {
+		g, err := OpenGGUF(dir)
+		if err != nil {
+			return nil, err
+		}
+		defer g.Close()
+		return ggufConfig(g)
+	}
 	path := filepath.Join(dir, "config.json")
-	b, err := os.ReadFile(path)
+	b, err := safefile.ReadFile(path, MaxConfigBytes)
 	if err != nil {
 		return nil, fmt.Errorf("read model config: %w", err)
 	}

@@ -10,10 +10,11 @@ import (
 	"io"
 	"math"
 	"math/bits"
-	"os"
 	"slices"
 	"syscall"
 	"unicode/utf8"
+
+	"github.com/ovtoolkit/ovrun/internal/safefile"
 )
 
 // ErrCorrupt is wrapped by every error that reports a malformed checkpoint
@@ -240,9 +241,10 @@ func parseHeaderEntry(name string, raw json.RawMessage) (TensorInfo, error) {
 	if raw[0] != '{' {
 		return TensorInfo{}, bad("header entry is not a JSON object")
 	}
-	// Keys match exactly, as in the reference (encoding/json folds case).
-	var fields map[string]json.RawMessage
-	if err := json.Unmarshal(raw, &fields); err != nil {
+	// Keys match exactly, as in the reference (encoding/json folds case),
+	// and each at most once (encoding/json keeps the last silently).
+	fields, err := objectFields(raw)
+	if err != nil {
 		return TensorInfo{}, bad("bad header entry: %v", err)
 	}
 	var (
@@ -295,6 +297,38 @@ func parseHeaderEntry(name string, raw json.RawMessage) (TensorInfo, error) {
 	return TensorInfo{DType: dt, Shape: shape, Begin: begin, End: end}, nil
 }
 
+// objectFields splits a JSON object into its members, refusing a key that
+// appears twice.
+func objectFields(raw []byte) (map[string]json.RawMessage, error) {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return nil, errors.New("not a JSON object")
+	}
+	fields := map[string]json.RawMessage{}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return nil, err
+		}
+		key := tok.(string) // object keys are always strings
+		if _, dup := fields[key]; dup {
+			return nil, fmt.Errorf("key %q appears twice", key)
+		}
+		var v json.RawMessage
+		if err := dec.Decode(&v); err != nil {
+			return nil, err
+		}
+		fields[key] = v
+	}
+	if _, err := dec.Token(); err != nil {
+		return nil, err
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, errors.New("data after the JSON object")
+	}
+	return fields, nil
+}
+
 // checkLayout requires the entries, sorted by offset, to tile [0, dataLen).
 func checkLayout(infos map[string]TensorInfo, dataLen int64) error {
 	names := make([]string, 0, len(infos))
@@ -341,7 +375,7 @@ type SafetensorsFile struct {
 // OpenSafetensors validates path's header and maps its data read-only.
 // Every validation error wraps ErrCorrupt and names the file.
 func OpenSafetensors(path string) (*SafetensorsFile, error) {
-	f, err := os.Open(path)
+	f, err := safefile.Open(path) // a FIFO or device is refused, never waited on
 	if err != nil {
 		return nil, fmt.Errorf("open safetensors: %w", err)
 	}

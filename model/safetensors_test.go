@@ -176,6 +176,8 @@ func TestOpenSafetensorsErrors(t *testing.T) {
 		{name: "key case differs", hdr: `{"w":{"dtype":"F32","Shape":[2],"data_offsets":[0,8]}}`, data: make([]byte, 8), want: `tensor "w": no shape`},
 		{name: "whitespace entry not an object", hdr: "{\"w\":  \n 3}", want: `tensor "w": header entry is not a JSON object`},
 		{name: "data without tensors", hdr: `{}`, data: make([]byte, 3), want: "no tensors, but the data section is 3 bytes"},
+		{name: "duplicate key inside an entry", hdr: `{"w":{"dtype":"F32","shape":[2],"dtype":"F16","data_offsets":[0,8]}}`,
+			data: make([]byte, 8), want: `tensor "w": bad header entry: key "dtype" appears twice`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var path string
@@ -367,4 +369,46 @@ func (p stProduct) mul(d int64) stProduct {
 		return stProduct{overflow: true}
 	}
 	return stProduct{v: p.v * d}
+}
+
+// FuzzOpenSafetensors feeds whole files to OpenSafetensors: every file is
+// refused with one line wrapping ErrCorrupt, or opened with every tensor's
+// data inside the file.
+func FuzzOpenSafetensors(f *testing.F) {
+	file := func(header string, data int) []byte {
+		b := binary.LittleEndian.AppendUint64(nil, uint64(len(header)))
+		return append(append(b, header...), make([]byte, data)...)
+	}
+	f.Add(file(`{"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}}`, 8))
+	f.Add(file(`{"a":{"dtype":"BF16","shape":[1,3],"data_offsets":[0,6]},"__metadata__":{"format":"pt"}}`, 6))
+	f.Add(file(`{"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8],"dtype":"F16"}}`, 8))
+	f.Add(binary.LittleEndian.AppendUint64(nil, 1<<40))
+	f.Add([]byte{})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		path := filepath.Join(t.TempDir(), SafetensorsName)
+		if err := os.WriteFile(path, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		sf, err := OpenSafetensors(path)
+		if err != nil {
+			if !errors.Is(err, ErrCorrupt) || strings.Contains(err.Error(), "\n") {
+				t.Fatalf("error %q: want one line wrapping ErrCorrupt", err)
+			}
+			return
+		}
+		var total int
+		for _, name := range sf.Names() {
+			tn := sf.Tensors[name]
+			if int64(len(tn.Data)) != tn.NumElements()*int64(tn.DType.Size()) {
+				t.Fatalf("%q: %d bytes for %v of %s", name, len(tn.Data), tn.Shape, tn.DType)
+			}
+			total += len(tn.Data)
+		}
+		if total > len(b) {
+			t.Fatalf("tensors hold %d bytes of a %d-byte file", total, len(b))
+		}
+		if err := sf.Close(); err != nil {
+			t.Fatal(err)
+		}
+	})
 }

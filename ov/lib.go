@@ -27,6 +27,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"syscall"
 	"unsafe"
 )
 
@@ -66,15 +67,20 @@ var (
 // result on every call; it is safe to call from many goroutines. Functions
 // that need the library call it themselves.
 //
-// Search order:
+// Search order, explicit places only (never the working directory or its
+// parents, where anyone able to write a parent folder, /tmp say, could plant
+// a library whose constructor would run):
 //  1. $OVRUN_OPENVINO_LIB, a file or a folder; when set, nothing else is tried;
-//  2. .venv/openvino/libs in the executable's parent folder, then in the
-//     working directory and each of its parents;
+//  2. the project's .venv next to the executable: .venv/openvino/libs in
+//     the executable's folder, then in its parent (bin/ovrun finds the
+//     checkout's .venv);
 //  3. $VIRTUAL_ENV/lib/python3*/site-packages/openvino/libs;
 //  4. the dynamic loader's own search (LD_LIBRARY_PATH, ld.so.cache) for
 //     libopenvino_c.so.2630.
 //
 // In a folder, libopenvino_c.so.2630 (the soversion of the headers) is used.
+// A library found in step 2 or 3 must belong to this user or root and sit in
+// folders that others cannot write, or it is skipped with a note.
 func Load() error {
 	loadOnce.Do(func() { loadPath, loadErr = load() })
 	return loadErr
@@ -101,31 +107,30 @@ func load() (string, error) {
 		return path, open(path)
 	}
 
-	var dirs []string
+	var dirs, roots []string // roots[i]: the environment dirs[i] belongs to
 	if exe, err := os.Executable(); err == nil {
 		if resolved, err := filepath.EvalSymlinks(exe); err == nil {
 			exe = resolved
 		}
-		dirs = append(dirs, filepath.Join(filepath.Dir(exe), "..", ".venv", "openvino", "libs"))
-	}
-	cwd, cwdErr := os.Getwd()
-	if cwdErr == nil {
-		for d := cwd; ; d = filepath.Dir(d) {
-			dirs = append(dirs, filepath.Join(d, ".venv", "openvino", "libs"))
-			if filepath.Dir(d) == d {
-				break
-			}
-		}
+		dir := filepath.Dir(exe)
+		dirs = append(dirs, filepath.Join(dir, ".venv", "openvino", "libs"), filepath.Join(dir, "..", ".venv", "openvino", "libs"))
+		roots = append(roots, filepath.Join(dir, ".venv"), filepath.Join(dir, "..", ".venv"))
 	}
 	venv := os.Getenv("VIRTUAL_ENV")
 	if venv != "" {
 		matches, _ := filepath.Glob(filepath.Join(venv, "lib", "python3*", "site-packages", "openvino", "libs"))
 		sort.Strings(matches)
-		dirs = append(dirs, matches...)
+		for _, m := range matches {
+			dirs, roots = append(dirs, m), append(roots, venv)
+		}
 	}
-	for _, d := range dirs {
+	for i, d := range dirs {
 		path, note := findInDir(d)
 		if path != "" {
+			if why := untrusted(path, roots[i]); why != "" {
+				tried = append(tried, path+": skipped, "+why)
+				continue
+			}
 			return path, open(path)
 		}
 		if otherVersions(d) != "" {
@@ -133,12 +138,7 @@ func load() (string, error) {
 		}
 	}
 
-	// A summary rather than every parent folder keeps the message short.
-	if cwdErr == nil {
-		tried = append(tried, ".venv/openvino/libs near the executable and in "+cwd+" and its parents")
-	} else {
-		tried = append(tried, ".venv/openvino/libs near the executable")
-	}
+	tried = append(tried, ".venv/openvino/libs next to the executable")
 	if venv == "" {
 		tried = append(tried, "VIRTUAL_ENV (unset)")
 	} else {
@@ -225,6 +225,29 @@ func open(path string) error {
 			ErrLibraryUnusable, path, v, headerVersion, loadHint)
 	}
 	return nil
+}
+
+// untrusted says why a library found by the search (not named by the user)
+// must not be loaded: it, or a folder from it up to root (its environment),
+// belongs to another user or is writable by others. "" when it may be loaded.
+func untrusted(path, root string) string {
+	uid := os.Geteuid()
+	root = filepath.Clean(root)
+	for p := filepath.Clean(path); ; p = filepath.Dir(p) {
+		fi, err := os.Stat(p)
+		if err != nil {
+			return oneLine(err.Error())
+		}
+		if st, ok := fi.Sys().(*syscall.Stat_t); ok && int(st.Uid) != uid && st.Uid != 0 {
+			return fmt.Sprintf("%s belongs to uid %d", p, st.Uid)
+		}
+		if fi.Mode().Perm()&0o002 != 0 && fi.Mode()&os.ModeSticky == 0 {
+			return p + " is writable by everyone"
+		}
+		if p == root || filepath.Dir(p) == p {
+			return ""
+		}
+	}
 }
 
 // oneLine folds a message onto one line.

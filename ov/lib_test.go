@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/ovtoolkit/ovrun/internal/testenv"
 )
 
 // TestHeaderVersion checks the package's constants against the headers it
@@ -114,5 +116,41 @@ func TestLoadInSubprocess(t *testing.T) {
 				t.Errorf("message spans several lines:\n%s", out)
 			}
 		})
+	}
+}
+
+// TestLoadIgnoresLibraryInParentOfWorkingDirectory plants a library whose
+// constructor leaves a marker in a parent folder of the working directory,
+// as anyone able to write /tmp could, and checks that Load neither finds
+// nor runs it.
+func TestLoadIgnoresLibraryInParentOfWorkingDirectory(t *testing.T) {
+	root := t.TempDir()
+	marker := filepath.Join(root, "constructor-ran")
+	libs := filepath.Join(root, ".venv", "openvino", "libs")
+	testenv.PlantLibrary(t, filepath.Join(libs, libName), marker)
+	cwd := filepath.Join(root, "a", "b")
+	if err := os.MkdirAll(cwd, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestLoadHelperProcess$")
+	cmd.Dir = cwd
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, EnvLibrary+"=") && !strings.HasPrefix(kv, "VIRTUAL_ENV=") && !strings.HasPrefix(kv, "LD_LIBRARY_PATH=") {
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
+	cmd.Env = append(cmd.Env, helperEnv+"=1")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("helper: %v\n%s", err, out)
+	}
+	if !strings.Contains(string(out), "LOAD notfound") {
+		t.Errorf("want not found, got:\n%s", out)
+	}
+	if strings.Contains(string(out), root) {
+		t.Errorf("the message mentions the planted folder:\n%s", out)
+	}
+	if _, err := os.Stat(marker); err == nil {
+		t.Fatal("the planted library's constructor ran")
 	}
 }

@@ -3,12 +3,21 @@ package ov
 import (
 	"encoding/binary"
 	"math"
+	"os"
+	"path/filepath"
 	"testing"
 
 	"go.uber.org/goleak"
 )
 
 func TestMain(m *testing.M) {
+	// The search never looks in the working directory: point it at the
+	// project's library (the tests of the search itself set their own).
+	if os.Getenv(EnvLibrary) == "" && os.Getenv(helperEnv) == "" {
+		if libs, err := filepath.Abs(filepath.Join("..", ".venv", "openvino", "libs")); err == nil {
+			os.Setenv(EnvLibrary, libs)
+		}
+	}
 	goleak.VerifyTestMain(m)
 }
 

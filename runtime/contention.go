@@ -34,7 +34,16 @@ type ContentionResult struct {
 // MeasureContention decodes cfg.Steps tokens alone, compiles the background
 // graph alone, then decodes continuously while the same graph compiles on the
 // background thread (with cfg.Background's affinity and nice value).
+//
+// Ctrl-C (ctx) stops it between decode steps; a compile already running is
+// waited for.
 func MeasureContention(ctx context.Context, comp Compiler, shape KVShape, cfg ContentionConfig) (*ContentionResult, error) {
+	if cfg.Steps < 1 {
+		return nil, fmt.Errorf("decode steps must be at least 1, got %d", cfg.Steps)
+	}
+	if cfg.Capacity < 2 {
+		return nil, fmt.Errorf("capacity must be at least 2, got %d", cfg.Capacity)
+	}
 	goruntime.LockOSThread()
 	defer goruntime.UnlockOSThread()
 	if len(cfg.DecodeCPUs) > 0 {
@@ -59,6 +68,9 @@ func MeasureContention(ctx context.Context, comp Compiler, shape KVShape, cfg Co
 	// attends over a realistic, constant amount of past.
 	pos := cfg.Capacity / 2
 	step := func() error {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
 		if pos >= cfg.Capacity {
 			pos = cfg.Capacity / 2
 		}
@@ -78,16 +90,23 @@ func MeasureContention(ctx context.Context, comp Compiler, shape KVShape, cfg Co
 			return nil, err
 		}
 	}
-	res.AloneTokensPerS = float64(cfg.Steps) / time.Since(t0).Seconds()
+	alone := time.Since(t0).Seconds()
+	if alone <= 0 {
+		return nil, fmt.Errorf("%d decode steps took no measurable time", cfg.Steps)
+	}
+	res.AloneTokensPerS = float64(cfg.Steps) / alone
 
 	spec := model.GraphSpec{Capacity: cfg.CompileCapacity, Chunk: 1}
 	sch := newScheduler(ctx, comp, cfg.Background, 2, time.Now)
-	alone := sch.background(spec)
-	<-alone.done
-	if alone.err != nil {
-		return nil, errors.Join(alone.err, sch.close())
+	solo := sch.background(spec)
+	<-solo.done
+	if solo.err != nil {
+		return nil, errors.Join(solo.err, sch.close())
 	}
-	res.CompileAloneS = alone.seconds()
+	if err := ctx.Err(); err != nil {
+		return nil, errors.Join(err, sch.close())
+	}
+	res.CompileAloneS = solo.seconds()
 
 	under := sch.background(spec)
 	<-under.startedCh()
@@ -106,7 +125,7 @@ func MeasureContention(ctx context.Context, comp Compiler, shape KVShape, cfg Co
 	}
 	res.CompileUnderDecodeS = under.seconds()
 	res.StepsUnderCompile = n
-	if n == 0 || el == 0 {
+	if n == 0 || el <= 0 || res.CompileAloneS <= 0 {
 		return nil, fmt.Errorf("no decode step finished during the %.2f s compile", res.CompileUnderDecodeS)
 	}
 	res.UnderCompileTokensPer = float64(n) / el

@@ -41,6 +41,7 @@ type fakeCompiler struct {
 	compileT time.Duration         // simulated compile time
 	stepT    time.Duration         // simulated time per step
 	open     atomic.Int64          // executables not yet closed
+	poison   map[int]bool          // last positions whose logits are NaN
 }
 
 func newFakeCompiler(shape KVShape, vocab int, clock *fakeClock) *fakeCompiler {
@@ -151,6 +152,9 @@ func (e *fakeExecutable) Step(ids []int64, start int) ([]float32, error) {
 	}
 	for v := range e.logits {
 		e.logits[v] = float32((h>>uint(v%32))&0xff) + float32(v)/1000
+	}
+	if e.f.poison[last] {
+		e.logits[3] = float32(math.NaN())
 	}
 	if e.f.clock != nil {
 		e.f.clock.Advance(e.f.stepT)

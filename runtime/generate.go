@@ -88,6 +88,9 @@ func Generate(ctx context.Context, comp Compiler, shape KVShape, cfg GenerateCon
 		return nil, err
 	}
 	res.PrefillS = time.Since(t1).Seconds()
+	if err := checkFinite(comp, logits, "after the prompt"); err != nil {
+		return res, err
+	}
 	if err := dec.Bind(kv); err != nil {
 		return nil, err
 	}
@@ -113,6 +116,9 @@ func Generate(ctx context.Context, comp Compiler, shape KVShape, cfg GenerateCon
 		res.DecodeS += time.Since(t).Seconds()
 		res.Steps++
 		if err != nil {
+			return res, err
+		}
+		if err := checkFinite(comp, logits, fmt.Sprintf("at decode step %d", res.Steps)); err != nil {
 			return res, err
 		}
 	}

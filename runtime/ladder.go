@@ -17,6 +17,9 @@ func NewLadder(caps []int) (Ladder, error) {
 		if c <= 0 {
 			return nil, fmt.Errorf("ladder rung %d is %d: capacities must be positive", i, c)
 		}
+		if c > MaxCapacity {
+			return nil, fmt.Errorf("ladder rung %d is %d: capacities are limited to %d", i, c, MaxCapacity)
+		}
 		if i > 0 && c <= caps[i-1] {
 			return nil, fmt.Errorf("ladder %v: capacities must be strictly ascending", caps)
 		}

@@ -74,6 +74,7 @@ const FailCompileEnv = "OVRUN_FAIL_COMPILE"
 // OVCompiler compiles decoder graphs of one checkpoint with OpenVINO. All its
 // graphs share one weights blob in C memory.
 type OVCompiler struct {
+	ck      *model.Checkpoint
 	core    *ov.Core
 	weights *model.Weights
 	blob    *ov.HostBuffer
@@ -104,7 +105,7 @@ func NewOVCompiler(ck *model.Checkpoint, opts OVOptions) (*OVCompiler, error) {
 	if err != nil {
 		return nil, errors.Join(err, core.Close())
 	}
-	c := &OVCompiler{core: core, opts: opts, shape: ShapeOf(ck.Config), vocab: ck.Config.VocabSize, faults: faults}
+	c := &OVCompiler{ck: ck, core: core, opts: opts, shape: ShapeOf(ck.Config), vocab: ck.Config.VocabSize, faults: faults}
 	c.weights = model.NewWeightsWith(ck, model.WeightOptions{Format: opts.Weights})
 	c.props = opts.compileProperties(c.weights.Compressed())
 	if c.blob, err = ov.AllocHost(int(c.weights.Size())); err != nil {
@@ -130,6 +131,16 @@ func (c *OVCompiler) EffectivePrecision() string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.effective
+}
+
+// NonFiniteWeight names the first NaN or infinite weight of the
+// checkpoint, "" when every weight is finite.
+func (c *OVCompiler) NonFiniteWeight() string {
+	name, i, v, ok := c.ck.NonFinite()
+	if !ok {
+		return ""
+	}
+	return fmt.Sprintf("the checkpoint's first non-finite weight is %s[%d] = %v", name, i, v)
 }
 
 // Options reports the compile options in use.

@@ -322,6 +322,9 @@ func (r *run) prefill() error {
 	t1 := r.now()
 	r.s.PrefillEndS = r.off(t1)
 	r.s.PrefillS = t1.Sub(t0).Seconds()
+	if err := checkFinite(r.comp, logits, "after the prompt"); err != nil {
+		return err
+	}
 	r.fed = append(r.fed, r.cfg.Prompt...)
 	r.stopped = r.predict(logits)
 	r.exe = r.jobs[r.cur].exe
@@ -372,6 +375,9 @@ func (r *run) decode() error {
 		t1 := r.now()
 		if err != nil {
 			return fmt.Errorf("decode step %d at position %d: %w", i, p, err)
+		}
+		if err := checkFinite(r.comp, logits, fmt.Sprintf("at decode step %d", i)); err != nil {
+			return err
 		}
 		rs := &r.s.Rungs[r.cur]
 		rs.DecodeS += t1.Sub(t0).Seconds()

@@ -17,6 +17,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	testenv.UseProjectOpenVINO()
 	code := m.Run()
 	if err := testenv.Cleanup(); err != nil {
 		fmt.Fprintln(os.Stderr, err)

@@ -68,6 +68,9 @@ func (r *run) verifyStep(step int, logits []float32) error {
 	if err != nil {
 		return fmt.Errorf("verify: control step: %w", err)
 	}
+	if err := checkFinite(r.comp, want, fmt.Sprintf("of the verify control at step %d", step)); err != nil {
+		return err
+	}
 	b := &r.s.Boundaries[len(r.s.Boundaries)-1]
 	b.Verified = true
 	b.Top1, b.Top1Ctl = int64(Argmax(got)), int64(Argmax(want))

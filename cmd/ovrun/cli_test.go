@@ -19,6 +19,7 @@ import (
 var ovrunBin string
 
 func TestMain(m *testing.M) {
+	testenv.UseProjectOpenVINO()
 	dir, err := os.MkdirTemp("", "ovrun-cli-")
 	if err != nil {
 		panic(err)

@@ -15,8 +15,8 @@ import (
 
 // Flags shared by the commands that compile.
 var (
-	modelFlag        = &cli.StringFlag{Name: "model", Usage: "a `.gguf` file (llama.cpp/ollama; F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q6_K) or a checkpoint DIR in Hugging Face layout (config.json, *.safetensors)", Required: true, EnvVars: []string{"OVRUN_MODEL"}}
-	weightsFlag      = &cli.StringFlag{Name: "weights", Value: "native", Usage: "`FORMAT` of the weights in the compiled graphs: native keeps quantized and 16-bit weights compressed (decompressed inside the matrix multiplications), f32 expands every weight to f32 constants",
+	modelFlag   = &cli.StringFlag{Name: "model", Usage: "a `.gguf` file (llama.cpp/ollama; F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q6_K) or a checkpoint DIR in Hugging Face layout (config.json, *.safetensors)", Required: true, EnvVars: []string{"OVRUN_MODEL"}}
+	weightsFlag = &cli.StringFlag{Name: "weights", Value: "native", Usage: "`FORMAT` of the weights in the compiled graphs: native keeps quantized and 16-bit weights compressed (decompressed inside the matrix multiplications), f32 expands every weight to f32 constants",
 		Action: func(_ *cli.Context, v string) error { _, err := model.ParseWeightFormat(v); return err }}
 	deviceFlag       = &cli.StringFlag{Name: "device", Value: "CPU", Usage: "OpenVINO `DEVICE`: CPU, GPU or NPU", EnvVars: []string{"OVRUN_DEVICE"}}
 	precisionFlag    = &cli.StringFlag{Name: "precision", Usage: "inference precision hint `f32|bf16|f16` (default: the device's; bf16 on CPUs with AMX, so correctness checks ask for f32)", Action: func(_ *cli.Context, v string) error { _, err := cliutil.ParsePrecision(v); return err }}

@@ -33,12 +33,31 @@ compile uses the host. Try:
 		jsonFlag,
 	),
 	Action: func(c *cli.Context) error {
-		ccpus, err := parseCPUList(compileCPUsFlag.Get(c))
+		ccpus, err := parseCPUList(c, compileCPUsFlag)
 		if err != nil {
 			return err
 		}
-		dcpus, err := parseCPUList(decodeCPUsFlag.Get(c))
+		dcpus, err := parseCPUList(c, decodeCPUsFlag)
 		if err != nil {
+			return err
+		}
+		for _, err := range []error{
+			cliutil.CheckInt("capacity", contCapacityFlag.Get(c), 2, runtime.MaxCapacity),
+			cliutil.CheckInt("compile-capacity", compileCapacityFlag.Get(c), 1, runtime.MaxCapacity),
+			cliutil.CheckInt("steps", stepsFlag.Get(c), 1, 1<<20),
+			runtime.CheckNice("compile-nice", contNiceFlag.Get(c)),
+			checkCompileFlags(c),
+			checkOutputs(c, jsonFlag),
+		} {
+			if err != nil {
+				return err
+			}
+		}
+		cfg, err := modelConfig(c)
+		if err != nil {
+			return err
+		}
+		if err := runtime.CheckCapacity("capacity", contCapacityFlag.Get(c), runtime.ShapeOf(cfg)); err != nil {
 			return err
 		}
 		ck, comp, err := openModel(c)
@@ -52,7 +71,7 @@ compile uses the host. Try:
 			Background: runtime.BackgroundOptions{CPUs: ccpus, Nice: contNiceFlag.Get(c)}, DecodeCPUs: dcpus,
 		})
 		if err != nil {
-			return err
+			return err // nothing to save: the measurement is all or nothing
 		}
 		fmt.Printf("decode alone          %8.1f tok/s\n", res.AloneTokensPerS)
 		fmt.Printf("decode under compile  %8.1f tok/s  (%+.1f%%, %d steps)\n", res.UnderCompileTokensPer, -res.DecodeSlowdownPct, res.StepsUnderCompile)

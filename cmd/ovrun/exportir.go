@@ -2,12 +2,14 @@ package main
 
 import (
 	"fmt"
-	"os"
 	"path/filepath"
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/ovtoolkit/ovrun/internal/cliutil"
+	"github.com/ovtoolkit/ovrun/internal/safefile"
 	"github.com/ovtoolkit/ovrun/model"
+	"github.com/ovtoolkit/ovrun/runtime"
 )
 
 var exportIRCommand = &cli.Command{
@@ -22,6 +24,16 @@ KV is explicit graph I/O: past_key.N / past_value.N are f32 [capacity, kv_heads,
 		outDirFlag,
 	},
 	Action: func(c *cli.Context) error {
+		capacity, chunk, out := capacityFlag.Get(c), prefillChunkFlag.Get(c), outDirFlag.Get(c)
+		for _, err := range []error{
+			cliutil.CheckInt(capacityFlag.Name, capacity, 1, runtime.MaxCapacity),
+			cliutil.CheckInt(prefillChunkFlag.Name, chunk, 0, runtime.MaxPrefillChunk),
+			safefile.MkdirAll(out),
+		} {
+			if err != nil {
+				return err
+			}
+		}
 		ck, err := model.Load(modelFlag.Get(c))
 		if err != nil {
 			return err
@@ -32,13 +44,9 @@ KV is explicit graph I/O: past_key.N / past_value.N are f32 [capacity, kv_heads,
 		if err := w.Bind(blob); err != nil {
 			return err
 		}
-		specs := []model.GraphSpec{{Capacity: capacityFlag.Get(c), Chunk: 1}}
-		if n := prefillChunkFlag.Get(c); n > 1 {
-			specs = append(specs, model.GraphSpec{Capacity: capacityFlag.Get(c), Chunk: n})
-		}
-		out := outDirFlag.Get(c)
-		if err := os.MkdirAll(out, 0o755); err != nil {
-			return err
+		specs := []model.GraphSpec{{Capacity: capacity, Chunk: 1}}
+		if chunk > 1 {
+			specs = append(specs, model.GraphSpec{Capacity: capacity, Chunk: chunk})
 		}
 		for _, s := range specs {
 			xml, err := model.BuildIR(w, s)
@@ -46,11 +54,11 @@ KV is explicit graph I/O: past_key.N / past_value.N are f32 [capacity, kv_heads,
 				return err
 			}
 			base := filepath.Join(out, s.Name())
-			if err := os.WriteFile(base+".xml", xml, 0o644); err != nil {
+			if err := safefile.WriteFile(base+".xml", xml); err != nil {
 				return err
 			}
 			// The pool grows while graphs are built: write the blob after.
-			if err := os.WriteFile(base+".bin", w.Bytes(), 0o644); err != nil {
+			if err := safefile.WriteFile(base+".bin", w.Bytes()); err != nil {
 				return err
 			}
 			fmt.Printf("wrote %s.xml (%d bytes) and %s.bin (%d bytes)\n", base, len(xml), base, len(w.Bytes()))

@@ -1,13 +1,14 @@
 package main
 
 import (
-	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"strings"
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/ovtoolkit/ovrun/internal/cliutil"
 	"github.com/ovtoolkit/ovrun/internal/npy"
 	"github.com/ovtoolkit/ovrun/ov"
 	"github.com/ovtoolkit/ovrun/runtime"
@@ -45,6 +46,43 @@ text, finish_reason and the timings.`,
 }
 
 func generateAction(c *cli.Context) error {
+	capacity, chunk, newTokens := capacityFlag.Get(c), prefillChunkFlag.Get(c), maxNewTokensFlag.Get(c)
+	if capacity != 0 {
+		if err := cliutil.CheckInt(capacityFlag.Name, capacity, 1, runtime.MaxCapacity); err != nil {
+			return err
+		}
+	}
+	n, err := promptLen(c)
+	if err != nil {
+		return err
+	}
+	if capacity != 0 && n > capacity {
+		return fmt.Errorf("%w: prompt of %d tokens is longer than capacity %d", runtime.ErrCapacity, n, capacity)
+	}
+	for _, err := range []error{
+		cliutil.CheckInt(maxNewTokensFlag.Name, newTokens, 1, runtime.MaxCapacity),
+		checkCompileFlags(c),
+		checkOutputs(c, jsonFlag, dumpLogitsFlag),
+	} {
+		if err != nil {
+			return err
+		}
+	}
+	cfg, err := modelConfig(c)
+	if err != nil {
+		return err
+	}
+	checkSizes := func(capacity int) error {
+		if err := runtime.CheckCapacity(capacityFlag.Name, capacity, runtime.ShapeOf(cfg)); err != nil {
+			return err
+		}
+		return runtime.CheckPrefillChunk(prefillChunkFlag.Name, chunk, capacity, cfg)
+	}
+	if capacity != 0 {
+		if err := checkSizes(capacity); err != nil {
+			return err
+		}
+	}
 	ck, comp, err := openModel(c)
 	if err != nil {
 		return err
@@ -55,34 +93,45 @@ func generateAction(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
+	if capacity == 0 {
+		capacity = defaultCapacity(len(in.ids) + newTokens)
+		if err := checkSizes(capacity); err != nil {
+			return err
+		}
+	}
+	if err := cliutil.CheckInt(maxNewTokensFlag.Name, newTokens, 1, capacity-len(in.ids)+1); err != nil {
+		return err
+	}
+	if dumpLogitsFlag.Get(c) != "" {
+		if err := runtime.CheckMemory("--dump-logits", int64(newTokens)*int64(cfg.VocabSize)*4); err != nil {
+			return err
+		}
+	}
 	dec, err := decoding(c, in)
 	if err != nil {
 		return err
-	}
-	capacity := capacityFlag.Get(c)
-	if capacity == 0 {
-		capacity = defaultCapacity(len(in.ids) + maxNewTokensFlag.Get(c))
 	}
 	var stream *textStream
 	if in.isText() {
 		stream = newTextStream(os.Stdout, in.tok)
 		dec.OnToken = stream.token
 	}
-	res, err := runtime.Generate(c.Context, comp, runtime.ShapeOf(ck.Config), runtime.GenerateConfig{
-		Capacity: capacity, PrefillChunk: prefillChunkFlag.Get(c),
-		Prompt: in.ids, MaxNewTokens: maxNewTokensFlag.Get(c), KeepLogits: dumpLogitsFlag.Get(c) != "",
+	res, genErr := runtime.Generate(c.Context, comp, runtime.ShapeOf(ck.Config), runtime.GenerateConfig{
+		Capacity: capacity, PrefillChunk: chunk,
+		Prompt: in.ids, MaxNewTokens: newTokens, KeepLogits: dumpLogitsFlag.Get(c) != "",
 		Decoding: dec,
 	})
 	if stream != nil {
 		stream.flush()
 		fmt.Println()
 	}
-	if err != nil {
-		return err
+	if res == nil {
+		return genErr
 	}
-	if p := dumpLogitsFlag.Get(c); p != "" {
+	// What was generated is reported, and saved, on failure and Ctrl-C too.
+	if p := dumpLogitsFlag.Get(c); p != "" && len(res.Logits) > 0 {
 		if err := npy.WriteFile(p, res.Logits); err != nil {
-			return fmt.Errorf("write logits: %w", err)
+			return errors.Join(genErr, fmt.Errorf("write logits: %w", err))
 		}
 	}
 	out := os.Stdout
@@ -97,26 +146,32 @@ func generateAction(c *cli.Context) error {
 	}
 	fmt.Fprintf(out, "compile %.3f s  prefill %.3f s (%d tokens)  decode %.2f tok/s (%d steps)  precision %s  finish %s\n",
 		res.CompileS, res.PrefillS, len(in.ids), res.DecodeTokensPerS(), res.Steps, comp.EffectivePrecision(), res.FinishReason)
-	if p := jsonFlag.Get(c); p != "" {
-		ver, _ := ov.Version()
-		tok := in.tok
-		if tok == nil {
-			tok, _ = ck.Tokenizer() // text of token prompts too, where the model has a tokenizer
-		}
-		out := map[string]any{
-			"model": modelFlag.Get(c), "device": comp.Options().Device, "openvino_version": ver,
-			"precision": comp.Options().Precision, "precision_effective": comp.EffectivePrecision(),
-			"capacity": capacity, "prompt": in.ids, "prompt_ids": in.ids,
-			"tokens": res.Tokens, "generated_ids": res.Tokens, "text": generatedText(tok, res.Tokens),
-			"finish_reason": res.FinishReason,
-			"compile_s":     res.CompileS, "prefill_s": res.PrefillS,
-			"decode_s": res.DecodeS, "decode_tokens_per_s": res.DecodeTokensPerS(),
-			"peak_rss_bytes": runtime.PeakRSS(),
-		}
-		b, _ := json.MarshalIndent(out, "", "  ")
-		return os.WriteFile(p, append(b, '\n'), 0o644)
+	p := jsonFlag.Get(c)
+	if p == "" {
+		return cliutil.Interrupted(genErr, "")
 	}
-	return nil
+	ver, _ := ov.Version()
+	tok := in.tok
+	if tok == nil {
+		tok, _ = ck.Tokenizer() // text of token prompts too, where the model has a tokenizer
+	}
+	js := map[string]any{
+		"model": modelFlag.Get(c), "device": comp.Options().Device, "openvino_version": ver,
+		"precision": comp.Options().Precision, "precision_effective": comp.EffectivePrecision(),
+		"capacity": capacity, "prompt": in.ids, "prompt_ids": in.ids,
+		"tokens": res.Tokens, "generated_ids": res.Tokens, "text": generatedText(tok, res.Tokens),
+		"finish_reason": res.FinishReason,
+		"compile_s":     res.CompileS, "prefill_s": res.PrefillS,
+		"decode_s": res.DecodeS, "decode_tokens_per_s": res.DecodeTokensPerS(),
+		"peak_rss_bytes": runtime.PeakRSS(),
+	}
+	if genErr != nil {
+		js["error"] = genErr.Error()
+	}
+	if err := cliutil.WriteJSON(p, js); err != nil {
+		return errors.Join(genErr, err)
+	}
+	return cliutil.Interrupted(genErr, p)
 }
 
 // defaultCapacity is the static capacity for n tokens: a power of two, at

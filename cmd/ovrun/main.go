@@ -8,8 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/signal"
-	"syscall"
 
 	"github.com/urfave/cli/v2"
 
@@ -18,13 +16,13 @@ import (
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := cliutil.SignalContext(context.Background(), "ovrun", os.Stderr)
 	defer stop()
 	app := newApp()
 	if err := app.RunContext(ctx, os.Args); err != nil {
 		if errors.Is(err, context.Canceled) {
-			fmt.Fprintln(os.Stderr, "ovrun: interrupted; what was done so far is in the summary")
-			os.Exit(130)
+			fmt.Fprintln(os.Stderr, "ovrun:", cliutil.InterruptMessage(err))
+			os.Exit(cliutil.ExitInterrupted)
 		}
 		fmt.Fprintln(os.Stderr, "ovrun:", cliutil.OneLine(err))
 		os.Exit(1)
@@ -44,7 +42,10 @@ capacity and decodes with them. Start with:
    ovrun run --model /tmp/small --ladder 256,512,1024 --policy grow-one-ahead \
        --prompt-tokens 64 --decode-tokens 900 --json run.json
 
-OpenVINO's C library is found in the project's .venv or through OVRUN_OPENVINO_LIB.`,
+OpenVINO's C library is looked for, in order, in OVRUN_OPENVINO_LIB (a file or
+folder; when set, nothing else), .venv/openvino/libs next to the executable or
+one folder up, $VIRTUAL_ENV, and the loader's path; never in the working
+directory or its parents.`,
 		HideHelpCommand: true,
 		// --prop and --run-flag values hold commas of their own.
 		DisableSliceFlagSeparator: true,

@@ -79,24 +79,66 @@ func runAction(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	cpus, err := parseCPUList(compileCPUsFlag.Get(c))
+	cpus, err := parseCPUList(c, compileCPUsFlag)
 	if err != nil {
 		return err
 	}
-	ck, comp, err := openModel(c)
+	n, err := promptLen(c)
 	if err != nil {
 		return err
+	}
+	if n >= ladder.Max() {
+		return fmt.Errorf("%w: a prompt of %d tokens plus one decoded token needs %d slots; the largest rung holds %d",
+			runtime.ErrCapacity, n, n+1, ladder.Max())
+	}
+	for _, err := range []error{
+		runtime.CheckNice(compileNiceFlag.Name, compileNiceFlag.Get(c)),
+		cliutil.CheckInt(decodeTokensFlag.Name, decodeTokensFlag.Get(c), 1, runtime.MaxCapacity),
+		checkCompileFlags(c),
+		checkOutputs(c, jsonFlag, traceOutFlag, profileOutFlag),
+	} {
+		if err != nil {
+			return err
+		}
+	}
+	// From here on --json gets a summary whatever happens.
+	sum := &runtime.Summary{Policy: string(policy), Model: modelFlag.Get(c), Ladder: ladder,
+		DecodeTokens: decodeTokensFlag.Get(c), Seed: seedFlag.Get(c), FinishReason: "error"}
+	fail := func(err error) error {
+		sum.Error = err.Error()
+		if p := jsonFlag.Get(c); p != "" {
+			return errors.Join(err, cliutil.WriteJSON(p, sum))
+		}
+		return err
+	}
+	mcfg, err := modelConfig(c)
+	if err != nil {
+		return fail(err)
+	}
+	if err := runtime.CheckCapacity(ladderFlag.Name, ladder.Max(), runtime.ShapeOf(mcfg)); err != nil {
+		return fail(err)
+	}
+	if err := runtime.CheckPrefillChunk(prefillChunkFlag.Name, prefillChunkFlag.Get(c), ladder.Max(), mcfg); err != nil {
+		return fail(err)
+	}
+	vocab := mcfg.VocabSize
+	ck, comp, err := openModel(c)
+	if err != nil {
+		return fail(err)
 	}
 	defer ck.Close()
 	defer comp.Close()
-	vocab := ck.Config.VocabSize
 	in, err := readPrompt(c, ck)
 	if err != nil {
-		return err
+		return fail(err)
+	}
+	if len(in.ids) >= ladder.Max() {
+		return fail(fmt.Errorf("%w: a prompt of %d tokens plus one decoded token needs %d slots; the largest rung holds %d",
+			runtime.ErrCapacity, len(in.ids), len(in.ids)+1, ladder.Max()))
 	}
 	dec, err := decoding(c, in)
 	if err != nil {
-		return err
+		return fail(err)
 	}
 	cfg := runtime.RunConfig{
 		Ladder: ladder, Policy: policy, Prompt: in.ids, DecodeTokens: decodeTokensFlag.Get(c), Decoding: dec,
@@ -110,14 +152,14 @@ func runAction(c *cli.Context) error {
 	}
 	if p := compileCostFlag.Get(c); p != "" {
 		if cfg.CompileCost, err = compilecost.Load(p); err != nil {
-			return err
+			return fail(err)
 		}
 	}
 	prog := newProgress(quietFlag.Get(c))
 	cfg.Progress = prog.update
 	obs, err := startObserver(c)
 	if err != nil {
-		return err
+		return fail(err)
 	}
 	sum, runErr := runtime.Run(c.Context, comp, runtime.ShapeOf(ck.Config), cfg)
 	prog.done()
@@ -130,40 +172,29 @@ func runAction(c *cli.Context) error {
 	if in.isText() {
 		sum.Text = generatedText(in.tok, sum.Predictions)
 	}
-	obs.finish(sum) // spans and profile, also after errors and Ctrl-C
+	// The summary first: a hung trace export cannot lose it.
 	var werr error
+	saved := ""
 	if p := jsonFlag.Get(c); p != "" {
-		werr = cliutil.WriteJSON(p, sum)
+		if werr = cliutil.WriteJSON(p, sum); werr == nil {
+			saved = p
+		}
 	}
+	obs.finish(sum) // spans and profile, also after errors and Ctrl-C
 	if in.isText() && !quietFlag.Get(c) {
 		fmt.Printf("%s\n\n", sum.Text)
 	}
 	if !quietFlag.Get(c) || runErr == nil {
 		printSummary(os.Stdout, sum)
 	}
-	return errors.Join(runErr, werr)
+	if werr != nil {
+		return errors.Join(runErr, werr)
+	}
+	return cliutil.Interrupted(runErr, saved)
 }
 
-func parseCPUList(s string) ([]int, error) {
-	if s == "" {
-		return nil, nil
-	}
-	var out []int
-	for _, part := range strings.Split(s, ",") {
-		lo, hi, isRange := strings.Cut(part, "-")
-		a, err := cliutil.ParseInts(compileCPUsFlag.Name, lo)
-		if err != nil {
-			return nil, err
-		}
-		b := a
-		if isRange {
-			if b, err = cliutil.ParseInts(compileCPUsFlag.Name, hi); err != nil {
-				return nil, err
-			}
-		}
-		for c := a[0]; c <= b[0]; c++ {
-			out = append(out, c)
-		}
-	}
-	return out, nil
+// parseCPUList parses --compile-cpus or --decode-cpus: CPUs this process
+// may use, in ranges that run forwards.
+func parseCPUList(c *cli.Context, flag *cli.StringFlag) ([]int, error) {
+	return runtime.ParseCPUList(flag.Name, flag.Get(c))
 }

@@ -3,10 +3,11 @@ package main
 import (
 	"bytes"
 	"fmt"
-	"os"
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/ovtoolkit/ovrun/internal/cliutil"
+	"github.com/ovtoolkit/ovrun/internal/safefile"
 	"github.com/ovtoolkit/ovrun/tracing"
 )
 
@@ -33,6 +34,12 @@ labelled with the wait. Hover a bar for all its attributes.`,
 }
 
 func timelineAction(c *cli.Context) error {
+	if err := cliutil.CheckInt("width", widthFlag.Get(c), 400, 100000); err != nil {
+		return err
+	}
+	if err := checkOutputs(c, svgOutFlag); err != nil {
+		return err
+	}
 	spans, err := tracing.ReadTraceFile(traceFileFlag.Get(c))
 	if err != nil {
 		return err
@@ -42,5 +49,5 @@ func timelineAction(c *cli.Context) error {
 	if err := tracing.WriteTimeline(&b, spans, opt); err != nil {
 		return fmt.Errorf("%s: %w", traceFileFlag.Get(c), err)
 	}
-	return os.WriteFile(svgOutFlag.Get(c), b.Bytes(), 0o644)
+	return safefile.WriteFile(svgOutFlag.Get(c), b.Bytes())
 }

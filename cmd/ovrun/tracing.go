@@ -14,6 +14,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"github.com/ovtoolkit/ovrun/internal/cliutil"
+	"github.com/ovtoolkit/ovrun/internal/safefile"
 	"github.com/ovtoolkit/ovrun/runtime"
 	"github.com/ovtoolkit/ovrun/tracing"
 )
@@ -38,7 +39,7 @@ type observer struct {
 	ctx         context.Context
 	tp          *sdktrace.TracerProvider
 	shutdown    func(context.Context) error
-	profile     *os.File
+	profile     *safefile.File
 	stopProfile func() error
 	stderr      io.Writer
 
@@ -49,12 +50,12 @@ type observer struct {
 // startObserver starts the profile and the tracer provider the flags ask
 // for. A bad path fails here, before the run.
 func startObserver(c *cli.Context) (*observer, error) {
-	o := &observer{ctx: context.WithoutCancel(c.Context), stderr: c.App.ErrWriter}
+	o := &observer{ctx: c.Context, stderr: c.App.ErrWriter}
 	if o.stderr == nil {
 		o.stderr = os.Stderr
 	}
 	if p := profileOutFlag.Get(c); p != "" {
-		f, err := os.Create(p)
+		f, err := safefile.Create(p)
 		if err != nil {
 			return nil, fmt.Errorf("--profile-out: %w", err)
 		}
@@ -83,7 +84,13 @@ func startObserver(c *cli.Context) (*observer, error) {
 // and never replaces the run's own outcome.
 func (o *observer) finish(s *runtime.Summary) {
 	if o.tp != nil {
-		ctx, cancel := context.WithTimeout(o.ctx, flushTimeout)
+		// After Ctrl-C the flush still runs (a second Ctrl-C exits at once);
+		// after a finished run, a first Ctrl-C stops the flush.
+		base := o.ctx
+		if base.Err() != nil {
+			base = context.WithoutCancel(base)
+		}
+		ctx, cancel := context.WithTimeout(base, flushTimeout)
 		defer cancel()
 		runtime.EmitSpans(ctx, o.tp.Tracer(tracing.ScopeName), s, processStart)
 		err := o.shutdown(ctx)
@@ -106,9 +113,10 @@ func (o *observer) finishProfile() {
 		return
 	}
 	err := o.stopProfile()
-	if cerr := o.profile.Close(); err == nil {
-		err = cerr
+	if err == nil {
+		err = o.profile.Commit()
 	}
+	o.profile.Abort()
 	if err != nil {
 		fmt.Fprintln(o.stderr, "ovrun: warning: --profile-out:", cliutil.OneLine(err))
 	}

@@ -151,5 +151,5 @@ func TestBadTraceOutFailsBeforeTheRun(t *testing.T) {
 	tiny := testenv.Synth(t, "tiny", "F32")
 	_, stderr, code := ovrun(t, nil, "run", "--model", tiny, "--ladder", "32,64", "--prompt-tokens", "8", "--decode-tokens", "20",
 		"-q", "--trace-out", filepath.Join(t.TempDir(), "missing", "t.jsonl"))
-	assertOneLineError(t, stderr, code, "trace file")
+	assertOneLineError(t, stderr, code, "--trace-out: output folder")
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/ovtoolkit/ovrun/internal/abtest"
 	"github.com/ovtoolkit/ovrun/internal/cliutil"
+	"github.com/ovtoolkit/ovrun/internal/safefile"
 )
 
 var (
@@ -62,6 +64,17 @@ func abAction(c *cli.Context) error {
 	}
 	if once.Capacity < 1 {
 		return fmt.Errorf("give the graph's capacity: --capacity C")
+	}
+	if err := cliutil.CheckInt("pairs", pairsFlag.Get(c), 1, 10000); err != nil {
+		return err
+	}
+	if err := cliutil.CheckFloat("tolerance", toleranceFlag.Get(c), 0, math.MaxFloat32); err != nil {
+		return err
+	}
+	if p := jsonFlag.Get(c); p != "" {
+		if err := safefile.Check(p); err != nil {
+			return fmt.Errorf("--json: %w", err)
+		}
 	}
 	variants, err := abtest.ParseVariants(variantFlag.Get(c))
 	if err != nil {

@@ -30,6 +30,9 @@ func compileFlags() []cli.Flag {
 	return []cli.Flag{modelFlag, chunkFlag, deviceFlag, precisionFlag, propFlag}
 }
 
+// maxCapacity is runtime.MaxCapacity, the largest capacity accepted.
+const maxCapacity = 1 << 24
+
 // onceConfig reads the compile flags; capacity is the graph's (0 where the
 // command measures a whole ladder).
 func onceConfig(c *cli.Context, capacity int) (abtest.OnceConfig, error) {
@@ -48,6 +51,12 @@ func onceConfig(c *cli.Context, capacity int) (abtest.OnceConfig, error) {
 	}
 	if cfg.Chunk < 1 {
 		return cfg, fmt.Errorf("--chunk %d: want >= 1", cfg.Chunk)
+	}
+	if err := cliutil.CheckInt(capacityFlag.Name, cfg.Capacity, 0, maxCapacity); err != nil {
+		return cfg, err
+	}
+	if cfg.Capacity > 0 && cfg.Chunk > cfg.Capacity {
+		return cfg, fmt.Errorf("--chunk %d: want at most the capacity %d", cfg.Chunk, cfg.Capacity)
 	}
 	var err error
 	if cfg.Precision, err = cliutil.ParsePrecision(precisionFlag.Get(c)); err != nil {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/ovtoolkit/ovrun/internal/abtest"
 	"github.com/ovtoolkit/ovrun/internal/cliutil"
+	"github.com/ovtoolkit/ovrun/internal/safefile"
 )
 
 var (
@@ -49,6 +50,19 @@ func compileAction(c *cli.Context) error {
 	ladder, err := cliutil.ParseInts("ladder", ladderFlag.Get(c))
 	if err != nil {
 		return err
+	}
+	for _, r := range ladder {
+		if err := cliutil.CheckInt("ladder", r, 1, maxCapacity); err != nil {
+			return err
+		}
+	}
+	if err := cliutil.CheckInt("reps", repsFlag.Get(c), 1, 1000); err != nil {
+		return err
+	}
+	if p := jsonFlag.Get(c); p != "" {
+		if err := safefile.Check(p); err != nil {
+			return fmt.Errorf("--json: %w", err)
+		}
 	}
 	st := newStatus(quietFlag.Get(c))
 	sweep := abtest.SweepConfig{Ladder: ladder, Reps: repsFlag.Get(c), Model: cfg.Model, Device: cfg.Device, Precision: cfg.Precision}

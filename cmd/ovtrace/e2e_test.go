@@ -172,7 +172,7 @@ func TestProfilePerfTopDiff(t *testing.T) {
 	if !strings.Contains(out, "kept the samples of the compile") || !strings.Contains(out, "cpu-clock total") {
 		t.Errorf("profile output:\n%s", out)
 	}
-	p, err := readProfile(pb)
+	p, err := profiling.ReadFile(pb)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,9 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/signal"
 	"strings"
-	"syscall"
 
 	"github.com/urfave/cli/v2"
 
@@ -20,7 +18,7 @@ import (
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := cliutil.SignalContext(context.Background(), "ovtrace", os.Stderr)
 	app := newApp()
 	err := app.RunContext(ctx, flagsFirst(app, os.Args))
 	stop()
@@ -28,7 +26,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, "ovtrace:", cliutil.OneLine(err))
 		code := 1
 		if errors.Is(err, context.Canceled) {
-			code = 130
+			code = cliutil.ExitInterrupted
 		}
 		os.Exit(code)
 	}
@@ -50,7 +48,10 @@ where inside the compiler that time goes, and whether a patch really helps.
    ovtrace plan --compile-cost cost.json --decode-rate 20 --prompt-tokens 128 --decode-tokens 8064
 
 Every measured compile runs in a fresh process (ovtrace compile-once).
-OpenVINO's C library is found in the project's .venv or through OVRUN_OPENVINO_LIB.`,
+OpenVINO's C library is looked for, in order, in OVRUN_OPENVINO_LIB (a file or
+folder; when set, nothing else), .venv/openvino/libs next to the executable or
+one folder up, $VIRTUAL_ENV, and the loader's path; never in the working
+directory or its parents.`,
 		HideHelpCommand: true,
 		// Variant specs and properties hold commas of their own.
 		DisableSliceFlagSeparator: true,

@@ -23,6 +23,7 @@ func TestMain(m *testing.M) {
 		os.Exit(0)
 	}
 	os.Setenv(beMain, "1")
+	testenv.UseProjectOpenVINO()
 	goleak.VerifyTestMain(m, goleak.Cleanup(func(code int) {
 		if err := testenv.Cleanup(); err != nil && code == 0 {
 			code = 1

@@ -5,12 +5,12 @@ import (
 	"os"
 	"strconv"
 
-	"github.com/google/pprof/profile"
 	"github.com/urfave/cli/v2"
 
 	"github.com/ovtoolkit/ovrun/internal/abtest"
 	"github.com/ovtoolkit/ovrun/internal/cliutil"
 	"github.com/ovtoolkit/ovrun/internal/profiling"
+	"github.com/ovtoolkit/ovrun/internal/safefile"
 )
 
 // compileEntry is the C API function a compile runs inside; callgrind
@@ -65,8 +65,17 @@ func profileAction(c *cli.Context) error {
 		RawDir:    rawDirFlag.Get(c),
 		Stderr:    os.Stderr,
 	}
+	for _, err := range []error{
+		cliutil.CheckInt("frequency", rc.Frequency, 1, 100000),
+		cliutil.CheckInt("top", topFlag.Get(c), 0, 1<<20),
+		safefile.Check(outFlag.Get(c)),
+	} {
+		if err != nil {
+			return err
+		}
+	}
 	if rc.RawDir != "" {
-		if err := os.MkdirAll(rc.RawDir, 0o755); err != nil {
+		if err := safefile.MkdirAll(rc.RawDir); err != nil {
 			return err
 		}
 	}
@@ -119,7 +128,7 @@ func profileAction(c *cli.Context) error {
 		profiling.SetMeta(p, profiling.MetaGraphNodes, strconv.Itoa(once.GraphNodes))
 		profiling.SetMeta(p, "compile_s", fmt.Sprintf("%.3f", once.CompileS))
 	}
-	if err := writeProfile(outFlag.Get(c), p); err != nil {
+	if err := profiling.WriteFile(outFlag.Get(c), p); err != nil {
 		return err
 	}
 	w := c.App.Writer
@@ -139,29 +148,4 @@ func profileAction(c *cli.Context) error {
 		return profiling.WriteTop(w, rep, 100)
 	}
 	return nil
-}
-
-func writeProfile(path string, p *profile.Profile) error {
-	f, err := os.Create(path)
-	if err != nil {
-		return err
-	}
-	if err := p.Write(f); err != nil {
-		f.Close()
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	return f.Close()
-}
-
-func readProfile(path string) (*profile.Profile, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	p, err := profile.Parse(f)
-	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", path, err)
-	}
-	return p, nil
 }

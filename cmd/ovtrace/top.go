@@ -43,7 +43,16 @@ the kernel) are never flagged.`,
 		if c.Args().Len() != 1 {
 			return fmt.Errorf("give one profile: ovtrace top F.pb.gz")
 		}
-		p, err := readProfile(c.Args().First())
+		if err := checkTableFlags(c); err != nil {
+			return err
+		}
+		if err := cliutil.CheckInt("nodes", nodesFlag.Get(c), 0, 1<<31-1); err != nil {
+			return err
+		}
+		if err := cliutil.CheckFloat("ratio", ratioFlag.Get(c), 0, 1e12); err != nil {
+			return err
+		}
+		p, err := profiling.ReadFile(c.Args().First())
 		if err != nil {
 			return err
 		}
@@ -77,11 +86,14 @@ sampling noise too: compare deltas with the totals, and repeat.`,
 		if c.Args().Len() != 2 {
 			return fmt.Errorf("give two profiles: ovtrace diff A.pb.gz B.pb.gz")
 		}
-		a, err := readProfile(c.Args().Get(0))
+		if err := checkTableFlags(c); err != nil {
+			return err
+		}
+		a, err := profiling.ReadFile(c.Args().Get(0))
 		if err != nil {
 			return err
 		}
-		b, err := readProfile(c.Args().Get(1))
+		b, err := profiling.ReadFile(c.Args().Get(1))
 		if err != nil {
 			return err
 		}
@@ -96,4 +108,15 @@ sampling noise too: compare deltas with the totals, and repeat.`,
 		}
 		return profiling.WriteDiff(c.App.Writer, rep, widthFlag.Get(c))
 	},
+}
+
+// checkTableFlags checks the flags top and diff share.
+func checkTableFlags(c *cli.Context) error {
+	if err := cliutil.CheckInt(widthFlag.Name, widthFlag.Get(c), profiling.MinNameWidth, 100000); err != nil {
+		return err
+	}
+	if n := nFlag.Get(c); n < -1 || n > 1<<31-1 {
+		return fmt.Errorf("--%s %d: want a row count, or -1 for all", nFlag.Name, n)
+	}
+	return nil
 }

@@ -55,6 +55,9 @@ func ParseVariant(s string) (Variant, error) {
 		bad := func(format string, args ...any) error {
 			return fmt.Errorf("variant %s: part %d %q: %s", name, i+1, part, fmt.Sprintf(format, args...))
 		}
+		if strings.ContainsRune(part, 0) {
+			return Variant{}, bad("contains a NUL byte")
+		}
 		kind, rest, ok := strings.Cut(part, ":")
 		if !ok {
 			return Variant{}, bad("want prop:KEY=VALUE, env:KEY=VALUE or lib:DIR")

@@ -95,3 +95,39 @@ func TestVariantEnviron(t *testing.T) {
 		t.Errorf("Check = %v", err)
 	}
 }
+
+// FuzzParseVariants: any list of specs is refused with one line or gives
+// variants whose environment a process can be started with.
+func FuzzParseVariants(f *testing.F) {
+	f.Add("base=", "memo=lib:/opt/memo,env:TBB_VERSION=1,prop:INFERENCE_PRECISION_HINT=f32")
+	f.Add("a=prop:X=1", "a=prop:X=2")
+	f.Add("a=env:OVRUN_OPENVINO_LIB=/x", "b=lib:")
+	f.Add("=x", "b=prop:=1")
+	f.Fuzz(func(t *testing.T, a, b string) {
+		vs, err := ParseVariants([]string{a, b})
+		if err != nil {
+			if strings.Contains(err.Error(), "\n") {
+				t.Fatalf("error spans lines: %q", err)
+			}
+			return
+		}
+		names := map[string]bool{}
+		for _, v := range vs {
+			if !variantName.MatchString(v.Name) || names[v.Name] {
+				t.Fatalf("bad or repeated name %q", v.Name)
+			}
+			names[v.Name] = true
+			for _, kv := range v.Environ(nil) {
+				k, _, ok := strings.Cut(kv, "=")
+				if !ok || k == "" || strings.ContainsRune(kv, 0) {
+					t.Fatalf("variant %s: environment entry %q", v.Name, kv)
+				}
+			}
+			for k := range v.Props {
+				if k == "" {
+					t.Fatalf("variant %s: empty property key", v.Name)
+				}
+			}
+		}
+	})
+}

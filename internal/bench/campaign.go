@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ovtoolkit/ovrun/internal/safefile"
 	"github.com/ovtoolkit/ovrun/runtime"
 )
 
@@ -61,7 +62,7 @@ type Event struct {
 // which case the error comes after the report is written.
 func Run(ctx context.Context, cfg *Config, opt Options) (*Report, error) {
 	runsDir := filepath.Join(opt.Dir, "runs")
-	if err := os.MkdirAll(runsDir, 0o755); err != nil {
+	if err := safefile.MkdirAll(runsDir); err != nil {
 		return nil, err
 	}
 	prev, err := loadConfig(opt.Dir)
@@ -163,7 +164,7 @@ func Run(ctx context.Context, cfg *Config, opt Options) (*Report, error) {
 // loadRun reads a run summary and checks that it is complete and belongs
 // to this campaign's arm; why says what is wrong ("" when usable).
 func loadRun(path string, cfg *Config, arm string) (s *runtime.Summary, why string) {
-	b, err := os.ReadFile(path)
+	b, err := safefile.ReadFile(path, maxJSONBytes)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
 			return nil, "no summary written"

@@ -5,12 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 
+	"github.com/ovtoolkit/ovrun/internal/cliutil"
+	"github.com/ovtoolkit/ovrun/internal/safefile"
 	"github.com/ovtoolkit/ovrun/internal/stats"
 	"github.com/ovtoolkit/ovrun/runtime"
 )
@@ -80,11 +81,14 @@ func (c *Config) Validate(allowSmall bool) error {
 	if c.Prompt == "" && c.PromptTokens < 1 {
 		return errors.New("--prompt-tokens must be at least 1")
 	}
-	if c.DecodeTokens < 1 {
-		return errors.New("--decode-tokens must be at least 1")
+	if c.PromptTokens >= c.Ladder[len(c.Ladder)-1] {
+		return fmt.Errorf("--prompt-tokens %d: the largest rung holds %d, and the prompt needs one slot more", c.PromptTokens, c.Ladder[len(c.Ladder)-1])
 	}
-	if c.Pairs < 1 {
-		return fmt.Errorf("--pairs %d: want at least 1", c.Pairs)
+	if err := cliutil.CheckInt("decode-tokens", c.DecodeTokens, 1, runtime.MaxCapacity); err != nil {
+		return err
+	}
+	if err := cliutil.CheckInt("pairs", c.Pairs, 1, maxPairs); err != nil {
+		return err
 	}
 	for _, f := range c.RunFlags {
 		name := strings.TrimLeft(f, "-")
@@ -228,8 +232,15 @@ func joinInts(xs []int) string {
 // CampaignFile is the name of the stored campaign config inside the output folder.
 const CampaignFile = "campaign.json"
 
+// maxPairs bounds --pairs: each pair is a run per arm, and a campaign of
+// more runs than this would not finish.
+const maxPairs = 10000
+
+// maxJSONBytes bounds the campaign and run files read back on --resume.
+const maxJSONBytes = 64 << 20
+
 func loadConfig(dir string) (*Config, error) {
-	b, err := os.ReadFile(filepath.Join(dir, CampaignFile))
+	b, err := safefile.ReadFile(filepath.Join(dir, CampaignFile), maxJSONBytes)
 	if err != nil {
 		return nil, err
 	}
@@ -240,23 +251,8 @@ func loadConfig(dir string) (*Config, error) {
 	return &c, nil
 }
 
-// writeJSON writes v indented, through a temporary file and a rename, so a
-// reader never sees half a file.
-func writeJSON(path string, v any) error {
-	b, err := json.MarshalIndent(v, "", "  ")
-	if err != nil {
-		return err
-	}
-	return writeFile(path, append(b, '\n'))
-}
+// writeJSON and writeFile write through safefile: a reader never sees half
+// a file, and nothing but a regular file is ever replaced.
+func writeJSON(path string, v any) error { return safefile.WriteJSON(path, v) }
 
-func writeFile(path string, b []byte) error {
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, b, 0o644); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	return nil
-}
+func writeFile(path string, b []byte) error { return safefile.WriteFile(path, b) }

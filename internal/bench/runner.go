@@ -5,11 +5,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"os/exec"
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/ovtoolkit/ovrun/internal/safefile"
 )
 
 // Runner performs one run of a campaign: it must leave the run summary
@@ -50,7 +51,7 @@ func (r *ExecRunner) Run(ctx context.Context, cfg *Config, spec RunSpec) error {
 	cmd.WaitDelay = 5 * time.Second
 	err := cmd.Run()
 	if spec.LogPath != "" {
-		if werr := os.WriteFile(spec.LogPath, out.Bytes(), 0o644); werr != nil && err == nil {
+		if werr := safefile.WriteFile(spec.LogPath, out.Bytes()); werr != nil && err == nil {
 			err = werr
 		}
 	}

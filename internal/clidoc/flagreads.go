@@ -144,14 +144,24 @@ func isFlagLit(e ast.Expr) bool {
 }
 
 // readsIn collects flag variables read in n and in the local functions it
-// calls: X.Get(...) and X.Name.
+// calls: X.Get(...) and c.IsSet(X.Name).
 func (p *pkgIndex) readsIn(n ast.Node, into, seen map[string]bool) {
 	ast.Inspect(n, func(n ast.Node) bool {
 		switch n := n.(type) {
-		case *ast.SelectorExpr:
-			if id, ok := n.X.(*ast.Ident); ok && (n.Sel.Name == "Get" || n.Sel.Name == "Name") {
+		case *ast.SelectorExpr: // flag.Get(c)
+			if id, ok := n.X.(*ast.Ident); ok && n.Sel.Name == "Get" {
 				if v, ok := p.vars[id.Name]; ok && isFlagLit(v) {
 					into[id.Name] = true
+				}
+			}
+		case *ast.CallExpr: // c.IsSet(flag.Name)
+			if fun, ok := n.Fun.(*ast.SelectorExpr); ok && fun.Sel.Name == "IsSet" && len(n.Args) == 1 {
+				if arg, ok := n.Args[0].(*ast.SelectorExpr); ok && arg.Sel.Name == "Name" {
+					if id, ok := arg.X.(*ast.Ident); ok {
+						if v, ok := p.vars[id.Name]; ok && isFlagLit(v) {
+							into[id.Name] = true
+						}
+					}
 				}
 			}
 		case *ast.Ident:

@@ -3,14 +3,15 @@
 package cliutil
 
 import (
-	"encoding/json"
 	"fmt"
-	"os"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
 
 	"github.com/urfave/cli/v2"
+
+	"github.com/ovtoolkit/ovrun/internal/safefile"
 )
 
 // ParseInts parses a comma-separated list of integers given to --flag.
@@ -49,18 +50,27 @@ func ParseProps(kvs []string) (map[string]string, error) {
 	return props, nil
 }
 
-// WriteJSON writes v as indented JSON, through a temporary file renamed
-// into place so readers never see half a file.
+// WriteJSON writes v as indented JSON through safefile: atomically, never
+// over a device, FIFO or symlink, "-" for standard output, and with null
+// for a number JSON cannot hold.
 func WriteJSON(path string, v any) error {
-	b, err := json.MarshalIndent(v, "", "  ")
-	if err != nil {
-		return err
+	return safefile.WriteJSON(path, v)
+}
+
+// CheckInt requires lo <= v <= hi for --flag.
+func CheckInt(flag string, v, lo, hi int) error {
+	if v < lo || v > hi {
+		return fmt.Errorf("--%s %d: want %d..%d", flag, v, lo, hi)
 	}
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, append(b, '\n'), 0o644); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
+	return nil
+}
+
+// CheckFloat requires a finite --flag value in [lo, hi].
+func CheckFloat(flag string, v, lo, hi float64) error {
+	if math.IsNaN(v) || math.IsInf(v, 0) || v < lo || v > hi {
+		return fmt.Errorf("--%s %v: want a number in [%g, %g]", flag, v, lo, hi)
 	}
-	return os.Rename(tmp, path)
+	return nil
 }
 
 // OneLine keeps an error to a single line for the terminal.

@@ -3,35 +3,23 @@
 package npy
 
 import (
-	"bufio"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
 	"math"
-	"os"
 	"regexp"
 	"strconv"
 	"strings"
+
+	"github.com/ovtoolkit/ovrun/internal/safefile"
 )
 
-// WriteFile writes rows as a float32 [len(rows), cols] array. All rows must
-// have the same length.
+// WriteFile writes rows as a float32 [len(rows), cols] array, through
+// safefile (atomically; "-" is standard output). All rows must have the
+// same length.
 func WriteFile(path string, rows [][]float32) error {
-	f, err := os.Create(path)
-	if err != nil {
-		return err
-	}
-	w := bufio.NewWriter(f)
-	if err := Write(w, rows); err != nil {
-		f.Close()
-		return err
-	}
-	if err := w.Flush(); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
+	return safefile.Write(path, func(w io.Writer) error { return Write(w, rows) })
 }
 
 // Write encodes rows to w.
@@ -73,23 +61,38 @@ func Write(w io.Writer, rows [][]float32) error {
 
 var shapeRE = regexp.MustCompile(`'shape':\s*\((\d+),\s*(\d+)\)`)
 
-// ReadFile reads a 2-D little-endian float32 .npy file.
+// MaxFileBytes is the largest .npy file ReadFile reads.
+const MaxFileBytes = 4 << 30
+
+// maxEmptyRows bounds the rows of an array without columns, which hold no
+// data but would each cost a slice header.
+const maxEmptyRows = 1 << 16
+
+// ReadFile reads a 2-D little-endian float32 .npy file (a regular file of at
+// most MaxFileBytes).
 func ReadFile(path string) ([][]float32, error) {
-	b, err := os.ReadFile(path)
+	b, err := safefile.ReadFile(path, MaxFileBytes)
 	if err != nil {
 		return nil, err
 	}
+	return Parse(b)
+}
+
+// Parse decodes a 2-D little-endian float32 .npy file held in b.
+func Parse(b []byte) ([][]float32, error) {
 	if len(b) < 10 || string(b[:6]) != "\x93NUMPY" {
 		return nil, errors.New("npy: not a .npy file")
 	}
 	var hl, off int
-	switch b[6] {
-	case 1:
+	switch {
+	case b[6] == 1:
 		hl, off = int(binary.LittleEndian.Uint16(b[8:])), 10
-	default:
+	case len(b) >= 12:
 		hl, off = int(binary.LittleEndian.Uint32(b[8:])), 12
+	default:
+		return nil, errors.New("npy: truncated header")
 	}
-	if off+hl > len(b) {
+	if hl < 0 || hl > len(b)-off {
 		return nil, errors.New("npy: truncated header")
 	}
 	h := string(b[off : off+hl])
@@ -100,11 +103,14 @@ func ReadFile(path string) ([][]float32, error) {
 	if m == nil {
 		return nil, fmt.Errorf("npy: want a 2-D array, header %q", h)
 	}
-	r, _ := strconv.Atoi(m[1])
-	c, _ := strconv.Atoi(m[2])
 	data := b[off+hl:]
-	if len(data) != 4*r*c {
-		return nil, fmt.Errorf("npy: %d data bytes for shape (%d, %d)", len(data), r, c)
+	r, rerr := strconv.Atoi(m[1])
+	c, cerr := strconv.Atoi(m[2])
+	n := len(data) / 4
+	// Checked by division: r*c could overflow.
+	bad := rerr != nil || cerr != nil || len(data)%4 != 0 || (r == 0 || c == 0) != (n == 0) || r > 0 && c > 0 && (n%r != 0 || n/r != c)
+	if bad || c == 0 && r > maxEmptyRows {
+		return nil, fmt.Errorf("npy: %d data bytes for shape (%s, %s)", len(data), m[1], m[2])
 	}
 	rows := make([][]float32, r)
 	for i := range rows {

@@ -5,6 +5,7 @@ package plancmd
 import (
 	"fmt"
 	"io"
+	"math"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/ovtoolkit/ovrun/compilecost"
 	"github.com/ovtoolkit/ovrun/internal/cliutil"
+	"github.com/ovtoolkit/ovrun/internal/safefile"
 )
 
 // Command is the plan subcommand.
@@ -65,7 +67,40 @@ type Report struct {
 	Results     []compilecost.SimResult `json:"results"`
 }
 
+// maxTokens is runtime.MaxCapacity (plan does not link OpenVINO).
+const maxTokens = 1 << 24
+
+// checkFlags validates every number before any work: finite, in range.
+func checkFlags(c *cli.Context) error {
+	checks := []error{
+		cliutil.CheckFloat("decode-rate", decodeRateFlag.Get(c), math.SmallestNonzeroFloat64, 1e9),
+		cliutil.CheckInt("prompt-tokens", promptTokensFlag.Get(c), 1, maxTokens),
+		cliutil.CheckInt("decode-tokens", decodeTokensFlag.Get(c), 0, maxTokens),
+		cliutil.CheckFloat("prefill-s", prefillSFlag.Get(c), 0, 1e9),
+		cliutil.CheckFloat("migrate-gib-per-s", migrateGibPerSFlag.Get(c), 0, 1e9),
+		cliutil.CheckInt("lookahead", lookaheadFlag.Get(c), 0, 64),
+	}
+	if s := backgroundSlowdownFlag.Get(c); s != 0 {
+		checks = append(checks, cliutil.CheckFloat("background-slowdown", s, 1, 1e6))
+	}
+	if n := kvBytesPerTokenFlag.Get(c); n < 0 || n > 1<<40 {
+		checks = append(checks, fmt.Errorf("--kv-bytes-per-token %d: want 0..%d", n, int64(1<<40)))
+	}
+	if path := jsonFlag.Get(c); path != "" {
+		checks = append(checks, safefile.Check(path))
+	}
+	for _, err := range checks {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 func planAction(c *cli.Context) error {
+	if err := checkFlags(c); err != nil {
+		return err
+	}
 	prof, err := compilecost.Load(compileCostFlag.Get(c))
 	if err != nil {
 		return err
@@ -74,6 +109,11 @@ func planAction(c *cli.Context) error {
 	if s := ladderFlag.Get(c); s != "" {
 		if ladder, err = cliutil.ParseInts("ladder", s); err != nil {
 			return err
+		}
+		for _, r := range ladder {
+			if err := cliutil.CheckInt("ladder", r, 1, maxTokens); err != nil {
+				return err
+			}
 		}
 	} else {
 		for _, r := range prof.Rungs {

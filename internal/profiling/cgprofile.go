@@ -77,6 +77,7 @@ func (g *Callgraph) Profile(opt CallgraphOptions) (*profile.Profile, error) {
 		}
 		x.paths = x.paths[:0]
 		x.self = float64(f.Self[0])
+		x.budget = maxExpandSteps
 		x.expand([]*CGFunc{f}, 1)
 		for _, pv := range splitExact(f.Self, x.paths) {
 			b.add(frames(pv.stack), append(pv.values, 0), nil)
@@ -96,12 +97,18 @@ func (g *Callgraph) Profile(opt CallgraphOptions) (*profile.Profile, error) {
 	return b.p, b.p.CheckValid()
 }
 
+// maxExpandSteps bounds the work of expanding one leaf: the paths through a
+// call graph grow exponentially with its size when costs do not prune them
+// (zero or negative counts in a damaged file).
+const maxExpandSteps = 1 << 16
+
 // expander walks from a leaf towards the roots, splitting its cost.
 type expander struct {
 	minAbs   float64
 	maxDepth int
 	self     float64 // the leaf's self cost (event 0)
 	paths    []weighted
+	budget   int // expand steps left for this leaf
 }
 
 type weighted struct {
@@ -111,7 +118,8 @@ type weighted struct {
 
 func (x *expander) expand(path []*CGFunc, frac float64) {
 	f := path[len(path)-1]
-	if len(path) >= x.maxDepth {
+	x.budget--
+	if len(path) >= x.maxDepth || x.budget <= 0 {
 		x.emit(path, frac)
 		return
 	}
@@ -143,7 +151,7 @@ func (x *expander) expand(path []*CGFunc, frac float64) {
 	stay := frac * root / denom
 	for _, c := range callers {
 		share := frac * weight(c) / denom
-		if share*x.self < x.minAbs {
+		if share*x.self < x.minAbs || share*x.self <= 0 {
 			stay += share
 			continue
 		}

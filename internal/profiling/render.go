@@ -37,12 +37,17 @@ func signed(v int64, unit string) string {
 	return s
 }
 
-// shorten keeps long C++ names readable in a table.
-func shorten(name string, max int) string {
-	if len(name) <= max {
+// MinNameWidth is the narrowest name column WriteTop and WriteDiff print.
+const MinNameWidth = 8
+
+// shorten keeps long C++ names readable in a table; widths below
+// MinNameWidth count as MinNameWidth.
+func shorten(name string, width int) string {
+	width = max(width, MinNameWidth)
+	if len(name) <= width {
 		return name
 	}
-	return name[:max-3] + "..."
+	return name[:width-3] + "..."
 }
 
 // WriteTop prints a TopReport as an aligned table.

