@@ -164,6 +164,7 @@ func generateAction(c *cli.Context) error {
 		"compile_s":     res.CompileS, "prefill_s": res.PrefillS,
 		"decode_s": res.DecodeS, "decode_tokens_per_s": res.DecodeTokensPerS(),
 		"peak_rss_bytes": runtime.PeakRSS(),
+		"weights":        comp.Weights().Format(), "weight_bytes": comp.Weights().TensorBytes(),
 	}
 	if genErr != nil {
 		js["error"] = genErr.Error()
