@@ -4,7 +4,7 @@
 # token of a 100-token text prompt, decode tok/s and peak RSS, one fresh
 # process each, for the real SmolLM2 GGUF and the qwen2.5-0.5b shape (bf16
 # safetensors, random weights).
-# Usage: scripts/bench-weights.sh [capacities] [precision]
+# Usage: scripts/bench-weights.sh [capacities] [precision] [models]
 # Prints a Markdown table; raw JSON goes to .cache/bench/weights/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -13,12 +13,12 @@ prec=${2:-f32}
 out=.cache/bench/weights
 mkdir -p "$out"
 qwen=.cache/models/qwen2.5-0.5b-seed1
-[ -f "$qwen/config.json" ] || bin/ovrun synth --preset qwen2.5-0.5b --seed 1 --out "$qwen" >/dev/null
+case "${3:-$qwen}" in *"$qwen"*) [ -f "$qwen/config.json" ] || bin/ovrun synth --preset qwen2.5-0.5b --seed 1 --out "$qwen" >/dev/null ;; esac
 # 100 tokens of SmolLM2's tokenizer; the synthetic model gets 100 seeded ids.
 text="The history of computing is the story of people who wanted machines to do arithmetic faster than any clerk could. Charles Babbage designed engines of brass and steam; Ada Lovelace saw that they could manipulate symbols as well as numbers. A century later, vacuum tubes, then transistors, then integrated circuits made those ideas cheap, small and fast, and the compiler turned"
 echo "| model | weights | capacity | weight MiB in blob | compile s (decode+prefill) | first token s (compile+prefill) | decode tok/s | peak RSS MiB |"
 echo "|---|---|---|---|---|---|---|---|"
-for m in .venv/SmolLM2-135M-Instruct.Q4_1.gguf "$qwen"; do
+for m in ${3:-.venv/SmolLM2-135M-Instruct.Q4_1.gguf $qwen}; do
   name=$(basename "$m" .gguf)
   for c in $caps; do
     for w in native f32; do

@@ -55,15 +55,7 @@ cache (--cache-dir, a temporary folder by default). Greedy unless
 const maxMessageBytes = 1 << 20
 
 func chatAction(c *cli.Context) error {
-	caps, err := cliutil.ParseInts(chatLadderFlag.Name, chatLadderFlag.Get(c))
-	if err != nil {
-		return err
-	}
-	ladder, err := runtime.NewLadder(caps)
-	if err != nil {
-		return err
-	}
-	policy, err := runtime.ParsePolicy(chatPolicyFlag.Get(c))
+	ladder, policy, err := ladderAndPolicy(c, chatLadderFlag, chatPolicyFlag)
 	if err != nil {
 		return err
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"encoding/json"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -38,8 +39,15 @@ func TestMain(m *testing.M) {
 // ovrun runs the binary and returns stdout, stderr and the exit code.
 func ovrun(t *testing.T, env []string, args ...string) (string, string, int) {
 	t.Helper()
+	return ovrunWith(t, env, nil, args...)
+}
+
+// ovrunWith is ovrun with standard input from stdin (nil: none).
+func ovrunWith(t *testing.T, env []string, stdin io.Reader, args ...string) (string, string, int) {
+	t.Helper()
 	cmd := exec.Command(ovrunBin, args...)
 	cmd.Env = append(os.Environ(), env...)
+	cmd.Stdin = stdin
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()

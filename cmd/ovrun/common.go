@@ -117,3 +117,17 @@ func parseIDs(flag, s string, vocab int) ([]int64, error) {
 	}
 	return out, nil
 }
+
+// ladderAndPolicy reads a --ladder and a --policy flag.
+func ladderAndPolicy(c *cli.Context, ladderF, policyF *cli.StringFlag) (runtime.Ladder, runtime.Policy, error) {
+	caps, err := cliutil.ParseInts(ladderF.Name, ladderF.Get(c))
+	if err != nil {
+		return nil, "", err
+	}
+	ladder, err := runtime.NewLadder(caps)
+	if err != nil {
+		return nil, "", err
+	}
+	policy, err := runtime.ParsePolicy(policyF.Get(c))
+	return ladder, policy, err
+}

@@ -67,15 +67,7 @@ On a CPU both decode and background compiles use the same cores; see
 }
 
 func runAction(c *cli.Context) error {
-	caps, err := cliutil.ParseInts(ladderFlag.Name, ladderFlag.Get(c))
-	if err != nil {
-		return err
-	}
-	ladder, err := runtime.NewLadder(caps)
-	if err != nil {
-		return err
-	}
-	policy, err := runtime.ParsePolicy(policyFlag.Get(c))
+	ladder, policy, err := ladderAndPolicy(c, ladderFlag, policyFlag)
 	if err != nil {
 		return err
 	}

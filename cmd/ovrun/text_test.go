@@ -1,10 +1,8 @@
 package main
 
 import (
-	"bytes"
 	"encoding/json"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -47,7 +45,7 @@ func TestChatAnswersInText(t *testing.T) {
 	var answers []string
 	for _, weights := range []string{"native", "f32"} {
 		js := filepath.Join(t.TempDir(), "chat.json")
-		out, stderr, code := ovrunStdin(t, colorsQuestion+"\n", "chat", "--model", g, "--precision", "f32",
+		out, stderr, code := ovrunWith(t, nil, strings.NewReader(colorsQuestion+"\n"), "chat", "--model", g, "--precision", "f32",
 			"--weights", weights, "--ladder", "64,128,256", "--json", js, "-q")
 		if code != 0 {
 			t.Fatalf("chat --weights %s: exit %d: %s", weights, code, stderr)
@@ -151,21 +149,4 @@ func TestTokenizerThatDoesNotMatchTheModel(t *testing.T) {
 	}
 	_, stderr, code := ovrun(t, nil, "generate", "--model", dir, "--prompt", "hello", "--max-new-tokens", "2")
 	assertOneLineError(t, stderr, code, "tokenizer")
-}
-
-// ovrunStdin is ovrun with standard input from a string (not a terminal).
-func ovrunStdin(t *testing.T, stdin string, args ...string) (string, string, int) {
-	t.Helper()
-	cmd := exec.Command(ovrunBin, args...)
-	cmd.Stdin = strings.NewReader(stdin)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err := cmd.Run()
-	code := 0
-	if ee, ok := err.(*exec.ExitError); ok {
-		code = ee.ExitCode()
-	} else if err != nil {
-		t.Fatal(err)
-	}
-	return stdout.String(), stderr.String(), code
 }

@@ -92,18 +92,25 @@ type pkgIndex struct {
 	vars  map[string]ast.Expr
 }
 
-func isCommandLit(e ast.Expr) bool {
+// litType is the type name of &pkg.T{...} ("Command", "StringFlag"), or "".
+func litType(e ast.Expr) string {
 	u, ok := e.(*ast.UnaryExpr)
 	if !ok {
-		return false
+		return ""
 	}
 	cl, ok := u.X.(*ast.CompositeLit)
 	if !ok {
-		return false
+		return ""
 	}
-	sel, ok := cl.Type.(*ast.SelectorExpr)
-	return ok && sel.Sel.Name == "Command"
+	if sel, ok := cl.Type.(*ast.SelectorExpr); ok {
+		return sel.Sel.Name
+	}
+	return ""
 }
+
+func isCommandLit(e ast.Expr) bool { return litType(e) == "Command" }
+
+func isFlagLit(e ast.Expr) bool { return strings.HasSuffix(litType(e), "Flag") }
 
 // flagIdents collects the flag variables an expression for a []cli.Flag
 // names, following package variables, append and local functions.
@@ -128,19 +135,6 @@ func (p *pkgIndex) flagIdents(e ast.Node, into, seen map[string]bool) {
 		}
 		return true
 	})
-}
-
-func isFlagLit(e ast.Expr) bool {
-	u, ok := e.(*ast.UnaryExpr)
-	if !ok {
-		return false
-	}
-	cl, ok := u.X.(*ast.CompositeLit)
-	if !ok {
-		return false
-	}
-	sel, ok := cl.Type.(*ast.SelectorExpr)
-	return ok && strings.HasSuffix(sel.Sel.Name, "Flag")
 }
 
 // readsIn collects flag variables read in n and in the local functions it
