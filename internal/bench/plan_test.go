@@ -166,3 +166,29 @@ func TestRunArgs(t *testing.T) {
 		t.Errorf("RunArgs =\n%s\nwant\n%s", got, want)
 	}
 }
+
+// A text prompt and a compile-cost profile reach every run; a text prompt
+// needs no --prompt-tokens, and the campaign's own flags stay its own.
+func TestRunArgsTextPromptAndCompileCost(t *testing.T) {
+	c := Config{Model: "/m.gguf", Ladder: []int{128, 256}, Arms: []string{"grow-eager", "grow-one-ahead"}, Pairs: 6,
+		Prompt: "Why is the sky blue?", DecodeTokens: 50, Seed: 1, CompileCost: "/c/cost.json"}
+	if err := c.Validate(false); err != nil {
+		t.Fatal(err)
+	}
+	args := c.RunArgs("grow-one-ahead", "/out/r.json")
+	got := strings.Join(args, "|")
+	for _, want := range []string{"--prompt|Why is the sky blue?", "--compile-cost|/c/cost.json"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("RunArgs %q lacks %q", got, want)
+		}
+	}
+	if strings.Contains(got, "--prompt-tokens") {
+		t.Errorf("RunArgs %q: a text prompt with --prompt-tokens", got)
+	}
+	for _, f := range []string{"--prompt=x", "--prompt-file=x", "--compile-cost=x"} {
+		c.RunFlags = []string{f}
+		if err := c.Validate(false); err == nil {
+			t.Errorf("--run-flag %s accepted; the campaign sets it itself", f)
+		}
+	}
+}
