@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/urfave/cli/v2"
 
@@ -94,7 +95,7 @@ func chatAction(c *cli.Context) error {
 		msgs = append(msgs, chat.Message{Role: "system", Content: s})
 	}
 	in := bufio.NewReader(os.Stdin)
-	for {
+	for turn := 0; ; {
 		var user string
 		if interactive {
 			fmt.Fprint(os.Stderr, "> ")
@@ -117,7 +118,12 @@ func chatAction(c *cli.Context) error {
 			}
 		}
 		msgs = append(msgs, chat.Message{Role: "user", Content: user})
-		answer, err := chatTurn(c, ck, comp, tok, tmpl, ladder, policy, msgs)
+		start := processStart // the first turn's clock includes loading, as run's does
+		if turn > 0 {
+			start = time.Now() // later turns: from the message, not the user's typing
+		}
+		turn++
+		answer, err := chatTurn(c, ck, comp, tok, tmpl, ladder, policy, msgs, start)
 		if err != nil || !interactive {
 			return err
 		}
@@ -128,7 +134,7 @@ func chatAction(c *cli.Context) error {
 // chatTurn renders the conversation, decodes one answer on the ladder while
 // streaming it to standard output, and returns the answer's text.
 func chatTurn(c *cli.Context, ck *model.Checkpoint, comp *runtime.OVCompiler, tok *tokenizer.Tokenizer, tmpl *chat.Template,
-	ladder runtime.Ladder, policy runtime.Policy, msgs []chat.Message) (string, error) {
+	ladder runtime.Ladder, policy runtime.Policy, msgs []chat.Message, start time.Time) (string, error) {
 	text, err := tmpl.Render(msgs, true)
 	if err != nil {
 		return "", err
@@ -150,7 +156,7 @@ func chatTurn(c *cli.Context, ck *model.Checkpoint, comp *runtime.OVCompiler, to
 	steps := min(chatMaxNewFlag.Get(c), top-len(in.ids)) - 1
 	sum, runErr := runtime.Run(c.Context, comp, runtime.ShapeOf(ck.Config), runtime.RunConfig{
 		Ladder: ladder, Policy: policy, Prompt: in.ids, DecodeTokens: steps, Decoding: dec,
-		PrefillChunk: prefillChunkFlag.Get(c), ProcessStart: processStart,
+		PrefillChunk: prefillChunkFlag.Get(c), ProcessStart: start,
 		Background: runtime.BackgroundOptions{Nice: defaultCompileNice},
 	})
 	stream.flush()
