@@ -1,0 +1,324 @@
+package serve
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/ovtoolkit/ovrun/chat"
+	"github.com/ovtoolkit/ovrun/internal/testpy"
+	"github.com/ovtoolkit/ovrun/model"
+	"github.com/ovtoolkit/ovrun/tokenizer"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+const answer = "The capital of France is Paris."
+
+// fakeEngine answers every prompt with answer and an end-of-generation
+// token, one token every delay.
+type fakeEngine struct {
+	tok       *tokenizer.Tokenizer
+	delay     time.Duration
+	maxCtx    int
+	ready     atomic.Bool
+	active    atomic.Int64
+	peak      atomic.Int64
+	cancelled atomic.Int64
+}
+
+func (f *fakeEngine) MaxContext() int { return f.maxCtx }
+func (f *fakeEngine) Ready() bool     { return f.ready.Load() }
+
+func (f *fakeEngine) Generate(ctx context.Context, prompt []int64, o Options, emit func(int64) bool) (Finish, error) {
+	n := f.active.Add(1)
+	defer f.active.Add(-1)
+	for p := f.peak.Load(); n > p && !f.peak.CompareAndSwap(p, n); p = f.peak.Load() {
+	}
+	ids := f.tok.Encode(answer, false)
+	ids = append(ids, f.tok.EOS())
+	var fin Finish
+	for _, id := range ids {
+		if fin.Tokens == o.MaxTokens {
+			fin.Reason = "length"
+			return fin, nil
+		}
+		select {
+		case <-ctx.Done():
+			f.cancelled.Add(1)
+			return fin, ctx.Err()
+		case <-time.After(f.delay):
+		}
+		fin.Tokens++
+		if !emit(int64(id)) {
+			fin.Reason = "stop"
+			return fin, nil
+		}
+	}
+	fin.Reason = "stop"
+	return fin, nil
+}
+
+var (
+	tokOnce sync.Once
+	smolTok *tokenizer.Tokenizer
+	smolTpl *chat.Template
+)
+
+func newServer(t *testing.T, maxSeqs, maxQueue int, delay time.Duration) (*httptest.Server, *fakeEngine) {
+	t.Helper()
+	g := testpy.SmolLM2(t)
+	tokOnce.Do(func() {
+		ck, err := model.Load(g)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ck.Close()
+		if smolTok, err = ck.Tokenizer(); err != nil {
+			t.Fatal(err)
+		}
+		src, bos, eos := ck.ChatTemplate()
+		if smolTpl, err = chat.Compile(src, bos, eos); err != nil {
+			t.Fatal(err)
+		}
+	})
+	eng := &fakeEngine{tok: smolTok, delay: delay, maxCtx: 256}
+	eng.ready.Store(true)
+	s, err := New(Config{Engine: eng, Tokenizer: smolTok, Template: smolTpl, ModelName: "smollm2",
+		MaxSeqs: maxSeqs, MaxQueue: maxQueue, DefaultMaxTokens: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := httptest.NewServer(s.Handler())
+	t.Cleanup(func() {
+		ts.Close()
+		http.DefaultClient.CloseIdleConnections()
+	})
+	return ts, eng
+}
+
+func post(t *testing.T, url string, body any) (*http.Response, []byte) {
+	t.Helper()
+	b, _ := json.Marshal(body)
+	resp, err := http.Post(url, "application/json", bytes.NewReader(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	out, _ := io.ReadAll(resp.Body)
+	return resp, out
+}
+
+func TestCompletionAndChat(t *testing.T) {
+	ts, _ := newServer(t, 2, 2, 0)
+	resp, body := post(t, ts.URL+"/v1/completions", map[string]any{"model": "smollm2", "prompt": "Q: capital of France?\nA:"})
+	var c completionResponse
+	if resp.StatusCode != 200 || json.Unmarshal(body, &c) != nil || c.Choices[0].Text != answer || *c.Choices[0].FinishReason != "stop" {
+		t.Fatalf("completions: %d %s", resp.StatusCode, body)
+	}
+	if c.Usage.CompletionTokens != len(smolTok.Encode(answer, false))+1 || c.Usage.PromptTokens == 0 {
+		t.Errorf("usage %+v", c.Usage)
+	}
+	resp, body = post(t, ts.URL+"/v1/chat/completions", map[string]any{"model": "smollm2",
+		"messages": []map[string]string{{"role": "user", "content": "What is the capital of France?"}}})
+	var ch chatResponse
+	if resp.StatusCode != 200 || json.Unmarshal(body, &ch) != nil || ch.Choices[0].Message.Content != answer || ch.Choices[0].Message.Role != "assistant" {
+		t.Fatalf("chat: %d %s", resp.StatusCode, body)
+	}
+	resp, body = post(t, ts.URL+"/v1/completions", map[string]any{"prompt": "x", "max_tokens": 3})
+	if json.Unmarshal(body, &c) != nil || *c.Choices[0].FinishReason != "length" || c.Usage.CompletionTokens != 3 {
+		t.Errorf("max_tokens 3: %d %s", resp.StatusCode, body)
+	}
+}
+
+// sse reads a streamed response into its data payloads.
+func sse(t *testing.T, r io.Reader) []string {
+	t.Helper()
+	var out []string
+	sc := bufio.NewScanner(r)
+	for sc.Scan() {
+		if d, ok := strings.CutPrefix(sc.Text(), "data: "); ok {
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
+func TestStreamingAndStopSequences(t *testing.T) {
+	ts, _ := newServer(t, 1, 0, 0)
+	for _, tc := range []struct {
+		name, path string
+		body       map[string]any
+		want       string
+	}{
+		{"chat", "/v1/chat/completions", map[string]any{"stream": true, "messages": []map[string]string{{"role": "user", "content": "hi"}}}, answer},
+		{"completion", "/v1/completions", map[string]any{"stream": true, "prompt": "hi"}, answer},
+		{"chat stop", "/v1/chat/completions", map[string]any{"stream": true, "stop": []string{" Paris", "zzz"}, "messages": []map[string]string{{"role": "user", "content": "hi"}}}, "The capital of France is"},
+		{"completion stop string", "/v1/completions", map[string]any{"stream": true, "stop": "France", "prompt": "hi"}, "The capital of "},
+	} {
+		b, _ := json.Marshal(tc.body)
+		resp, err := http.Post(ts.URL+tc.path, "application/json", bytes.NewReader(b))
+		if err != nil {
+			t.Fatal(err)
+		}
+		events := sse(t, resp.Body)
+		resp.Body.Close()
+		if len(events) < 3 || events[len(events)-1] != "[DONE]" {
+			t.Fatalf("%s: events %q", tc.name, events)
+		}
+		var text strings.Builder
+		var reason string
+		for _, e := range events[:len(events)-1] {
+			var c struct {
+				Choices []struct {
+					Text         string `json:"text"`
+					Delta        *struct{ Content string } `json:"delta"`
+					FinishReason *string `json:"finish_reason"`
+				} `json:"choices"`
+			}
+			if err := json.Unmarshal([]byte(e), &c); err != nil {
+				t.Fatalf("%s: %q: %v", tc.name, e, err)
+			}
+			ch := c.Choices[0]
+			text.WriteString(ch.Text)
+			if ch.Delta != nil {
+				text.WriteString(ch.Delta.Content)
+			}
+			if ch.FinishReason != nil {
+				reason = *ch.FinishReason
+			}
+		}
+		if text.String() != tc.want || reason != "stop" {
+			t.Errorf("%s: streamed %q (finish %q), want %q (stop)", tc.name, text.String(), reason, tc.want)
+		}
+	}
+}
+
+func TestAdmissionAndBadRequests(t *testing.T) {
+	ts, eng := newServer(t, 1, 0, 50*time.Millisecond)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		post(t, ts.URL+"/v1/completions", map[string]any{"prompt": "first"})
+	}()
+	for eng.active.Load() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	if resp, body := post(t, ts.URL+"/v1/completions", map[string]any{"prompt": "second"}); resp.StatusCode != http.StatusTooManyRequests {
+		t.Errorf("second request while one decodes and the queue is 0: %d %s", resp.StatusCode, body)
+	}
+	<-done
+	for _, tc := range []struct {
+		name string
+		body any
+		want string
+	}{
+		{"bad JSON", "{", "invalid JSON"},
+		{"temperature", map[string]any{"prompt": "x", "temperature": 5}, "temperature"},
+		{"n", map[string]any{"prompt": "x", "n": 2}, "n: only 1"},
+		{"token outside vocabulary", map[string]any{"prompt": []int{1, 999999}}, "outside the vocabulary"},
+		{"prompt too long", map[string]any{"prompt": strings.Repeat("word ", 300)}, "no room to generate"},
+		{"five stops", map[string]any{"prompt": "x", "stop": []string{"a", "b", "c", "d", "e"}}, "at most 4"},
+	} {
+		var resp *http.Response
+		var body []byte
+		if s, ok := tc.body.(string); ok {
+			r, err := http.Post(ts.URL+"/v1/completions", "application/json", strings.NewReader(s))
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ = io.ReadAll(r.Body)
+			r.Body.Close()
+			resp = r
+		} else {
+			resp, body = post(t, ts.URL+"/v1/completions", tc.body)
+		}
+		if resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(body), tc.want) {
+			t.Errorf("%s: %d %s, want 400 mentioning %q", tc.name, resp.StatusCode, body, tc.want)
+		}
+	}
+}
+
+// A client that goes away cancels its sequence at once.
+func TestDisconnectCancelsTheSequence(t *testing.T) {
+	ts, eng := newServer(t, 1, 0, 200*time.Millisecond)
+	ctx, cancel := context.WithCancel(context.Background())
+	req, _ := http.NewRequestWithContext(ctx, "POST", ts.URL+"/v1/completions", strings.NewReader(`{"prompt":"x","stream":true}`))
+	go func() {
+		for eng.active.Load() == 0 {
+			time.Sleep(time.Millisecond)
+		}
+		cancel()
+	}()
+	if resp, err := http.DefaultClient.Do(req); err == nil {
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for eng.cancelled.Load() == 0 || eng.active.Load() != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the sequence was not cancelled: active %d, cancelled %d", eng.active.Load(), eng.cancelled.Load())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func TestHealthModelsMetrics(t *testing.T) {
+	ts, eng := newServer(t, 1, 0, 0)
+	eng.ready.Store(false)
+	if code := get(t, ts.URL+"/healthz"); code != http.StatusServiceUnavailable {
+		t.Errorf("healthz before the first rung: %d", code)
+	}
+	if resp, _ := post(t, ts.URL+"/v1/completions", map[string]any{"prompt": "x"}); resp.StatusCode != http.StatusServiceUnavailable {
+		t.Errorf("a request before the first rung: %d", resp.StatusCode)
+	}
+	eng.ready.Store(true)
+	if code := get(t, ts.URL+"/healthz"); code != http.StatusOK {
+		t.Errorf("healthz when ready: %d", code)
+	}
+	r, err := http.Get(ts.URL + "/v1/models")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ml modelList
+	json.NewDecoder(r.Body).Decode(&ml)
+	r.Body.Close()
+	if len(ml.Data) != 1 || ml.Data[0].ID != "smollm2" {
+		t.Errorf("models %+v", ml)
+	}
+	post(t, ts.URL+"/v1/completions", map[string]any{"prompt": "x"})
+	r, err = http.Get(ts.URL + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(r.Body)
+	r.Body.Close()
+	for _, want := range []string{`ovrun_requests_total{code="200",endpoint="completions"} 1`, `ovrun_requests_total{code="503",endpoint="completions"} 1`,
+		"ovrun_time_to_first_token_seconds_count 1", `ovrun_tokens_total{kind="completion"}`, "ovrun_active_sequences 0"} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("metrics lack %q", want)
+		}
+	}
+}
+
+func get(t *testing.T, url string) int {
+	t.Helper()
+	r, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, r.Body)
+	r.Body.Close()
+	return r.StatusCode
+}
