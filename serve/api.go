@@ -14,8 +14,8 @@ import (
 
 // completionRequest is POST /v1/completions.
 type completionRequest struct {
-	Model       string          `json:"model"`
-	Prompt      json.RawMessage `json:"prompt"` // a string, or an array of one string or of token ids
+	Model  string          `json:"model"`
+	Prompt json.RawMessage `json:"prompt"` // a string, or an array of one string or of token ids
 	samplingParams
 }
 

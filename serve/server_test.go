@@ -182,9 +182,9 @@ func TestStreamingAndStopSequences(t *testing.T) {
 		for _, e := range events[:len(events)-1] {
 			var c struct {
 				Choices []struct {
-					Text         string `json:"text"`
+					Text         string                    `json:"text"`
 					Delta        *struct{ Content string } `json:"delta"`
-					FinishReason *string `json:"finish_reason"`
+					FinishReason *string                   `json:"finish_reason"`
 				} `json:"choices"`
 			}
 			if err := json.Unmarshal([]byte(e), &c); err != nil {
