@@ -107,7 +107,7 @@ func serveAction(c *cli.Context) error {
 		name = strings.TrimSuffix(filepath.Base(modelFlag.Get(c)), ".gguf")
 	}
 	eng := &runEngine{comp: comp, shape: runtime.ShapeOf(ck.Config), ladder: ladder, policy: policy, tok: tok,
-		prefillChunk: prefillChunkFlag.Get(c)}
+		prefillChunk: prefillChunkFlag.Get(c), engineMetrics: newEngineMetrics()}
 	srv, err := serve.New(serve.Config{Engine: eng, Tokenizer: tok, Template: tmpl, ModelName: name,
 		MaxSeqs: maxSeqsFlag.Get(c), MaxQueue: queueFlag.Get(c), Timeout: timeoutFlag.Get(c), DefaultMaxTokens: defaultMaxFlag.Get(c)})
 	if err != nil {
@@ -153,6 +153,7 @@ type runEngine struct {
 	tok          *tokenizer.Tokenizer
 	prefillChunk int
 	ready        atomic.Bool
+	*engineMetrics
 }
 
 var _ serve.Engine = (*runEngine)(nil)
@@ -205,11 +206,16 @@ func (e *runEngine) Generate(ctx context.Context, prompt []int64, o serve.Option
 	}
 	dec.Stop = func(id int64) bool { return halted || e.tok.IsEOG(int(id)) }
 	steps := max(1, min(o.MaxTokens, e.ladder.Max()-len(prompt)))
+	progress, done := e.sequence(e.shape, len(prompt))
+	defer done()
 	sum, err := runtime.Run(ctx, e.comp, e.shape, runtime.RunConfig{
 		Ladder: e.ladder, Policy: e.policy, Prompt: prompt, DecodeTokens: steps, Decoding: dec,
-		PrefillChunk: e.prefillChunk, ProcessStart: time.Now(),
+		PrefillChunk: e.prefillChunk, ProcessStart: time.Now(), Progress: progress,
 		Background: runtime.BackgroundOptions{Nice: defaultCompileNice},
 	})
+	if sum != nil {
+		e.record(sum)
+	}
 	if err != nil {
 		return fin, err
 	}

@@ -1,0 +1,113 @@
+package main
+
+import (
+	"fmt"
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/ovtoolkit/ovrun/runtime"
+)
+
+// engineMetrics are the ladder's Prometheus series in ovrun serve: KV
+// reserved and live over the sequences decoding now, compiles by kind, rung
+// and outcome, and boundary waits. The server adds its request series.
+type engineMetrics struct {
+	compiles     *prometheus.CounterVec
+	compileSecs  *prometheus.CounterVec
+	boundaryWait prometheus.Histogram
+	kvReserved   prometheus.Gauge
+	kvLive       prometheus.Gauge
+
+	mu   sync.Mutex
+	seqs map[int64]kvLevel // per active sequence
+	next int64
+}
+
+type kvLevel struct{ reserved, live int64 }
+
+func newEngineMetrics() *engineMetrics {
+	return &engineMetrics{
+		compiles: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ovrun_compiles_total",
+			Help: "Graph compiles (or loads from the model cache) by kind, rung capacity and outcome."}, []string{"kind", "capacity", "outcome"}),
+		compileSecs: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ovrun_compile_seconds_total",
+			Help: "Seconds spent compiling, by kind."}, []string{"kind"}),
+		boundaryWait: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "ovrun_boundary_wait_seconds",
+			Help: "Time a sequence waited at a rung boundary for the next rung's graph.", Buckets: prometheus.ExponentialBuckets(0.001, 4, 10)}),
+		kvReserved: prometheus.NewGauge(prometheus.GaugeOpts{Name: "ovrun_kv_reserved_bytes",
+			Help: "KV cache bytes reserved by the sequences decoding now (their rungs' capacity)."}),
+		kvLive: prometheus.NewGauge(prometheus.GaugeOpts{Name: "ovrun_kv_live_bytes",
+			Help: "KV cache bytes holding tokens of the sequences decoding now."}),
+		seqs: map[int64]kvLevel{},
+	}
+}
+
+func (m *engineMetrics) Describe(ch chan<- *prometheus.Desc) {
+	for _, c := range m.collectors() {
+		c.Describe(ch)
+	}
+}
+
+func (m *engineMetrics) Collect(ch chan<- prometheus.Metric) {
+	for _, c := range m.collectors() {
+		c.Collect(ch)
+	}
+}
+
+func (m *engineMetrics) collectors() []prometheus.Collector {
+	return []prometheus.Collector{m.compiles, m.compileSecs, m.boundaryWait, m.kvReserved, m.kvLive}
+}
+
+// sequence registers a sequence and returns its progress callback and the
+// function that removes it.
+func (m *engineMetrics) sequence(shape runtime.KVShape, prompt int) (func(runtime.Progress), func()) {
+	m.mu.Lock()
+	id := m.next
+	m.next++
+	m.mu.Unlock()
+	update := func(p runtime.Progress) {
+		m.set(id, kvLevel{reserved: shape.BufferBytes(p.Capacity), live: int64(prompt+p.Step) * shape.TokenBytes()})
+	}
+	return update, func() {
+		m.mu.Lock()
+		delete(m.seqs, id)
+		m.mu.Unlock()
+		m.publish()
+	}
+}
+
+func (m *engineMetrics) set(id int64, l kvLevel) {
+	m.mu.Lock()
+	m.seqs[id] = l
+	m.mu.Unlock()
+	m.publish()
+}
+
+func (m *engineMetrics) publish() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var r, l int64
+	for _, s := range m.seqs {
+		r += s.reserved
+		l += s.live
+	}
+	m.kvReserved.Set(float64(r))
+	m.kvLive.Set(float64(l))
+}
+
+// record adds a finished sequence's compiles and boundary waits.
+func (m *engineMetrics) record(s *runtime.Summary) {
+	for _, c := range s.Compiles {
+		outcome := "ok"
+		if c.Error != "" {
+			outcome = "error"
+		}
+		m.compiles.WithLabelValues(c.Kind, fmt.Sprint(c.Capacity), outcome).Inc()
+		m.compileSecs.WithLabelValues(c.Kind).Add(c.CompileS)
+	}
+	for _, r := range s.Rungs {
+		if r.FirstStep >= 0 && r.WaitS > 0 {
+			m.boundaryWait.Observe(r.WaitS)
+		}
+	}
+}
