@@ -322,3 +322,23 @@ func get(t *testing.T, url string) int {
 	r.Body.Close()
 	return r.StatusCode
 }
+
+func TestLoadTest(t *testing.T) {
+	ts, eng := newServer(t, 2, 8, 2*time.Millisecond)
+	res, err := RunLoad(context.Background(), LoadConfig{URL: ts.URL, Clients: 3, Requests: 9, Timeout: time.Minute,
+		Prompts: []string{"a", "b c"}, MaxTok: []int{4, 64}, Seed: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Requests != 9 || res.Errors != 0 || res.Tokens == 0 || res.TTFTP50S <= 0 || res.TPOTP50S <= 0 {
+		t.Errorf("result %+v", res)
+	}
+	if p := eng.peak.Load(); p > 2 {
+		t.Errorf("%d sequences decoded at once, --max-seqs is 2", p)
+	}
+	for _, u := range []string{"http://10.0.0.1:8080", "http://example.com", "http://192.168.1.1"} {
+		if _, err := RunLoad(context.Background(), LoadConfig{URL: u, Clients: 1, Requests: 1, Prompts: []string{"x"}, MaxTok: []int{1}}); err == nil {
+			t.Errorf("a load test against %s was allowed", u)
+		}
+	}
+}
