@@ -48,11 +48,13 @@ cache sized to its own context. Compiled rungs come from OpenVINO's model
 cache (--cache-dir, a temporary folder by default), which the server fills
 with the first rung before it reports ready. At most --max-seqs sequences
 decode at once, --queue more wait, the rest get 429; a prompt longer than
-the largest rung is a 400; a client that disconnects cancels its sequence.`,
-		Flags: append(compileFlags(),
+the largest rung is a 400; a client that disconnects cancels its sequence.
+--otlp-endpoint / --trace-out give one trace per request (compile, prefill,
+decode per rung, boundary waits, KV), flushed at shutdown.`,
+		Flags: append(append(compileFlags(),
 			addrFlag, serveLadderFlag, servePolicyFlag, maxSeqsFlag, queueFlag, timeoutFlag, defaultMaxFlag,
 			modelNameFlag, graceFlag, prefillChunkFlag, quietFlag,
-		),
+		), traceFlags...),
 		Action: serveAction,
 	}
 )
@@ -113,6 +115,12 @@ func serveAction(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
+	obs, err := startObserver(c)
+	if err != nil {
+		return err
+	}
+	defer obs.finish(nil) // flush every request's trace
+	eng.trace = obs.emit
 	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second}
 	served := make(chan error, 1)
 	go func() { served <- hs.Serve(ln) }()
@@ -153,6 +161,7 @@ type runEngine struct {
 	tok          *tokenizer.Tokenizer
 	prefillChunk int
 	ready        atomic.Bool
+	trace        func(*runtime.Summary, time.Time) // one trace per request; nil: none
 	*engineMetrics
 }
 
@@ -208,13 +217,17 @@ func (e *runEngine) Generate(ctx context.Context, prompt []int64, o serve.Option
 	steps := max(1, min(o.MaxTokens, e.ladder.Max()-len(prompt)))
 	progress, done := e.sequence(e.shape, len(prompt))
 	defer done()
+	start := time.Now()
 	sum, err := runtime.Run(ctx, e.comp, e.shape, runtime.RunConfig{
 		Ladder: e.ladder, Policy: e.policy, Prompt: prompt, DecodeTokens: steps, Decoding: dec,
-		PrefillChunk: e.prefillChunk, ProcessStart: time.Now(), Progress: progress,
+		PrefillChunk: e.prefillChunk, ProcessStart: start, Progress: progress,
 		Background: runtime.BackgroundOptions{Nice: defaultCompileNice},
 	})
 	if sum != nil {
 		e.record(sum)
+		if e.trace != nil {
+			e.trace(sum, start)
+		}
 	}
 	if err != nil {
 		return fin, err

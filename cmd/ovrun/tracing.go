@@ -82,6 +82,14 @@ func startObserver(c *cli.Context) (*observer, error) {
 // started), flushes them and stops the profile. It runs after success,
 // failure and Ctrl-C alike; what goes wrong here is reported on one line
 // and never replaces the run's own outcome.
+// emit adds the spans of one run that started at start (a served
+// request's) without flushing; finish flushes.
+func (o *observer) emit(s *runtime.Summary, start time.Time) {
+	if o.tp != nil {
+		runtime.EmitSpans(context.WithoutCancel(o.ctx), o.tp.Tracer(tracing.ScopeName), s, start)
+	}
+}
+
 func (o *observer) finish(s *runtime.Summary) {
 	if o.tp != nil {
 		// After Ctrl-C the flush still runs (a second Ctrl-C exits at once);
