@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/ovtoolkit/ovrun/internal/testenv"
+	"github.com/ovtoolkit/ovrun/tracing"
 )
 
 // ovrun serve with the real model, driven by the real openai Python client:
@@ -21,8 +22,9 @@ import (
 // prompt too long for the ladder, then SIGTERM and a clean exit.
 func TestServeWithOpenAIClient(t *testing.T) {
 	g := testenv.SmolLM2(t)
+	traces := filepath.Join(t.TempDir(), "serve.otlp.json")
 	cmd := exec.Command(ovrunBin, "serve", "--model", g, "--precision", "f32", "--addr", "127.0.0.1:0",
-		"--ladder", "64,128,256", "--max-seqs", "1")
+		"--ladder", "64,128,256", "--max-seqs", "1", "--trace-out", traces)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -119,6 +121,20 @@ func TestServeWithOpenAIClient(t *testing.T) {
 			t.Errorf("after SIGTERM: %v", err)
 		}
 	case <-time.After(30 * time.Second):
-		t.Error("ovrun serve did not exit within 30 s of SIGTERM")
+		t.Fatal("ovrun serve did not exit within 30 s of SIGTERM")
+	}
+	// One trace per request that reached the engine (3 chats, 1 completion).
+	spans, err := tracing.ReadTraceFile(traces)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := map[string]bool{}
+	for _, s := range spans {
+		if s.Name == "ovrun.run" {
+			ids[s.TraceID] = true
+		}
+	}
+	if len(ids) != 4 {
+		t.Errorf("%d request traces, want 4", len(ids))
 	}
 }
