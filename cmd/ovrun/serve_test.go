@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -104,6 +105,17 @@ func TestServeWithOpenAIClient(t *testing.T) {
 		`ovrun_requests_total{code="200",endpoint="chat"} 3`, `ovrun_requests_total{code="400",endpoint="completions"} 1`} {
 		if !strings.Contains(string(metrics), want) {
 			t.Errorf("/metrics lacks %q", want)
+		}
+	}
+	// Every series the Grafana serving dashboard plots exists.
+	dash, err := os.ReadFile(filepath.Join("..", "..", "dashboards", "ovrun-serve.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range regexp.MustCompile(`ovrun_[a-z_]+`).FindAllString(string(dash), -1) {
+		base := strings.TrimSuffix(strings.TrimSuffix(name, "_bucket"), "_count")
+		if !strings.Contains(string(metrics), "# HELP "+base+" ") {
+			t.Errorf("dashboards/ovrun-serve.json plots %s, which /metrics does not have", name)
 		}
 	}
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
