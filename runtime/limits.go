@@ -9,6 +9,7 @@ import (
 	"syscall"
 	"unsafe"
 
+	"github.com/ovtoolkit/ovrun/ladder"
 	"github.com/ovtoolkit/ovrun/model"
 )
 
@@ -17,7 +18,7 @@ import (
 // Go or OpenVINO.
 const (
 	// MaxCapacity is the largest context capacity (and token count) accepted.
-	MaxCapacity = 1 << 24
+	MaxCapacity = ladder.MaxCapacity
 	// MaxNice is the largest nice value; 0 is the smallest a process may set
 	// without privileges.
 	MaxNice = 19

@@ -15,6 +15,7 @@ import (
 	"github.com/ovtoolkit/ovrun/model"
 	"github.com/ovtoolkit/ovrun/ov"
 	"github.com/ovtoolkit/ovrun/runtime"
+	"github.com/ovtoolkit/ovrun/runtime/ovexec"
 	"github.com/ovtoolkit/ovrun/tokenizer"
 )
 
@@ -70,7 +71,7 @@ func chatAction(c *cli.Context) error {
 		}
 		defer os.RemoveAll(tmpCache)
 	}
-	ck, comp, err := openModelWith(c, func(o *runtime.OVOptions) {
+	ck, comp, err := openModelWith(c, func(o *ovexec.Options) {
 		if tmpCache != "" {
 			o.CacheDir = tmpCache
 		}
@@ -127,7 +128,7 @@ func chatAction(c *cli.Context) error {
 
 // chatTurn renders the conversation, decodes one answer on the ladder while
 // streaming it to standard output, and returns the answer's text.
-func chatTurn(c *cli.Context, ck *model.Checkpoint, comp *runtime.OVCompiler, tok *tokenizer.Tokenizer, tmpl *chat.Template,
+func chatTurn(c *cli.Context, ck *model.Checkpoint, comp *ovexec.Compiler, tok *tokenizer.Tokenizer, tmpl *chat.Template,
 	ladder runtime.Ladder, policy runtime.Policy, msgs []chat.Message) (string, error) {
 	text, err := tmpl.Render(msgs, true)
 	if err != nil {

@@ -11,6 +11,7 @@ import (
 	"github.com/ovtoolkit/ovrun/model"
 	"github.com/ovtoolkit/ovrun/ov"
 	"github.com/ovtoolkit/ovrun/runtime"
+	"github.com/ovtoolkit/ovrun/runtime/ovexec"
 )
 
 // Flags shared by the commands that compile.
@@ -40,8 +41,8 @@ func compileFlags() []cli.Flag {
 	return []cli.Flag{modelFlag, deviceFlag, precisionFlag, weightsFlag, threadsFlag, cacheDirFlag, propFlag}
 }
 
-func ovOptions(c *cli.Context) (runtime.OVOptions, error) {
-	o := runtime.OVOptions{
+func ovOptions(c *cli.Context) (ovexec.Options, error) {
+	o := ovexec.Options{
 		Device:       strings.ToUpper(deviceFlag.Get(c)),
 		InferThreads: threadsFlag.Get(c),
 		CacheDir:     cacheDirFlag.Get(c),
@@ -60,12 +61,12 @@ func ovOptions(c *cli.Context) (runtime.OVOptions, error) {
 
 // openModel loads OpenVINO and the checkpoint, in that order, so a missing
 // library is reported before any work.
-func openModel(c *cli.Context) (*model.Checkpoint, *runtime.OVCompiler, error) {
+func openModel(c *cli.Context) (*model.Checkpoint, *ovexec.Compiler, error) {
 	return openModelWith(c, nil)
 }
 
 // openModelWith is openModel with the compile options adjusted by edit.
-func openModelWith(c *cli.Context, edit func(*runtime.OVOptions)) (*model.Checkpoint, *runtime.OVCompiler, error) {
+func openModelWith(c *cli.Context, edit func(*ovexec.Options)) (*model.Checkpoint, *ovexec.Compiler, error) {
 	opts, err := ovOptions(c)
 	if err != nil {
 		return nil, nil, err
@@ -80,7 +81,7 @@ func openModelWith(c *cli.Context, edit func(*runtime.OVOptions)) (*model.Checkp
 	if err != nil {
 		return nil, nil, err
 	}
-	comp, err := runtime.NewOVCompiler(ck, opts)
+	comp, err := ovexec.NewCompiler(ck, opts)
 	if err != nil {
 		ck.Close()
 		return nil, nil, err
