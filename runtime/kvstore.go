@@ -46,7 +46,7 @@ func NewKVStore(kind ladder.Store, shape KVShape, maxCapacity int) (KVStore, err
 	case ladder.StoreMax:
 		return NewMaxStore(shape, maxCapacity), nil
 	case ladder.StoreCopy:
-		return NewCopyStore(shape), nil
+		return NewCopyStore(shape, maxCapacity), nil
 	case ladder.StoreRemap:
 		return NewRemapStore(shape, maxCapacity), nil
 	}
@@ -107,15 +107,21 @@ func (s *MaxStore) Close() error {
 // buffer, copies the live tokens and frees the old one, so both exist
 // during the copy.
 type CopyStore struct {
-	shape KVShape
-	buf   *KVBuffer
-	kv    *KV
+	shape    KVShape
+	capacity int // the largest a buffer may grow to
+	buf      *KVBuffer
+	kv       *KV
 }
 
-// NewCopyStore is an empty CopyStore.
-func NewCopyStore(shape KVShape) *CopyStore { return &CopyStore{shape: shape} }
+// NewCopyStore is a CopyStore whose buffers grow up to capacity slots.
+func NewCopyStore(shape KVShape, capacity int) *CopyStore {
+	return &CopyStore{shape: shape, capacity: capacity}
+}
 
 func (s *CopyStore) Open(capacity int) (*KV, error) {
+	if capacity > s.capacity {
+		return nil, fmt.Errorf("%w: a buffer of %d slots in a store of at most %d", ErrCapacity, capacity, s.capacity)
+	}
 	buf, err := AllocKV(s.shape, capacity, true)
 	if err != nil {
 		return nil, err
@@ -128,6 +134,9 @@ func (s *CopyStore) Open(capacity int) (*KV, error) {
 func (s *CopyStore) Grow(capacity, live int, observe func(int64)) (*KV, int64, error) {
 	if s.buf == nil {
 		return nil, 0, errNotOpen
+	}
+	if capacity > s.capacity {
+		return nil, 0, fmt.Errorf("%w: a buffer of %d slots in a store of at most %d", ErrCapacity, capacity, s.capacity)
 	}
 	nb, err := AllocKV(s.shape, capacity, true)
 	if err != nil {

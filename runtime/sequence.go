@@ -51,6 +51,7 @@ type Sequence struct {
 	logits  []float32 // the last step's logits (a copy: the graph is shared)
 	step    int       // decode steps done
 	stopped bool      // the last prediction ended the generation
+	started bool
 	done    bool
 
 	meter         kvMeter
@@ -119,10 +120,13 @@ func (q *Sequence) note(format string, args ...any) {
 	q.s.Notes = append(q.s.Notes, fmt.Sprintf(format, args...))
 }
 
-// Run starts the sequence and decodes until it is done.
+// Run starts the sequence, unless Start already did, and decodes until it
+// is done.
 func (q *Sequence) Run(ctx context.Context) error {
-	if err := q.Start(ctx); err != nil {
-		return err
+	if !q.started {
+		if err := q.Start(ctx); err != nil {
+			return err
+		}
 	}
 	for !q.done {
 		if err := q.Step(ctx); err != nil {
@@ -136,6 +140,10 @@ func (q *Sequence) Run(ctx context.Context) error {
 // for graphs other sequences compile), allocates the KV store and prefills
 // the prompt: the first prediction is made.
 func (q *Sequence) Start(ctx context.Context) error {
+	if q.started {
+		return errors.New("the sequence was already started")
+	}
+	q.started = true
 	if err := q.compileForeground(ctx); err != nil {
 		return err
 	}
@@ -253,6 +261,9 @@ func (q *Sequence) prefill() error {
 func (q *Sequence) Step(ctx context.Context) error {
 	if q.done {
 		return nil
+	}
+	if !q.started {
+		return errors.New("step before the sequence was started")
 	}
 	i := q.step + 1
 	if err := ctx.Err(); err != nil {
