@@ -7,9 +7,9 @@ import (
 	goruntime "runtime"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
-	"unsafe"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/ovtoolkit/ovrun/model"
 )
@@ -237,21 +237,21 @@ func (w *compileWorker) threadError() error {
 
 // applyThreadOptions sets the calling OS thread's CPU affinity and nice value.
 func applyThreadOptions(o BackgroundOptions) error {
-	tid := syscall.Gettid()
+	tid := unix.Gettid()
 	if len(o.CPUs) > 0 {
-		var mask [16]uint64 // up to 1024 CPUs
+		var set unix.CPUSet // up to 1024 CPUs
 		for _, c := range o.CPUs {
-			if c < 0 || c >= 64*len(mask) {
+			if c < 0 || c >= maxCPU {
 				return fmt.Errorf("compile cpu %d out of range", c)
 			}
-			mask[c/64] |= 1 << (c % 64)
+			set.Set(c)
 		}
-		if _, _, e := syscall.RawSyscall(syscall.SYS_SCHED_SETAFFINITY, uintptr(tid), unsafe.Sizeof(mask), uintptr(unsafe.Pointer(&mask[0]))); e != 0 {
-			return fmt.Errorf("pin compile thread to cpus %v: %w", o.CPUs, e)
+		if err := unix.SchedSetaffinity(tid, &set); err != nil {
+			return fmt.Errorf("pin compile thread to cpus %v: %w", o.CPUs, err)
 		}
 	}
 	if o.Nice != 0 {
-		if err := syscall.Setpriority(syscall.PRIO_PROCESS, tid, o.Nice); err != nil {
+		if err := unix.Setpriority(unix.PRIO_PROCESS, tid, o.Nice); err != nil {
 			return fmt.Errorf("set compile thread nice %d: %w", o.Nice, err)
 		}
 	}
