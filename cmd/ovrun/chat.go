@@ -63,7 +63,7 @@ func chatAction(c *cli.Context) error {
 	if n := chatMaxNewFlag.Get(c); n < 1 {
 		return fmt.Errorf("--max-new-tokens %d: want at least 1", n)
 	}
-	interactive := isTerminal(os.Stdin)
+	interactive := cliutil.IsTerminal(os.Stdin)
 	var tmpCache string
 	if interactive && cacheDirFlag.Get(c) == "" {
 		if tmpCache, err = os.MkdirTemp("", "ovrun-chat-cache-"); err != nil {
@@ -171,9 +171,4 @@ func chatTurn(c *cli.Context, ck *model.Checkpoint, comp *ovexec.Compiler, tok *
 		werr = cliutil.WriteJSON(p, sum)
 	}
 	return sum.Text, errors.Join(runErr, werr)
-}
-
-func isTerminal(f *os.File) bool {
-	fi, err := f.Stat()
-	return err == nil && fi.Mode()&os.ModeCharDevice != 0
 }

@@ -110,7 +110,7 @@ func abAction(c *cli.Context) error {
 		defer os.RemoveAll(dir)
 		cfg.LogitsDir = dir
 	}
-	st := newStatus(quietFlag.Get(c))
+	st := cliutil.NewStatus(os.Stderr, quietFlag.Get(c))
 	run := func(ctx context.Context, v abtest.Variant, dumpLogits string) (*abtest.Measurement, error) {
 		o := once
 		o.DumpLogits = dumpLogits
@@ -118,12 +118,12 @@ func abAction(c *cli.Context) error {
 	}
 	rep, err := abtest.Run(c.Context, cfg, run, func(p abtest.Progress) {
 		if p.Warmup {
-			st.show("warm-up %s (excluded; equivalence logits)", p.Variant)
+			st.Show("warm-up %s (excluded; equivalence logits)", p.Variant)
 			return
 		}
-		st.show("trial %d of %d: %s (pair %d)  ETA %s", p.Trial, p.Total, p.Variant, p.Pair, eta(p.ETA))
+		st.Show("trial %d of %d: %s (pair %d)  ETA %s", p.Trial, p.Total, p.Variant, p.Pair, eta(p.ETA))
 	})
-	st.done()
+	st.Clear()
 	if rep == nil {
 		return err
 	}

@@ -19,11 +19,11 @@ var (
 	modelFlag     = &cli.StringFlag{Name: "model", Usage: "checkpoint `DIR` in Hugging Face layout (config.json, *.safetensors)", EnvVars: []string{"OVRUN_MODEL"}}
 	capacityFlag  = &cli.IntFlag{Name: "capacity", Usage: "context capacity `C` of the graph"}
 	chunkFlag     = &cli.IntFlag{Name: "chunk", Value: 1, Usage: "tokens per call of the graph: 1 is the decode graph, >1 a prefill graph"}
-	deviceFlag    = &cli.StringFlag{Name: "device", Value: "CPU", Usage: "OpenVINO `DEVICE`: CPU, GPU or NPU", EnvVars: []string{"OVRUN_DEVICE"}}
-	precisionFlag = &cli.StringFlag{Name: "precision", Usage: "inference precision hint `f32|bf16|f16` (default: the device's)", Action: func(_ *cli.Context, v string) error { _, err := cliutil.ParsePrecision(v); return err }}
-	propFlag      = &cli.StringSliceFlag{Name: "prop", Usage: "extra compile property `KEY=VALUE` (repeatable)"}
+	deviceFlag    = cliutil.DeviceFlag()
+	precisionFlag = cliutil.PrecisionFlag()
+	propFlag      = cliutil.PropFlag()
 	jsonFlag      = &cli.StringFlag{Name: "json", Usage: "write the machine-readable result to `FILE`"}
-	quietFlag     = &cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}, Usage: "no progress output"}
+	quietFlag     = cliutil.QuietFlag()
 )
 
 func compileFlags() []cli.Flag {
@@ -64,32 +64,6 @@ func onceConfig(c *cli.Context, capacity int) (abtest.OnceConfig, error) {
 	}
 	cfg.Props, err = cliutil.ParseProps(propFlag.Get(c))
 	return cfg, err
-}
-
-// status draws one progress line on a terminal (stderr) and nothing otherwise.
-type status struct {
-	on    bool
-	drawn bool
-}
-
-func newStatus(quiet bool) *status {
-	fi, err := os.Stderr.Stat()
-	return &status{on: !quiet && err == nil && fi.Mode()&os.ModeCharDevice != 0}
-}
-
-func (s *status) show(format string, args ...any) {
-	if !s.on {
-		return
-	}
-	fmt.Fprintf(os.Stderr, "\r\033[K"+format, args...)
-	s.drawn = true
-}
-
-func (s *status) done() {
-	if s.drawn {
-		fmt.Fprint(os.Stderr, "\r\033[K")
-		s.drawn = false
-	}
 }
 
 func eta(d time.Duration) string {
