@@ -1,6 +1,9 @@
 package runtime
 
-import "github.com/ovtoolkit/ovrun/compilecost"
+import (
+	"github.com/ovtoolkit/ovrun/compilecost"
+	"github.com/ovtoolkit/ovrun/ladder"
+)
 
 // Budget is one rung's compile budget from a compile-cost profile: the
 // predicted compile time, the decode window it had to fit in when it was
@@ -16,15 +19,13 @@ type Budget struct {
 	MissedS    float64 `json:"deadline_missed_by_s"` // predicted miss at launch, when positive
 }
 
-// minRateSteps is how many decode steps of a rung the budgeted schedule
-// waits for before it trusts the measured step time.
-const minRateSteps = 8
-
 // Budgeted is the one-ahead schedule with per-rung budgets from a
-// compile-cost profile: once a rung's decode rate is measured it predicts
-// each pending successor's deadline, and when the rung after next cannot be
-// compiled within the next rung's decode window it launches it at once, two
-// ahead, so that it also gets the rest of this rung's window.
+// compile-cost profile, following ladder's launch rule: once a rung's
+// decode rate is measured (ladder.RateSteps steps) it predicts each pending
+// successor's deadline, and when the rung after next cannot be compiled
+// within the next rung's decode window (ladder.LaunchTwoAhead) it launches
+// it at once, two ahead, so that it also gets the rest of this rung's
+// window.
 type Budgeted struct {
 	OneAhead
 	profile *compilecost.Profile
@@ -68,15 +69,19 @@ func (b *Budgeted) Stepped(l Launcher, cur int, st float64, pos int) {
 	if two >= l.Rungs() || l.Launched(two) {
 		return
 	}
-	nextCap := l.Capacity(cur + 1)
+	caps := make([]int, l.Rungs())
+	for i := range caps {
+		caps[i] = l.Capacity(i)
+	}
+	nextCap := caps[cur+1]
 	nextPred, _ := b.profile.Predict(nextCap)
-	pred, _ := b.profile.Predict(l.Capacity(two))
+	pred, _ := b.profile.Predict(caps[two])
 	// One ahead, rung two would start when the next rung begins decoding and
 	// would have that rung's whole window.
-	window := float64(nextCap-l.Capacity(cur)) * st
-	if pred <= window {
+	if !ladder.LaunchTwoAhead(caps, cur, st, pred) {
 		return
 	}
+	window := ladder.TwoAheadWindow(caps, cur, st)
 	// Launched now it queues behind the next rung's compile and gets this
 	// rung's remaining window as well.
 	earlyWindow := float64(nextCap-pos)*st - nextPred

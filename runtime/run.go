@@ -70,19 +70,21 @@ func Run(ctx context.Context, comp Compiler, shape KVShape, cfg RunConfig) (*Sum
 		return fail(errors.Join(err, l.Close()))
 	}
 	err = q.Run(ctx)
+	// The run ends with its last token, not when the ladder has finished
+	// compiling rungs it launched and no longer needs.
+	end := q.now()
+	q.finish(end)
 	// The graphs go first: nothing may run over the KV once it is freed.
 	err = errors.Join(err, l.Close(), q.Close())
 	if terr := l.ThreadError(); terr != nil {
 		q.note("background compile thread options not applied: %v", terr)
 	}
-	finish(s, l, q, err)
+	finish(s, l, q, end, err)
 	return s, err
 }
 
-// finish fills the totals of a run's summary; err is its outcome.
-func finish(s *Summary, l *CompiledLadder, q *Sequence, err error) {
-	end := q.now()
-	q.finish(end)
+// finish fills the ladder's part of a run's summary and its outcome.
+func finish(s *Summary, l *CompiledLadder, q *Sequence, end time.Time, err error) {
 	l.record(s, q.cfg.ProcessStart)
 	s.SuccessorCompileOverlappedS = overlap(l.backgroundJobs(), q.decodeWindows, end)
 	if q.l.cfg.CompileCost != nil {

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/ovtoolkit/ovrun/ladder"
 )
 
 // SequenceConfig is one generation on a CompiledLadder.
@@ -344,7 +346,7 @@ func (q *Sequence) predict(logits []float32) bool {
 // before enough steps.
 func (q *Sequence) stepTime() float64 {
 	rs := q.s.Rungs[q.cur]
-	if rs.FirstStep < 0 || rs.LastStep-rs.FirstStep < minRateSteps-1 || rs.DecodeS <= 0 {
+	if rs.FirstStep < 0 || rs.LastStep-rs.FirstStep < ladder.RateSteps-1 || rs.DecodeS <= 0 {
 		return 0
 	}
 	return rs.DecodeS / float64(rs.LastStep-rs.FirstStep+1)
