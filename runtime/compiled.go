@@ -375,6 +375,7 @@ func (l *CompiledLadder) move(q *Sequence, to int) error {
 		if r.job == nil || !r.job.ready() || l.needed(k) {
 			continue
 		}
+		l.observe(r, r.job) // a compile only a finished sequence waited for is still recorded
 		errs = append(errs, l.work.drop(r.job))
 		r.job = nil
 	}
