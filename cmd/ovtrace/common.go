@@ -12,6 +12,7 @@ import (
 
 	"github.com/ovtoolkit/ovrun/internal/abtest"
 	"github.com/ovtoolkit/ovrun/internal/cliutil"
+	"github.com/ovtoolkit/ovrun/ladder"
 )
 
 // Flags shared by the commands that compile.
@@ -30,8 +31,8 @@ func compileFlags() []cli.Flag {
 	return []cli.Flag{modelFlag, chunkFlag, deviceFlag, precisionFlag, propFlag}
 }
 
-// maxCapacity is runtime.MaxCapacity, the largest capacity accepted.
-const maxCapacity = 1 << 24
+// maxCapacity is the largest capacity accepted.
+const maxCapacity = ladder.MaxCapacity
 
 // onceConfig reads the compile flags; capacity is the graph's (0 where the
 // command measures a whole ladder).

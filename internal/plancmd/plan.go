@@ -15,6 +15,7 @@ import (
 	"github.com/ovtoolkit/ovrun/compilecost"
 	"github.com/ovtoolkit/ovrun/internal/cliutil"
 	"github.com/ovtoolkit/ovrun/internal/safefile"
+	"github.com/ovtoolkit/ovrun/ladder"
 )
 
 // Command is the plan subcommand.
@@ -67,8 +68,8 @@ type Report struct {
 	Results     []compilecost.SimResult `json:"results"`
 }
 
-// maxTokens is runtime.MaxCapacity (plan does not link OpenVINO).
-const maxTokens = 1 << 24
+// maxTokens is the largest capacity and token count accepted.
+const maxTokens = ladder.MaxCapacity
 
 // checkFlags validates every number before any work: finite, in range.
 func checkFlags(c *cli.Context) error {
