@@ -5,37 +5,41 @@ import (
 	"fmt"
 	"math"
 	"slices"
+
+	"github.com/ovtoolkit/ovrun/ladder"
 )
 
-// Run policies (the names of `ovrun run --policy`).
+// Run policies (the names of `ovrun run --policy`, ladder.Policies). The
+// simulator takes each policy's compile schedule and KV store from its row
+// of ladder.Rows, with one deliberate difference: it models pyramid as
+// OpenVINO's NPUW does, repacking the live KV at a switch (charged as
+// MigrateS), where ovrun's pyramid views a prefix and copies nothing.
 const (
 	// PolicyDirect compiles one graph at the largest capacity up front and
 	// reserves the largest KV (B0).
-	PolicyDirect = "direct"
+	PolicyDirect = string(ladder.Direct)
 	// PolicyPyramid compiles every rung up front, one after another, and
 	// reserves one KV buffer of the largest capacity (B1). A switch repacks
 	// the live KV for the larger graph, charged as MigrateS.
-	PolicyPyramid = "pyramid"
+	PolicyPyramid = string(ladder.Pyramid)
 	// PolicyGrowEager compiles every rung up front and keeps KV sized to the
 	// current rung, copying live KV forward at each boundary; old and new
 	// buffers coexist during the copy (I1).
-	PolicyGrowEager = "grow-eager"
+	PolicyGrowEager = string(ladder.GrowEager)
 	// PolicyGrowOneAhead compiles the first rung in the foreground and each
 	// successor in the background while the rung before it decodes, one
 	// compile at a time; KV as in grow-eager (I2).
-	PolicyGrowOneAhead = "grow-one-ahead"
+	PolicyGrowOneAhead = string(ladder.GrowOneAhead)
 	// PolicyLazy compiles each successor at its boundary, so every boundary
 	// waits for a full compile; KV as in grow-eager.
-	PolicyLazy = "lazy"
+	PolicyLazy = string(ladder.Lazy)
 	// PolicyGrowRemap schedules compiles like grow-one-ahead but grows KV by
 	// remapping: no migrate time and no moment with two buffers.
-	PolicyGrowRemap = "grow-remap"
+	PolicyGrowRemap = string(ladder.GrowRemap)
 )
 
 // Policies returns the policy names Simulate accepts.
-func Policies() []string {
-	return []string{PolicyDirect, PolicyPyramid, PolicyGrowEager, PolicyGrowOneAhead, PolicyLazy, PolicyGrowRemap}
-}
+func Policies() []string { return ladder.Names() }
 
 // ErrInvalidSimConfig is wrapped by SimConfig.Validate's errors.
 var ErrInvalidSimConfig = errors.New("invalid simulation config")
@@ -66,9 +70,12 @@ type SimConfig struct {
 	// graph to the toCap graph, seconds; nil means free.
 	MigrateS func(fromCap, toCap, liveTokens int) float64
 	// Lookahead is how many rungs ahead of the current one a background
-	// compile may run (grow-one-ahead and grow-remap): 0 chooses per rung,
-	// one ahead when its one-ahead Deadline is met and two ahead when it is
-	// not; k >= 1 fixes it. Background compiles still run one at a time.
+	// compile may run (grow-one-ahead and grow-remap): 0 follows the
+	// runtime's launch rule (ladder.LaunchTwoAhead: one ahead, and two ahead
+	// once the rung before the previous one has decoded ladder.RateSteps
+	// steps and the compile would not fit the previous rung's window); k >= 1
+	// launches rung j when rung j-k is bound. Background compiles still run
+	// one at a time.
 	Lookahead int
 	// KVBytesPerToken is the KV size of one token over all layers, bytes.
 	KVBytesPerToken int64

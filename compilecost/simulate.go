@@ -3,6 +3,8 @@ package compilecost
 import (
 	"fmt"
 	"slices"
+
+	"github.com/ovtoolkit/ovrun/ladder"
 )
 
 // SimRung is the predicted timeline of one rung. Times ending in _start_s
@@ -104,17 +106,21 @@ type SimResult struct {
 
 // Simulate predicts the timeline of cfg.Policy on one request.
 //
-// All up-front compiles run one after another from time 0, then prefill on
-// the first rung, then decode. Background compiles (grow-one-ahead,
-// grow-remap) run one at a time: the compile of rung j may start once rung
-// j-L is bound (L from SimConfig.Lookahead; the first background compile
-// starts when the first rung is bound, so it overlaps prefill) and once the
-// previous background compile ends. At a boundary the step waits until the
-// successor's graph is ready, the successor is bound, KV is migrated
-// (MigrateS; none for grow-remap) and decode continues. Lazy compiles the
-// successor at the boundary. Decode steps take DecodeStepS of the current
-// rung (of the largest for direct), times BackgroundSlowdown while a
-// background compile runs.
+// It follows the runtime: each policy's row of ladder.Rows names its
+// compile schedule and KV store, and background compiles follow ladder's
+// launch rule. Up-front compiles (of the first rung the prompt needs and
+// every larger one) run one after another from time 0, then prefill on the
+// first rung, then decode. Background compiles (grow-one-ahead, grow-remap)
+// run one at a time, in launch order: rung j+1 is launched when rung j is
+// bound (the first background compile when the first rung is bound, so it
+// overlaps prefill), and rung j+2 at once, two ahead, when the rule says so
+// after ladder.RateSteps steps of rung j (SimConfig.Lookahead = k >= 1
+// replaces the rule: rung j is launched when rung j-k is bound). At a
+// boundary the step waits until the successor's graph is ready, the
+// successor is bound, KV is migrated (MigrateS; none for grow-remap) and
+// decode continues. Lazy compiles the successor at the boundary. Decode
+// steps take DecodeStepS of the current rung (of the largest for direct),
+// times BackgroundSlowdown while a background compile runs.
 func Simulate(cfg SimConfig) SimResult {
 	res := SimResult{
 		Policy:       cfg.Policy,
@@ -141,18 +147,17 @@ func Simulate(cfg SimConfig) SimResult {
 // plan holds the derived quantities of a validated config.
 type plan struct {
 	cfg        SimConfig
-	ladder     []int     // the rungs decode may use (just the largest for direct)
-	compile    []float64 // compile time per ladder index
-	decodeStep []float64 // decode step time per ladder index
-	steps      int       // tokens decoded
-	r0, rEnd   int       // first and last rung decoded on
+	row        ladder.Row // the policy's schedule and store
+	ladder     []int      // the rungs decode may use (just the largest for direct)
+	compile    []float64  // compile time per ladder index
+	decodeStep []float64  // decode step time per ladder index
+	steps      int        // tokens decoded
+	r0, rEnd   int        // first and last rung decoded on
 }
 
 func newPlan(cfg SimConfig) (*plan, error) {
-	p := &plan{cfg: cfg, ladder: cfg.Ladder}
-	if cfg.Policy == PolicyDirect {
-		p.ladder = cfg.Ladder[len(cfg.Ladder)-1:]
-	}
+	p := &plan{cfg: cfg, row: ladder.Policy(cfg.Policy).Row()}
+	p.ladder = p.row.Rungs(cfg.Ladder)
 	maxCap := p.ladder[len(p.ladder)-1]
 	p.steps = min(cfg.DecodeTokens, maxCap-cfg.PromptTokens)
 	var ok bool
@@ -185,13 +190,10 @@ func (p *plan) count(j int) int { return max(p.last(j)-p.first(j)+1, 0) }
 // slowdown returns the decode step multiplier while a background compile runs.
 func (p *plan) slowdown() float64 { return max(p.cfg.BackgroundSlowdown, 1) }
 
-// copies reports whether the policy moves KV at a boundary.
+// copies reports whether the policy moves KV at a boundary: a copying
+// store, or pyramid's repack (see Policies).
 func (p *plan) copies() bool {
-	switch p.cfg.Policy {
-	case PolicyPyramid, PolicyGrowEager, PolicyGrowOneAhead, PolicyLazy:
-		return true
-	}
-	return false
+	return p.row.Store == ladder.StoreCopy || p.row.Policy == ladder.Pyramid
 }
 
 // migrate returns the migrate time from rung j to rung j+1; live KV at a
@@ -210,16 +212,13 @@ func (p *plan) migrate(j int) (float64, error) {
 
 // reserved returns the KV bytes allocated while rung j is current.
 func (p *plan) reserved(j int) int64 {
-	switch p.cfg.Policy {
-	case PolicyDirect, PolicyPyramid:
+	if p.row.Store == ladder.StoreMax {
 		return int64(p.cfg.Ladder[len(p.cfg.Ladder)-1]) * p.cfg.KVBytesPerToken
 	}
 	return int64(p.ladder[j]) * p.cfg.KVBytesPerToken
 }
 
-func (p *plan) background() bool {
-	return p.cfg.Policy == PolicyGrowOneAhead || p.cfg.Policy == PolicyGrowRemap
-}
+func (p *plan) background() bool { return p.row.Schedule == ladder.OneAhead }
 
 // interval is a busy span of the background compiler.
 type interval struct{ start, end float64 }
@@ -281,12 +280,13 @@ func (p *plan) run(res *SimResult) error {
 		return r
 	}
 
-	// Up-front compiles.
+	// Up-front compiles: the first rung, and for an up-front schedule every
+	// larger one (the runtime never compiles a rung below the first).
 	var t float64
 	upFront := []int{p.r0}
-	if cfg.Policy == PolicyPyramid || cfg.Policy == PolicyGrowEager {
+	if p.row.Schedule == ladder.UpFront {
 		upFront = upFront[:0]
-		for j := range p.ladder {
+		for j := p.r0; j < len(p.ladder); j++ {
 			upFront = append(upFront, j)
 		}
 	}
@@ -298,8 +298,8 @@ func (p *plan) run(res *SimResult) error {
 	}
 	res.ForegroundCompileS = t
 
-	// Background schedule: lookahead per rung, from the deadlines.
-	lookahead := map[int]int{}
+	// Background schedule: one ahead (or SimConfig.Lookahead ahead) at each
+	// bind; the rule's two-ahead launches are made while decoding, below.
 	var deadlines map[int]Deadline
 	if p.background() {
 		ds, err := p.deadlines()
@@ -310,42 +310,62 @@ func (p *plan) run(res *SimResult) error {
 		for _, d := range ds {
 			j, _ := RungFor(p.ladder, d.Capacity)
 			deadlines[j] = d
-			switch {
-			case cfg.Lookahead > 0:
-				lookahead[j] = cfg.Lookahead
-			case d.Met:
-				lookahead[j] = 1
-			case j-2 >= p.r0:
-				lookahead[j] = 2
-				res.Notes = append(res.Notes, fmt.Sprintf("rung %d: one-ahead deadline misses by %.2f s; launching two ahead", d.Capacity, -d.SlackS))
-			default:
-				lookahead[j] = 1
-				res.Notes = append(res.Notes, fmt.Sprintf("rung %d: one-ahead deadline misses by %.2f s; no earlier rung to launch from", d.Capacity, -d.SlackS))
-			}
 		}
 	}
+	ahead := max(cfg.Lookahead, 1)
 	bind := map[int]float64{p.r0: t}
 	var busy []interval
 	nextBG := p.r0 + 1
 	var bgFree float64 // when the background compiler is next idle
+	launch := func(j, ahead int, at float64) {
+		r := newRung(j)
+		r.Lookahead = ahead
+		d := deadlines[j]
+		r.Deadline = &d
+		r.CompileStartS = max(at, bgFree)
+		r.CompileEndS = r.CompileStartS + p.compile[j]
+		bgFree = r.CompileEndS
+		busy = append(busy, interval{r.CompileStartS, r.CompileEndS})
+		res.BackgroundCompileS += p.compile[j]
+		nextBG++
+	}
 	scheduleBackground := func(current int) {
 		for p.background() && nextBG <= p.rEnd {
 			j := nextBG
-			anchor := max(j-lookahead[j], p.r0)
+			anchor := max(j-ahead, p.r0)
 			if anchor > current {
 				return
 			}
-			r := newRung(j)
-			r.Lookahead = lookahead[j]
-			d := deadlines[j]
-			r.Deadline = &d
-			r.CompileStartS = max(bind[anchor], bgFree)
-			r.CompileEndS = r.CompileStartS + p.compile[j]
-			bgFree = r.CompileEndS
-			busy = append(busy, interval{r.CompileStartS, r.CompileEndS})
-			res.BackgroundCompileS += p.compile[j]
-			nextBG++
+			if d := deadlines[j]; cfg.Lookahead == 0 && !d.Met {
+				why := "stays one ahead"
+				if j-2 < p.r0 {
+					why = "no earlier rung to launch from"
+				}
+				res.Notes = append(res.Notes, fmt.Sprintf("rung %d: one-ahead deadline misses by %.2f s; %s", d.Capacity, -d.SlackS, why))
+			}
+			launch(j, ahead, bind[anchor])
 		}
+	}
+	// twoAhead applies the launch rule on rung j, decoding from start: once
+	// ladder.RateSteps steps are measured, rung j+2 goes two ahead when its
+	// compile does not fit rung j+1's window.
+	twoAhead := func(j int, start float64) {
+		two := j + 2
+		if !p.background() || cfg.Lookahead != 0 || nextBG != two || two > p.rEnd || p.count(j) < ladder.RateSteps {
+			return
+		}
+		at := advance(start, float64(ladder.RateSteps)*p.decodeStep[j], busy, p.slowdown())
+		step := (at - start) / ladder.RateSteps
+		if !ladder.LaunchTwoAhead(p.ladder, j, step, p.compile[two]) {
+			return
+		}
+		note := fmt.Sprintf("rung %d: predicted compile %.2f s exceeds rung %d's %.2f s decode window; launching it two ahead",
+			p.ladder[two], p.compile[two], p.ladder[j+1], ladder.TwoAheadWindow(p.ladder, j, step))
+		if d := deadlines[two]; !d.Met {
+			note = fmt.Sprintf("rung %d: one-ahead deadline misses by %.2f s; launching two ahead", d.Capacity, -d.SlackS)
+		}
+		res.Notes = append(res.Notes, note)
+		launch(two, 2, at)
 	}
 
 	// Prefill, then decode rung by rung.
@@ -356,6 +376,7 @@ func (p *plan) run(res *SimResult) error {
 	peak := p.reserved(p.r0)
 	for j := p.r0; j <= p.rEnd; j++ {
 		scheduleBackground(j)
+		twoAhead(j, t)
 		r := rungs[j]
 		r.DecodeStartS = t
 		n, f0 := p.count(j), p.first(j)

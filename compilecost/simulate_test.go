@@ -3,6 +3,7 @@ package compilecost
 import (
 	"encoding/json"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -207,8 +208,10 @@ func checkSim(t *testing.T, got SimResult, want wantSim) {
 
 // TestSimulateTwoAhead: 200 compiles in 2 s but 400 takes 15 s, longer
 // than 200's window (1 s migrate + 10 s decode), so one-ahead waits 4 s.
-// Automatic lookahead launches 400 two ahead, right after 200's compile
-// ([12,27]), and the boundary at 28 finds it ready.
+// Fixed two-ahead launches 400 when 100 is bound, right after 200's
+// compile ([12,27]); the runtime's rule (automatic) launches it after 8
+// steps of 100 ([12.8,27.8]), when 15 s > 100 slots x 0.1 s; either way the
+// boundary at 28 finds it ready.
 func TestSimulateTwoAhead(t *testing.T) {
 	cfg := base(PolicyGrowOneAhead)
 	cfg.CompileS = func(c int) float64 { return map[int]float64{100: 10, 200: 2, 400: 15}[c] }
@@ -240,6 +243,11 @@ func TestSimulateTwoAhead(t *testing.T) {
 			{400, 12, 27, false, true, 0, 1, 200e3, 150, 299, 29, 44},
 		},
 	}
+	// The rule: 400 launches after 8 steps of 100, [12.8,27.8]; overlap
+	// [12.8,17]+[18,27.8] = 14 as before.
+	ruleTwoAhead := twoAhead
+	ruleTwoAhead.rungs = slices.Clone(twoAhead.rungs)
+	ruleTwoAhead.rungs[2].compileStart, ruleTwoAhead.rungs[2].compileEnd = 12.8, 27.8
 	tests := []struct {
 		name      string
 		lookahead int
@@ -248,7 +256,7 @@ func TestSimulateTwoAhead(t *testing.T) {
 		noteHas   string
 	}{
 		{name: "fixed one ahead waits", lookahead: 1, want: oneAhead, wantL400: 1, noteHas: "rung 400: not ready at boundary; waited 4.00 s"},
-		{name: "automatic goes two ahead", lookahead: 0, want: twoAhead, wantL400: 2, noteHas: "rung 400: one-ahead deadline misses by 4.00 s; launching two ahead"},
+		{name: "automatic goes two ahead", lookahead: 0, want: ruleTwoAhead, wantL400: 2, noteHas: "rung 400: one-ahead deadline misses by 4.00 s; launching two ahead"},
 		{name: "fixed two ahead", lookahead: 2, want: twoAhead, wantL400: 2},
 		{name: "fixed three ahead is capped by the ladder", lookahead: 3, want: twoAhead, wantL400: 3},
 	}

@@ -479,8 +479,9 @@ func FuzzLoadConfig(f *testing.F) {
 		if len(specs) > 16*configLimits["num_hidden_layers"]+4 {
 			t.Fatalf("%d tensors required", len(specs))
 		}
-		if c.KVBytesPerToken() <= 0 || ParamCount(c) <= 0 {
-			t.Fatalf("non-positive sizes: %d KV bytes per token, %d parameters", c.KVBytesPerToken(), ParamCount(c))
+		// f32 K and V of one token across layers, as the runtime sizes caches.
+		if kv := int64(2*c.NumHiddenLayers*c.KVHeads()*c.HeadDim()) * 4; kv <= 0 || ParamCount(c) <= 0 {
+			t.Fatalf("non-positive sizes: %d KV bytes per token, %d parameters", kv, ParamCount(c))
 		}
 	})
 }

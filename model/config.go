@@ -90,11 +90,6 @@ func (c *Config) Theta() float64 {
 	return 10000
 }
 
-// KVBytesPerToken is the f32 K plus V bytes one token occupies across layers.
-func (c *Config) KVBytesPerToken() int64 {
-	return int64(2 * c.NumHiddenLayers * c.KVHeads() * c.HeadDim() * 4)
-}
-
 // MaxConfigBytes is the largest config.json read; real ones are a few KiB.
 const MaxConfigBytes = 1 << 20
 

@@ -97,7 +97,7 @@ func MeasureContention(ctx context.Context, comp Compiler, shape KVShape, cfg Co
 	res.AloneTokensPerS = float64(cfg.Steps) / alone
 
 	spec := model.GraphSpec{Capacity: cfg.CompileCapacity, Chunk: 1}
-	sch := newScheduler(ctx, comp, cfg.Background, 2, time.Now)
+	sch := newCompileWorker(ctx, comp, cfg.Background, time.Now)
 	solo := sch.background(spec)
 	<-solo.done
 	if solo.err != nil {

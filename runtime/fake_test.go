@@ -42,6 +42,7 @@ type fakeCompiler struct {
 	stepT    time.Duration         // simulated time per step
 	open     atomic.Int64          // executables not yet closed
 	poison   map[int]bool          // last positions whose logits are NaN
+	exes     []*fakeExecutable     // every executable made, in order
 }
 
 func newFakeCompiler(shape KVShape, vocab int, clock *fakeClock) *fakeCompiler {
@@ -77,7 +78,11 @@ func (f *fakeCompiler) Compile(ctx context.Context, spec model.GraphSpec) (Execu
 		return nil, fmt.Errorf("compile %s: %w", spec.Name(), errFakeCompile)
 	}
 	f.open.Add(1)
-	return &fakeExecutable{f: f, spec: spec}, nil
+	e := &fakeExecutable{f: f, spec: spec}
+	f.mu.Lock()
+	f.exes = append(f.exes, e)
+	f.mu.Unlock()
+	return e, nil
 }
 
 func closeOnce(c chan struct{}) {
@@ -100,12 +105,25 @@ func (f *fakeCompiler) compiled(capacity int) int {
 	return n
 }
 
+// liveGraphs counts the decode graphs of a capacity not yet closed.
+func (f *fakeCompiler) liveGraphs(capacity int) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	n := 0
+	for _, e := range f.exes {
+		if e.spec.Capacity == capacity && e.spec.Chunk == 1 && !e.closed.Load() {
+			n++
+		}
+	}
+	return n
+}
+
 type fakeExecutable struct {
 	f      *fakeCompiler
 	spec   model.GraphSpec
 	kv     *KV
 	logits []float32
-	closed bool
+	closed atomic.Bool
 }
 
 func (e *fakeExecutable) Spec() model.GraphSpec { return e.spec }
@@ -121,7 +139,7 @@ func (e *fakeExecutable) Bind(kv *KV) error {
 // Step stores (token, position) as the first two floats of each K row and
 // scores vocabulary entries from every row up to the last position.
 func (e *fakeExecutable) Step(ids []int64, start int) ([]float32, error) {
-	if e.closed {
+	if e.closed.Load() {
 		return nil, errors.New("fake: step on a closed executable")
 	}
 	if start+len(ids) > e.spec.Capacity {
@@ -163,8 +181,7 @@ func (e *fakeExecutable) Step(ids []int64, start int) ([]float32, error) {
 }
 
 func (e *fakeExecutable) Close() error {
-	if !e.closed {
-		e.closed = true
+	if !e.closed.Swap(true) {
 		e.f.open.Add(-1)
 	}
 	return nil

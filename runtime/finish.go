@@ -1,73 +1,49 @@
 package runtime
 
 import (
-	"context"
-	"errors"
 	"math"
 	"time"
 )
 
-// finish fills the totals; err is the run's outcome.
-func (r *run) finish(err error) {
-	end := r.now()
-	s := r.s
-	if r.sch != nil {
-		// Background jobs that finished after the decode still belong in the record.
-		for i, j := range r.jobs {
-			if j != nil && j.background && !s.Rungs[i].Compiled && j.ready() && s.Rungs[i].CompileAttempts == 0 {
-				r.recordRung(i, j, 1)
-				r.budgetDone(i, j)
-			}
+// record adds the ladder's compiles to a summary: every attempt, and each
+// rung's latest one in its RungSummary. Times are offsets from origin.
+func (l *CompiledLadder) record(s *Summary, origin time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	off := func(t time.Time) float64 { return t.Sub(origin).Seconds() }
+	for _, a := range l.records {
+		j := a.job
+		c := CompileRecord{Capacity: j.spec.Capacity, Chunk: j.spec.Chunk, Kind: a.kind, Foreground: !j.background,
+			Attempt: a.attempt, StartS: off(j.start), EndS: off(j.end), CompileS: j.seconds(), IRBytes: a.irBytes}
+		if j.err != nil {
+			c.Error = j.err.Error()
 		}
-	}
-	r.closeWindow(end)
-	s.EndS = r.off(end)
-	last := end
-	s.CriticalPathS = last.Sub(r.cfg.ProcessStart).Seconds() - r.verifyS
-	s.VerifyS = r.verifyS
-	if r.meter.running {
-		s.KVReservedAvgBytes, s.KVLiveAvgBytes = r.meter.averages(end)
-		r.sample(end, true)
-	}
-	s.KVReservedPeakBytes = r.meter.peak
-	s.KVLiveFinalBytes = int64(len(r.fed)) * r.shape.TokenBytes()
-	for i := range s.Rungs {
-		rs := &s.Rungs[i]
-		if rs.DecodeS > 0 {
-			rs.TokensPerS = float64(rs.LastStep-rs.FirstStep+1) / rs.DecodeS
+		s.Compiles = append(s.Compiles, c)
+		if a.rung < 0 || a.rung >= len(s.Rungs) {
+			continue
 		}
-	}
-	s.SuccessorCompileOverlappedS = r.overlap()
-	if r.budgets != nil {
-		s.Budgets = r.budgets.list()
-	}
-	s.PeakRSSBytes = PeakRSS()
-	switch {
-	case err == nil:
-		if s.FinishReason == "" {
-			s.FinishReason = "length"
-		}
-	case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
-		s.FinishReason, s.Error = "interrupted", err.Error()
-	case errors.Is(err, ErrCompile):
-		s.FinishReason, s.Error = "compile_error", err.Error()
-	default:
-		s.FinishReason, s.Error = "error", err.Error()
+		rs := &s.Rungs[a.rung]
+		rs.Compiled = j.err == nil
+		rs.CompileS, rs.CompileStartS, rs.CompileEndS = c.CompileS, c.StartS, c.EndS
+		rs.Foreground = !j.background
+		rs.CompileAttempts = a.attempt
+		rs.CompileError = c.Error
 	}
 }
 
-// overlap is the background compile time that ran while decode ran.
-func (r *run) overlap() float64 {
+// overlap is the background compile time that ran inside decode windows;
+// a compile still running counts up to now.
+func overlap(jobs []*compileJob, windows [][2]time.Time, now time.Time) float64 {
 	var total float64
-	for _, j := range r.sch.jobs {
-		if !j.background || j.start.IsZero() {
+	for _, j := range jobs {
+		if j.start.IsZero() {
 			continue
 		}
 		end := j.end
 		if end.IsZero() {
-			end = r.now()
+			end = now
 		}
-		for _, w := range r.decodeWindows {
+		for _, w := range windows {
 			a, b := maxTime(j.start, w[0]), minTime(end, w[1])
 			if b.After(a) {
 				total += b.Sub(a).Seconds()

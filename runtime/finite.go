@@ -10,23 +10,15 @@ import (
 // the computation are broken, and every token after would be garbage.
 var ErrNonFinite = errors.New("non-finite logits")
 
-// weightExplainer is implemented by compilers that can name the first
-// non-finite weight of their checkpoint (OVCompiler does).
-type weightExplainer interface {
-	NonFiniteWeight() string
-}
-
 // checkFinite returns an error wrapping ErrNonFinite when logits, computed
 // where (e.g. "after the prompt"), hold a NaN or an infinity; it names the
-// first non-finite weight when comp can find one.
+// first non-finite weight when comp is a WeightExplainer that finds one.
 func checkFinite(comp Compiler, logits []float32, where string) error {
 	for i, x := range logits {
 		if f := float64(x); math.IsNaN(f) || math.IsInf(f, 0) {
 			err := fmt.Errorf("%w %s: logit %d is %v", ErrNonFinite, where, i, x)
-			if e, ok := comp.(weightExplainer); ok {
-				if w := e.NonFiniteWeight(); w != "" {
-					err = fmt.Errorf("%w; %s", err, w)
-				}
+			if w := nonFiniteWeight(comp); w != "" {
+				err = fmt.Errorf("%w; %s", err, w)
 			}
 			return err
 		}

@@ -6,9 +6,10 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"syscall"
-	"unsafe"
 
+	"golang.org/x/sys/unix"
+
+	"github.com/ovtoolkit/ovrun/ladder"
 	"github.com/ovtoolkit/ovrun/model"
 )
 
@@ -17,7 +18,7 @@ import (
 // Go or OpenVINO.
 const (
 	// MaxCapacity is the largest context capacity (and token count) accepted.
-	MaxCapacity = 1 << 24
+	MaxCapacity = ladder.MaxCapacity
 	// MaxNice is the largest nice value; 0 is the smallest a process may set
 	// without privileges.
 	MaxNice = 19
@@ -86,14 +87,13 @@ func cpuNumber(flag, s string) (int, error) {
 
 // AllowedCPUs is the process's CPU affinity set.
 func AllowedCPUs() (map[int]bool, error) {
-	var mask [maxCPU / 64]uint64
-	_, _, e := syscall.RawSyscall(syscall.SYS_SCHED_GETAFFINITY, 0, unsafe.Sizeof(mask), uintptr(unsafe.Pointer(&mask[0])))
-	if e != 0 {
-		return nil, fmt.Errorf("read the CPU affinity: %w", e)
+	var set unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &set); err != nil {
+		return nil, fmt.Errorf("read the CPU affinity: %w", err)
 	}
 	out := map[int]bool{}
 	for c := range maxCPU {
-		if mask[c/64]&(1<<(c%64)) != 0 {
+		if set.IsSet(c) {
 			out[c] = true
 		}
 	}

@@ -3,7 +3,6 @@ package runtime
 import (
 	"context"
 	"errors"
-	"fmt"
 	"os"
 	"slices"
 	"strings"
@@ -13,23 +12,9 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/ovtoolkit/ovrun/compilecost"
-	"github.com/ovtoolkit/ovrun/internal/testenv"
 )
 
-func TestMain(m *testing.M) {
-	testenv.UseProjectOpenVINO()
-	code := m.Run()
-	if err := testenv.Cleanup(); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-	}
-	if code == 0 {
-		if err := goleak.Find(); err != nil {
-			fmt.Fprintln(os.Stderr, "goleak:", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 var testShape = KVShape{Layers: 2, KVHeads: 2, HeadDim: 4} // 32-byte rows
 
@@ -303,27 +288,6 @@ func abs(x float64) float64 {
 		return -x
 	}
 	return x
-}
-
-func TestLadderRungFor(t *testing.T) {
-	l := Ladder{32, 64, 128}
-	tests := []struct {
-		tokens, want int
-		ok           bool
-	}{
-		{1, 0, true}, {31, 0, true}, {32, 0, true}, {33, 1, true}, {64, 1, true}, {65, 2, true}, {128, 2, true}, {129, 3, false},
-	}
-	for _, tc := range tests {
-		got, ok := l.RungFor(tc.tokens)
-		if got != tc.want || ok != tc.ok {
-			t.Errorf("RungFor(%d) = %d,%v want %d,%v", tc.tokens, got, ok, tc.want, tc.ok)
-		}
-	}
-	for _, bad := range [][]int{{}, {0, 8}, {64, 32}, {32, 32}} {
-		if _, err := NewLadder(bad); err == nil {
-			t.Errorf("NewLadder(%v) accepted", bad)
-		}
-	}
 }
 
 // noViews is a compiler for a device that cannot read inputs in place.

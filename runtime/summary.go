@@ -2,7 +2,7 @@ package runtime
 
 // Summary is the run summary written by `ovrun run --json`. Fields ending in
 // _s are seconds: *_start_s and *_end_s are offsets from process start, the
-// rest durations. See DESIGN.md sections 5 and 6 for the definitions.
+// rest durations. See docs/design.md §5 and §6 for the definitions.
 type Summary struct {
 	Policy          string `json:"policy"`
 	Model           string `json:"model"`

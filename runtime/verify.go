@@ -1,13 +1,15 @@
 package runtime
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"math"
 
 	"github.com/ovtoolkit/ovrun/model"
 )
 
-// verifier recomputes, for a boundary, the state of a run that never
+// verifier recomputes, for a boundary, the state of a sequence that never
 // switched: it prefills every token fed so far into a fresh cache of the
 // largest capacity (a prefix of which is a valid cache of any rung) and
 // runs the same step there. Its time is kept out of the critical path.
@@ -22,56 +24,58 @@ func (v *verifier) close() error {
 		errs = append(errs, v.prefill.Close())
 	}
 	errs = append(errs, v.buf.Free())
-	return joinErrs(errs)
+	return errors.Join(errs...)
 }
 
-// verifyStep compares logits, just computed by the switched rung at step i,
-// with the control's.
-func (r *run) verifyStep(step int, logits []float32) error {
-	t0 := r.now()
-	defer func() { r.verifyS += r.now().Sub(t0).Seconds() }()
-	got := append([]float32(nil), logits...)
-	maxCap := r.rungs[len(r.rungs)-1]
-	if r.control == nil {
-		chunk := max(r.cfg.PrefillChunk, 16)
-		exe, err := r.comp.Compile(r.ctx, model.GraphSpec{Capacity: maxCap, Chunk: chunk})
+// verifyStep compares the logits just computed by the switched rung at
+// step with the control's.
+func (q *Sequence) verifyStep(ctx context.Context, step int) error {
+	t0 := q.now()
+	defer func() { q.verifyS += q.now().Sub(t0).Seconds() }()
+	got := append([]float32(nil), q.logits...)
+	maxCap := q.l.caps.Max()
+	if q.control == nil {
+		chunk := max(q.l.cfg.PrefillChunk, 16)
+		exe, err := q.l.comp.Compile(ctx, model.GraphSpec{Capacity: maxCap, Chunk: chunk})
 		if err != nil {
 			return fmt.Errorf("verify: compile control prefill: %w", err)
 		}
-		buf, err := AllocKV(r.shape, maxCap, false)
+		buf, err := AllocKV(q.l.cfg.Shape, maxCap, false)
 		if err != nil {
-			return joinErrs([]error{err, exe.Close()})
+			return errors.Join(err, exe.Close())
 		}
-		r.control = &verifier{prefill: exe, buf: buf}
+		q.control = &verifier{prefill: exe, buf: buf}
 	}
-	kv, err := r.control.buf.View(maxCap)
+	kv, err := q.control.buf.View(maxCap)
 	if err != nil {
 		return err
 	}
 	// Everything before this step's input, through the control prefill graph.
-	p := len(r.fed) - 1
-	if err := r.control.prefill.Bind(kv); err != nil {
+	p := len(q.fed) - 1
+	if err := q.control.prefill.Bind(kv); err != nil {
 		return err
 	}
-	if _, err := Prefill(r.control.prefill, r.fed[:p]); err != nil {
+	if _, err := Prefill(q.control.prefill, q.fed[:p]); err != nil {
 		return fmt.Errorf("verify: control prefill: %w", err)
 	}
 	// The same step through the same rung's graph, over the control cache.
-	view, err := r.control.buf.View(r.rungs[r.cur])
+	view, err := q.control.buf.View(q.l.caps[q.cur])
 	if err != nil {
 		return err
 	}
-	if err := r.exe.Bind(view); err != nil {
+	var want []float32
+	err = q.l.rungs[q.cur].run(q.exe, view, func() error {
+		logits, err := q.exe.Step(q.fed[p:], p)
+		want = append(want, logits...)
 		return err
-	}
-	want, err := r.exe.Step(r.fed[p:], p)
+	})
 	if err != nil {
 		return fmt.Errorf("verify: control step: %w", err)
 	}
-	if err := checkFinite(r.comp, want, fmt.Sprintf("of the verify control at step %d", step)); err != nil {
+	if err := checkFinite(q.l.comp, want, fmt.Sprintf("of the verify control at step %d", step)); err != nil {
 		return err
 	}
-	b := &r.s.Boundaries[len(r.s.Boundaries)-1]
+	b := &q.s.Boundaries[len(q.s.Boundaries)-1]
 	b.Verified = true
 	b.Top1, b.Top1Ctl = int64(Argmax(got)), int64(Argmax(want))
 	b.Top1OK = b.Top1 == b.Top1Ctl
@@ -79,5 +83,6 @@ func (r *run) verifyStep(step int, logits []float32) error {
 	for k := range got {
 		b.MaxAbs = math.Max(b.MaxAbs, math.Abs(float64(got[k]-want[k])))
 	}
-	return r.exe.Bind(r.kv)
+	// Bind the sequence's own cache back.
+	return q.l.rungs[q.cur].run(q.exe, q.kv, func() error { return nil })
 }

@@ -8,6 +8,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/ovtoolkit/ovrun/internal/svg"
 )
 
 // TimelineOptions shape the timeline picture.
@@ -105,14 +107,13 @@ func WriteTimeline(w io.Writer, spans []Span, opt TimelineOptions) error {
 	}
 	d := &drawing{run: r, width: width, plotW: float64(width - tlLeft - tlRight)}
 	d.rungs = rungIndex(r)
-	d.draw()
-	_, err = io.WriteString(w, d.b.String())
+	_, err = w.Write(d.draw())
 	return err
 }
 
 type drawing struct {
 	*run
-	b     strings.Builder
+	g     *svg.Doc
 	width int
 	plotW float64
 	rungs map[int64]int // capacity -> colour index
@@ -122,20 +123,17 @@ func (d *drawing) x(t time.Time) float64 {
 	return tlLeft + t.Sub(d.t0).Seconds()/d.t1.Sub(d.t0).Seconds()*d.plotW
 }
 
-func (d *drawing) f(format string, args ...any) { fmt.Fprintf(&d.b, format, args...) }
-
-func (d *drawing) draw() {
+func (d *drawing) draw() []byte {
 	yMarks := float64(tlTitleH)
 	yDecode := yMarks + tlMarkH
 	yCompile := yDecode + tlDecodeH + tlGap
 	yKV := yCompile + 2*tlCompileH + tlGap + 8
 	yAxis := yKV + tlKVH
 	height := int(yAxis) + tlAxisH + tlLegendH
-	d.f(`<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" %s font-size="12">`+"\n",
-		d.width, height, d.width, height, tlFont)
-	d.f(`<defs><pattern id="wait" width="6" height="6" patternUnits="userSpaceOnUse" patternTransform="rotate(45)">` +
+	d.g = svg.New(float64(d.width), float64(height), tlFont+` font-size="12"`)
+	d.g.Raw(`<defs><pattern id="wait" width="6" height="6" patternUnits="userSpaceOnUse" patternTransform="rotate(45)">` +
 		`<rect width="6" height="6" fill="#fdd0a2"/><line x1="0" y1="0" x2="0" y2="6" stroke="` + colWait + `" stroke-width="3"/></pattern></defs>` + "\n")
-	d.f(`<rect width="100%%" height="100%%" fill="white"/>` + "\n")
+	d.g.Raw(`<rect width="100%" height="100%" fill="white"/>` + "\n")
 	d.title()
 	d.grid(yDecode, yAxis)
 	d.laneLabel(yDecode+tlDecodeH/2, "decode", "by rung")
@@ -148,7 +146,7 @@ func (d *drawing) draw() {
 	d.boundaries(yMarks, yDecode, yAxis)
 	d.axis(yAxis)
 	d.legend(yAxis + tlAxisH)
-	d.f("</svg>\n")
+	return d.g.Bytes()
 }
 
 func (d *drawing) title() {
@@ -159,7 +157,7 @@ func (d *drawing) title() {
 			t += " · " + s
 		}
 	}
-	d.f(`<text x="16" y="26" font-size="17" font-weight="bold">%s</text>`+"\n", esc(t))
+	d.g.Text(16, 26, "", 17, t, `font-weight="bold"`)
 	var parts []string
 	if v, ok := a.Float(AttrCriticalPathS); ok {
 		parts = append(parts, "critical path "+secs(v))
@@ -182,27 +180,25 @@ func (d *drawing) title() {
 	if d.root.Status == "error" {
 		parts = append(parts, "error: "+clip(d.root.Message, 80))
 	}
-	d.f(`<text x="16" y="48" fill="#444">%s</text>`+"\n", esc(strings.Join(parts, "  ·  ")))
+	d.g.Text(16, 48, "", 0, strings.Join(parts, "  ·  "), `fill="#444"`)
 }
 
 func (d *drawing) laneLabel(y float64, name, sub string) {
 	if name != "" {
-		d.f(`<text x="%d" y="%.1f" text-anchor="end" font-weight="bold">%s</text>`+"\n", tlLeft-10, y-2, esc(name))
-		d.f(`<text x="%d" y="%.1f" text-anchor="end" font-size="10" fill="#666">%s</text>`+"\n", tlLeft-10, y+10, esc(sub))
+		d.g.Text(tlLeft-10, y-2, "end", 0, name, `font-weight="bold"`)
+		d.g.Text(tlLeft-10, y+10, "end", 10, sub, `fill="#666"`)
 		return
 	}
-	d.f(`<text x="%d" y="%.1f" text-anchor="end" font-size="10" fill="#666">%s</text>`+"\n", tlLeft-10, y+4, esc(sub))
+	d.g.Text(tlLeft-10, y+4, "end", 10, sub, `fill="#666"`)
 }
 
 // bar is a rectangle with a hover title and, when it fits, a label.
 func (d *drawing) bar(s Span, y, h float64, fill, style, label, textFill string) {
 	x0, x1 := d.x(s.Start), d.x(s.End)
 	w := math.Max(x1-x0, 1)
-	d.f(`<rect x="%.1f" y="%.1f" width="%.1f" height="%.1f" fill="%s"%s><title>%s</title></rect>`+"\n",
-		x0, y, w, h, fill, style, esc(hover(s)))
+	d.g.RectTitled(x0, y, w, h, fill, strings.TrimSpace(style), hover(s))
 	if label != "" && textWidth(label) < w-4 {
-		d.f(`<text x="%.1f" y="%.1f" text-anchor="middle" fill="%s" font-size="11">%s</text>`+"\n",
-			x0+w/2, y+h/2+4, textFill, esc(label))
+		d.g.Text(x0+w/2, y+h/2+4, "middle", 11, label, `fill="`+textFill+`"`)
 	}
 }
 
@@ -267,28 +263,28 @@ func (d *drawing) kvLane(y float64) {
 		ts, res, live = append(ts, e.Time), append(res, r), append(live, l)
 		peak = math.Max(peak, math.Max(r, l))
 	}
-	d.f(`<line x1="%d" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#999"/>`+"\n", tlLeft, y+tlKVH, tlLeft+d.plotW, y+tlKVH)
+	d.g.Line(tlLeft, y+tlKVH, tlLeft+d.plotW, y+tlKVH, "#999", 0, "")
 	if len(ts) == 0 || peak == 0 {
-		d.f(`<text x="%d" y="%.1f" fill="#666">no KV samples in this trace</text>`+"\n", tlLeft+8, y+tlKVH/2)
+		d.g.Text(tlLeft+8, y+tlKVH/2, "", 0, "no KV samples in this trace", `fill="#666"`)
 		return
 	}
 	yOf := func(v float64) float64 { return y + tlKVH - v/peak*(tlKVH-8) }
-	d.f(`<text x="%d" y="%.1f" text-anchor="end" font-size="10" fill="#666">%s</text>`+"\n", tlLeft-4, yOf(peak)+4, esc(bytesText(peak)))
-	d.f(`<line x1="%d" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#ddd" stroke-dasharray="2 3"/>`+"\n", tlLeft, yOf(peak), tlLeft+d.plotW, yOf(peak))
-	step := func(vs []float64, closed bool) string {
-		var p strings.Builder
-		fmt.Fprintf(&p, "M%.1f %.1f", d.x(ts[0]), yOf(vs[0]))
-		for i := 1; i < len(ts); i++ {
-			fmt.Fprintf(&p, " H%.1f V%.1f", d.x(ts[i]), yOf(vs[i]))
-		}
-		if closed {
-			fmt.Fprintf(&p, " V%.1f H%.1f Z", y+tlKVH, d.x(ts[0]))
-		}
-		return p.String()
+	d.g.Text(tlLeft-4, yOf(peak)+4, "end", 10, bytesText(peak), `fill="#666"`)
+	d.g.Line(tlLeft, yOf(peak), tlLeft+d.plotW, yOf(peak), "#ddd", 0, `stroke-dasharray="2 3"`)
+	xs := make([]float64, len(ts))
+	for i, t := range ts {
+		xs[i] = d.x(t)
 	}
-	d.f(`<path d="%s" fill="%s" fill-opacity="0.12" stroke="none"/>`+"\n", step(res, true), colReserved)
-	d.f(`<path d="%s" fill="none" stroke="%s" stroke-width="2"><title>reserved KV</title></path>`+"\n", step(res, false), colReserved)
-	d.f(`<path d="%s" fill="none" stroke="%s" stroke-width="1.5" stroke-dasharray="5 3"><title>live KV</title></path>`+"\n", step(live, false), colLive)
+	ys := func(vs []float64) []float64 {
+		out := make([]float64, len(vs))
+		for i, v := range vs {
+			out[i] = yOf(v)
+		}
+		return out
+	}
+	d.g.Path(svg.StepPath(xs, ys(res), true, y+tlKVH), colReserved, `fill-opacity="0.12" stroke="none"`, "")
+	d.g.Path(svg.StepPath(xs, ys(res), false, 0), "none", `stroke="`+colReserved+`" stroke-width="2"`, "reserved KV")
+	d.g.Path(svg.StepPath(xs, ys(live), false, 0), "none", `stroke="`+colLive+`" stroke-width="1.5" stroke-dasharray="5 3"`, "live KV")
 }
 
 // boundaries marks each switch to a larger rung: a dashed line at the
@@ -308,14 +304,13 @@ func (d *drawing) boundaries(yLabel, yTop, yBottom float64) {
 			}
 		}
 		x := d.x(at)
-		d.f(`<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#333" stroke-dasharray="3 3"/>`+"\n", x, yTop-4, x, yBottom)
+		d.g.Line(x, yTop-4, x, yBottom, "#333", 0, `stroke-dasharray="3 3"`)
 		ly := yLabel + 12 + float64(n%2)*14 // alternate rows so neighbours don't collide
 		fill := "#333"
 		if wait > 0 {
 			fill = colWait
 		}
-		d.f(`<text x="%.1f" y="%.1f" text-anchor="middle" font-size="11" fill="%s">%s</text>`+"\n",
-			x, ly, fill, esc(fmt.Sprintf("%d→%d · wait %s", from, to, secs(wait))))
+		d.g.Text(x, ly, "middle", 11, fmt.Sprintf("%d→%d · wait %s", from, to, secs(wait)), `fill="`+fill+`"`)
 		n++
 	}
 }
@@ -323,25 +318,25 @@ func (d *drawing) boundaries(yLabel, yTop, yBottom float64) {
 func (d *drawing) grid(yTop, yBottom float64) {
 	for _, t := range ticks(d.t1.Sub(d.t0).Seconds()) {
 		x := tlLeft + t/d.t1.Sub(d.t0).Seconds()*d.plotW
-		d.f(`<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#eee"/>`+"\n", x, yTop, x, yBottom)
+		d.g.Line(x, yTop, x, yBottom, "#eee", 0, "")
 	}
 }
 
 func (d *drawing) axis(y float64) {
 	span := d.t1.Sub(d.t0).Seconds()
-	d.f(`<line x1="%d" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#333"/>`+"\n", tlLeft, y, tlLeft+d.plotW, y)
+	d.g.Line(tlLeft, y, tlLeft+d.plotW, y, "#333", 0, "")
 	for _, t := range ticks(span) {
 		x := tlLeft + t/span*d.plotW
-		d.f(`<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#333"/>`+"\n", x, y, x, y+5)
-		d.f(`<text x="%.1f" y="%.1f" text-anchor="middle" font-size="11">%s</text>`+"\n", x, y+18, trimFloat(t))
+		d.g.Line(x, y, x, y+5, "#333", 0, "")
+		d.g.Text(x, y+18, "middle", 11, trimFloat(t), "")
 	}
-	d.f(`<text x="%.1f" y="%.1f" text-anchor="middle" font-size="11" fill="#666">seconds since the run started</text>`+"\n", tlLeft+d.plotW/2, y+34)
+	d.g.Text(tlLeft+d.plotW/2, y+34, "middle", 11, "seconds since the run started", `fill="#666"`)
 }
 
 func (d *drawing) legend(y float64) {
 	x := float64(tlLeft)
 	item := func(swatch, label string) {
-		d.f(`<g transform="translate(%.1f %.1f)">%s<text x="20" y="11">%s</text></g>`+"\n", x, y, swatch, esc(label))
+		d.g.Raw(fmt.Sprintf(`<g transform="translate(%s %s)">%s<text x="20" y="11">%s</text></g>`+"\n", svg.Num(x), svg.Num(y), swatch, svg.Escape(label)))
 		x += 36 + 1.1*textWidth(label) // legend text is 12 px
 	}
 	box := func(fill, style string) string {
@@ -485,8 +480,4 @@ func clip(s string, n int) string {
 		return string(r[:n-1]) + "…"
 	}
 	return s
-}
-
-func esc(s string) string {
-	return strings.NewReplacer("&", "&amp;", "<", "&lt;", ">", "&gt;", `"`, "&quot;").Replace(s)
 }

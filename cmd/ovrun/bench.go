@@ -15,13 +15,14 @@ import (
 	"github.com/ovtoolkit/ovrun/compilecost"
 	"github.com/ovtoolkit/ovrun/internal/bench"
 	"github.com/ovtoolkit/ovrun/internal/cliutil"
+	"github.com/ovtoolkit/ovrun/internal/stats"
 	"github.com/ovtoolkit/ovrun/runtime"
 )
 
 var (
 	armsFlag = &cli.StringFlag{Name: "arms", Value: "grow-eager,grow-one-ahead", Usage: "`POLICIES` to compare, the control first (" + strings.Join(runtime.PolicyNames(), ", ") + ")",
 		Action: func(_ *cli.Context, v string) error { _, err := parseArms(v); return err }}
-	pairsFlag             = &cli.IntFlag{Name: "pairs", Value: bench.DefaultPairs, Usage: "measured blocks `N` (each runs every arm once); default 6, or a whole number of Williams cycles for 3+ arms"}
+	pairsFlag             = &cli.IntFlag{Name: "pairs", Value: stats.MinPairs, Usage: "measured blocks `N` (each runs every arm once); default 6, or a whole number of Williams cycles for 3+ arms"}
 	allowSmallFlag        = &cli.BoolFlag{Name: "allow-small", Usage: "accept --pairs below 6, odd, or not a whole number of counterbalancing cycles"}
 	benchPromptTokensFlag = &cli.IntFlag{Name: "prompt-tokens", Value: 128, Usage: "a seeded random prompt of `N` tokens"}
 	verifyBoundariesFlag  = &cli.BoolFlag{Name: "verify-boundaries", Usage: "pass --verify to every run: boundary logits compared with a never-switched control (outside the timed path)"}
@@ -103,7 +104,7 @@ func benchAction(c *cli.Context) error {
 	}
 	cfg.RunFlags = runFlagFlag.Get(c)
 	if !c.IsSet(pairsFlag.Name) && len(arms) > 2 {
-		cfg.Pairs = bench.BalancedPairs(len(arms))
+		cfg.Pairs = stats.BalancedPairs(len(arms))
 	}
 	if err := cfg.Validate(allowSmallFlag.Get(c)); err != nil {
 		return err

@@ -16,6 +16,7 @@ import (
 	"github.com/ovtoolkit/ovrun/model"
 	"github.com/ovtoolkit/ovrun/ov"
 	"github.com/ovtoolkit/ovrun/runtime"
+	"github.com/ovtoolkit/ovrun/runtime/ovexec"
 	"github.com/ovtoolkit/ovrun/tokenizer"
 )
 
@@ -63,7 +64,7 @@ func chatAction(c *cli.Context) error {
 	if n := chatMaxNewFlag.Get(c); n < 1 {
 		return fmt.Errorf("--max-new-tokens %d: want at least 1", n)
 	}
-	interactive := isTerminal(os.Stdin)
+	interactive := cliutil.IsTerminal(os.Stdin)
 	var tmpCache string
 	if interactive && cacheDirFlag.Get(c) == "" {
 		if tmpCache, err = os.MkdirTemp("", "ovrun-chat-cache-"); err != nil {
@@ -71,7 +72,7 @@ func chatAction(c *cli.Context) error {
 		}
 		defer os.RemoveAll(tmpCache)
 	}
-	ck, comp, err := openModelWith(c, func(o *runtime.OVOptions) {
+	ck, comp, err := openModelWith(c, func(o *ovexec.Options) {
 		if tmpCache != "" {
 			o.CacheDir = tmpCache
 		}
@@ -133,7 +134,7 @@ func chatAction(c *cli.Context) error {
 
 // chatTurn renders the conversation, decodes one answer on the ladder while
 // streaming it to standard output, and returns the answer's text.
-func chatTurn(c *cli.Context, ck *model.Checkpoint, comp *runtime.OVCompiler, tok *tokenizer.Tokenizer, tmpl *chat.Template,
+func chatTurn(c *cli.Context, ck *model.Checkpoint, comp *ovexec.Compiler, tok *tokenizer.Tokenizer, tmpl *chat.Template,
 	ladder runtime.Ladder, policy runtime.Policy, msgs []chat.Message, start time.Time) (string, error) {
 	text, err := tmpl.Render(msgs, true)
 	if err != nil {
@@ -176,9 +177,4 @@ func chatTurn(c *cli.Context, ck *model.Checkpoint, comp *runtime.OVCompiler, to
 		werr = cliutil.WriteJSON(p, sum)
 	}
 	return sum.Text, errors.Join(runErr, werr)
-}
-
-func isTerminal(f *os.File) bool {
-	fi, err := f.Stat()
-	return err == nil && fi.Mode()&os.ModeCharDevice != 0
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/ovtoolkit/ovrun/model"
 	"github.com/ovtoolkit/ovrun/ov"
 	"github.com/ovtoolkit/ovrun/runtime"
+	"github.com/ovtoolkit/ovrun/runtime/ovexec"
 )
 
 // Flags shared by the commands that compile.
@@ -18,13 +19,13 @@ var (
 	modelFlag   = &cli.StringFlag{Name: "model", Usage: "a `.gguf` file (llama.cpp/ollama; F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q6_K) or a checkpoint DIR in Hugging Face layout (config.json, *.safetensors)", Required: true, EnvVars: []string{"OVRUN_MODEL"}}
 	weightsFlag = &cli.StringFlag{Name: "weights", Value: "native", Usage: "`FORMAT` of the weights in the compiled graphs: native keeps quantized and 16-bit weights compressed (decompressed inside the matrix multiplications), f32 expands every weight to f32 constants",
 		Action: func(_ *cli.Context, v string) error { _, err := model.ParseWeightFormat(v); return err }}
-	deviceFlag       = &cli.StringFlag{Name: "device", Value: "CPU", Usage: "OpenVINO `DEVICE`: CPU, GPU or NPU", EnvVars: []string{"OVRUN_DEVICE"}}
-	precisionFlag    = &cli.StringFlag{Name: "precision", Usage: "inference precision hint `f32|bf16|f16` (default: the device's; bf16 on CPUs with AMX, so correctness checks ask for f32)", Action: func(_ *cli.Context, v string) error { _, err := cliutil.ParsePrecision(v); return err }}
+	deviceFlag       = cliutil.DeviceFlag()
+	precisionFlag    = cliutil.PrecisionFlag()
 	threadsFlag      = &cli.IntFlag{Name: "infer-threads", Usage: "INFERENCE_NUM_THREADS for the compiled graphs (0: OpenVINO decides)"}
 	cacheDirFlag     = &cli.StringFlag{Name: "cache-dir", Usage: "OpenVINO model cache `DIR` (CACHE_DIR); off by default so compile costs are real"}
-	propFlag         = &cli.StringSliceFlag{Name: "prop", Usage: "extra compile property `KEY=VALUE` (repeatable)"}
+	propFlag         = cliutil.PropFlag()
 	jsonFlag         = &cli.StringFlag{Name: "json", Usage: "write a machine-readable summary to `FILE`"}
-	quietFlag        = &cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}, Usage: "no progress output"}
+	quietFlag        = cliutil.QuietFlag()
 	promptIDsFlag    = &cli.StringFlag{Name: "prompt-ids", Usage: "prompt token ids, comma-separated (`1,2,3`)"}
 	promptTokensFlag = &cli.IntFlag{Name: "prompt-tokens", Usage: "a seeded random prompt of `N` tokens"}
 	seedFlag         = &cli.Uint64Flag{Name: "seed", Value: 1, Usage: "seed of the random prompt (and teacher-forced tokens)"}
@@ -40,8 +41,8 @@ func compileFlags() []cli.Flag {
 	return []cli.Flag{modelFlag, deviceFlag, precisionFlag, weightsFlag, threadsFlag, cacheDirFlag, propFlag}
 }
 
-func ovOptions(c *cli.Context) (runtime.OVOptions, error) {
-	o := runtime.OVOptions{
+func ovOptions(c *cli.Context) (ovexec.Options, error) {
+	o := ovexec.Options{
 		Device:       strings.ToUpper(deviceFlag.Get(c)),
 		InferThreads: threadsFlag.Get(c),
 		CacheDir:     cacheDirFlag.Get(c),
@@ -60,12 +61,12 @@ func ovOptions(c *cli.Context) (runtime.OVOptions, error) {
 
 // openModel loads OpenVINO and the checkpoint, in that order, so a missing
 // library is reported before any work.
-func openModel(c *cli.Context) (*model.Checkpoint, *runtime.OVCompiler, error) {
+func openModel(c *cli.Context) (*model.Checkpoint, *ovexec.Compiler, error) {
 	return openModelWith(c, nil)
 }
 
 // openModelWith is openModel with the compile options adjusted by edit.
-func openModelWith(c *cli.Context, edit func(*runtime.OVOptions)) (*model.Checkpoint, *runtime.OVCompiler, error) {
+func openModelWith(c *cli.Context, edit func(*ovexec.Options)) (*model.Checkpoint, *ovexec.Compiler, error) {
 	opts, err := ovOptions(c)
 	if err != nil {
 		return nil, nil, err
@@ -80,7 +81,7 @@ func openModelWith(c *cli.Context, edit func(*runtime.OVOptions)) (*model.Checkp
 	if err != nil {
 		return nil, nil, err
 	}
-	comp, err := runtime.NewOVCompiler(ck, opts)
+	comp, err := ovexec.NewCompiler(ck, opts)
 	if err != nil {
 		ck.Close()
 		return nil, nil, err

@@ -7,23 +7,22 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/ovtoolkit/ovrun/internal/cliutil"
 	"github.com/ovtoolkit/ovrun/runtime"
 )
 
-// progress draws one status line on a terminal, at most every 100 ms.
+// progress draws a run's status line on a terminal, at most every 100 ms.
 type progress struct {
-	on    bool
-	last  time.Time
-	drawn bool
+	st   *cliutil.Status
+	last time.Time
 }
 
 func newProgress(quiet bool) *progress {
-	fi, err := os.Stderr.Stat()
-	return &progress{on: !quiet && err == nil && fi.Mode()&os.ModeCharDevice != 0}
+	return &progress{st: cliutil.NewStatus(os.Stderr, quiet)}
 }
 
 func (p *progress) update(s runtime.Progress) {
-	if !p.on || (!s.Waiting && time.Since(p.last) < 100*time.Millisecond && s.Step != s.Total) {
+	if p.st == nil || (!s.Waiting && time.Since(p.last) < 100*time.Millisecond && s.Step != s.Total) {
 		return
 	}
 	p.last = time.Now()
@@ -35,15 +34,10 @@ func (p *progress) update(s runtime.Progress) {
 	if s.Next != "" {
 		next = "  next: " + s.Next
 	}
-	fmt.Fprintf(os.Stderr, "\r\033[K%d/%d tokens  rung %d  %s%s", s.Step, s.Total, s.Capacity, state, next)
-	p.drawn = true
+	p.st.Show("%d/%d tokens  rung %d  %s%s", s.Step, s.Total, s.Capacity, state, next)
 }
 
-func (p *progress) done() {
-	if p.drawn {
-		fmt.Fprint(os.Stderr, "\r\033[K")
-	}
-}
+func (p *progress) done() { p.st.Clear() }
 
 // printSummary writes the short human summary of a run.
 func printSummary(w io.Writer, s *runtime.Summary) {

@@ -16,6 +16,7 @@ import (
 	"github.com/ovtoolkit/ovrun/chat"
 	"github.com/ovtoolkit/ovrun/model"
 	"github.com/ovtoolkit/ovrun/runtime"
+	"github.com/ovtoolkit/ovrun/runtime/ovexec"
 	"github.com/ovtoolkit/ovrun/serve"
 	"github.com/ovtoolkit/ovrun/tokenizer"
 )
@@ -85,7 +86,7 @@ func serveAction(c *cli.Context) error {
 		}
 		defer os.RemoveAll(tmpCache)
 	}
-	ck, comp, err := openModelWith(c, func(o *runtime.OVOptions) {
+	ck, comp, err := openModelWith(c, func(o *ovexec.Options) {
 		if tmpCache != "" {
 			o.CacheDir = tmpCache
 		}
@@ -154,7 +155,7 @@ func serveAction(c *cli.Context) error {
 // runEngine decodes each request as its own run on the ladder; compiled
 // rungs are loaded from OpenVINO's model cache after their first compile.
 type runEngine struct {
-	comp         *runtime.OVCompiler
+	comp         *ovexec.Compiler
 	shape        runtime.KVShape
 	ladder       runtime.Ladder
 	policy       runtime.Policy

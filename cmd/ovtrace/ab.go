@@ -14,13 +14,14 @@ import (
 	"github.com/ovtoolkit/ovrun/internal/abtest"
 	"github.com/ovtoolkit/ovrun/internal/cliutil"
 	"github.com/ovtoolkit/ovrun/internal/safefile"
+	"github.com/ovtoolkit/ovrun/internal/stats"
 )
 
 var (
 	variantFlag       = &cli.StringSliceFlag{Name: "variant", Usage: "`NAME=SPEC` (repeatable; the first is the control)", Required: true}
-	pairsFlag         = &cli.IntFlag{Name: "pairs", Value: abtest.MinPairs, Usage: "paired blocks `N` (even, >= 6)"}
+	pairsFlag         = &cli.IntFlag{Name: "pairs", Value: abtest.MinPairs, Usage: "paired blocks `N` (even, >= 6; whole Williams cycles for 3+ variants, which the default follows)"}
 	endpointsFlag     = &cli.StringFlag{Name: "endpoints", Value: strings.Join(abtest.DefaultEndpoints, ","), Usage: "`LIST` of compile_s, compile_cpu_s, peak_rss_bytes, ir_build_s"}
-	allowSmallFlag    = &cli.BoolFlag{Name: "allow-small", Usage: "allow fewer than 6 or an odd number of pairs"}
+	allowSmallFlag    = &cli.BoolFlag{Name: "allow-small", Usage: "allow fewer than 6 pairs, an odd number, or not whole Williams cycles"}
 	toleranceFlag     = &cli.Float64Flag{Name: "tolerance", Usage: "largest logit difference still reported as equal"}
 	noEquivalenceFlag = &cli.BoolFlag{Name: "no-equivalence", Usage: "skip the logits comparison"}
 )
@@ -40,7 +41,9 @@ AB/BA alternation (Williams orders for more variants).
 
 Pairs default to 6 and must be even and >= 6 unless --allow-small: with n
 pairs the smallest two-sided exact sign-flip p is 2/2^n, so 5 pairs can never
-show p < 0.05, and an even n runs each variant first equally often.
+show p < 0.05, and an even n runs each variant first equally often. With 3 or
+more variants they must be whole Williams cycles (a multiple of 6 for 3, of 4
+for 4), and the default is the smallest such number >= 6, as in ovrun bench.
 
 Per endpoint the report gives the arm means, the paired difference and %
 change, the paired-t 95% CI, the exact sign-flip p, the treatment's wins and
@@ -85,9 +88,13 @@ func abAction(c *cli.Context) error {
 			return err
 		}
 	}
+	pairs := pairsFlag.Get(c)
+	if !c.IsSet(pairsFlag.Name) {
+		pairs = stats.BalancedPairs(len(variants))
+	}
 	cfg := abtest.Config{
 		Variants:   variants,
-		Pairs:      pairsFlag.Get(c),
+		Pairs:      pairs,
 		Endpoints:  strings.Split(endpointsFlag.Get(c), ","),
 		AllowSmall: allowSmallFlag.Get(c),
 		Tolerance:  toleranceFlag.Get(c),
@@ -103,7 +110,7 @@ func abAction(c *cli.Context) error {
 		defer os.RemoveAll(dir)
 		cfg.LogitsDir = dir
 	}
-	st := newStatus(quietFlag.Get(c))
+	st := cliutil.NewStatus(os.Stderr, quietFlag.Get(c))
 	run := func(ctx context.Context, v abtest.Variant, dumpLogits string) (*abtest.Measurement, error) {
 		o := once
 		o.DumpLogits = dumpLogits
@@ -111,12 +118,12 @@ func abAction(c *cli.Context) error {
 	}
 	rep, err := abtest.Run(c.Context, cfg, run, func(p abtest.Progress) {
 		if p.Warmup {
-			st.show("warm-up %s (excluded; equivalence logits)", p.Variant)
+			st.Show("warm-up %s (excluded; equivalence logits)", p.Variant)
 			return
 		}
-		st.show("trial %d of %d: %s (pair %d)  ETA %s", p.Trial, p.Total, p.Variant, p.Pair, eta(p.ETA))
+		st.Show("trial %d of %d: %s (pair %d)  ETA %s", p.Trial, p.Total, p.Variant, p.Pair, eta(p.ETA))
 	})
-	st.done()
+	st.Clear()
 	if rep == nil {
 		return err
 	}

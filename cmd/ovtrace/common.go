@@ -12,6 +12,7 @@ import (
 
 	"github.com/ovtoolkit/ovrun/internal/abtest"
 	"github.com/ovtoolkit/ovrun/internal/cliutil"
+	"github.com/ovtoolkit/ovrun/ladder"
 )
 
 // Flags shared by the commands that compile.
@@ -19,19 +20,19 @@ var (
 	modelFlag     = &cli.StringFlag{Name: "model", Usage: "checkpoint `DIR` in Hugging Face layout (config.json, *.safetensors)", EnvVars: []string{"OVRUN_MODEL"}}
 	capacityFlag  = &cli.IntFlag{Name: "capacity", Usage: "context capacity `C` of the graph"}
 	chunkFlag     = &cli.IntFlag{Name: "chunk", Value: 1, Usage: "tokens per call of the graph: 1 is the decode graph, >1 a prefill graph"}
-	deviceFlag    = &cli.StringFlag{Name: "device", Value: "CPU", Usage: "OpenVINO `DEVICE`: CPU, GPU or NPU", EnvVars: []string{"OVRUN_DEVICE"}}
-	precisionFlag = &cli.StringFlag{Name: "precision", Usage: "inference precision hint `f32|bf16|f16` (default: the device's)", Action: func(_ *cli.Context, v string) error { _, err := cliutil.ParsePrecision(v); return err }}
-	propFlag      = &cli.StringSliceFlag{Name: "prop", Usage: "extra compile property `KEY=VALUE` (repeatable)"}
+	deviceFlag    = cliutil.DeviceFlag()
+	precisionFlag = cliutil.PrecisionFlag()
+	propFlag      = cliutil.PropFlag()
 	jsonFlag      = &cli.StringFlag{Name: "json", Usage: "write the machine-readable result to `FILE`"}
-	quietFlag     = &cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}, Usage: "no progress output"}
+	quietFlag     = cliutil.QuietFlag()
 )
 
 func compileFlags() []cli.Flag {
 	return []cli.Flag{modelFlag, chunkFlag, deviceFlag, precisionFlag, propFlag}
 }
 
-// maxCapacity is runtime.MaxCapacity, the largest capacity accepted.
-const maxCapacity = 1 << 24
+// maxCapacity is the largest capacity accepted.
+const maxCapacity = ladder.MaxCapacity
 
 // onceConfig reads the compile flags; capacity is the graph's (0 where the
 // command measures a whole ladder).
@@ -64,32 +65,6 @@ func onceConfig(c *cli.Context, capacity int) (abtest.OnceConfig, error) {
 	}
 	cfg.Props, err = cliutil.ParseProps(propFlag.Get(c))
 	return cfg, err
-}
-
-// status draws one progress line on a terminal (stderr) and nothing otherwise.
-type status struct {
-	on    bool
-	drawn bool
-}
-
-func newStatus(quiet bool) *status {
-	fi, err := os.Stderr.Stat()
-	return &status{on: !quiet && err == nil && fi.Mode()&os.ModeCharDevice != 0}
-}
-
-func (s *status) show(format string, args ...any) {
-	if !s.on {
-		return
-	}
-	fmt.Fprintf(os.Stderr, "\r\033[K"+format, args...)
-	s.drawn = true
-}
-
-func (s *status) done() {
-	if s.drawn {
-		fmt.Fprint(os.Stderr, "\r\033[K")
-		s.drawn = false
-	}
 }
 
 func eta(d time.Duration) string {

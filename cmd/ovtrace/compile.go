@@ -64,19 +64,19 @@ func compileAction(c *cli.Context) error {
 			return fmt.Errorf("--json: %w", err)
 		}
 	}
-	st := newStatus(quietFlag.Get(c))
+	st := cliutil.NewStatus(os.Stderr, quietFlag.Get(c))
 	sweep := abtest.SweepConfig{Ladder: ladder, Reps: repsFlag.Get(c), Model: cfg.Model, Device: cfg.Device, Precision: cfg.Precision}
 	run := func(ctx context.Context, capacity int) (*abtest.Measurement, error) {
 		once := cfg
 		once.Capacity = capacity
 		return runOnce(ctx, once, abtest.Variant{})
 	}
-	st.show("compile 1/%d: capacity %d", len(ladder)*sweep.Reps, ladder[0])
+	st.Show("compile 1/%d: capacity %d", len(ladder)*sweep.Reps, ladder[0])
 	prof, err := abtest.Sweep(c.Context, sweep, run, func(p abtest.SweepProgress) {
 		left := p.Elapsed / time.Duration(p.Done) * time.Duration(p.Total-p.Done)
-		st.show("compile %d/%d done: capacity %d in %.2f s  ETA %s", p.Done, p.Total, p.Capacity, p.Last.CompileS, eta(left))
+		st.Show("compile %d/%d done: capacity %d in %.2f s  ETA %s", p.Done, p.Total, p.Capacity, p.Last.CompileS, eta(left))
 	})
-	st.done()
+	st.Clear()
 	if prof != nil {
 		if path := jsonFlag.Get(c); path != "" {
 			if serr := prof.Save(path); serr != nil {

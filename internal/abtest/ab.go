@@ -13,10 +13,8 @@ import (
 	"github.com/ovtoolkit/ovrun/internal/stats"
 )
 
-// MinPairs is the default floor on pairs: with n pairs the smallest
-// two-sided exact sign-flip p-value is 2/2^n, so 5 pairs (0.0625) can never
-// reach p < 0.05 and 6 pairs (0.03125) can.
-const MinPairs = 6
+// MinPairs is the default number of pairs, the floor of stats.CheckPairs.
+const MinPairs = stats.MinPairs
 
 // Config is a paired experiment between variants.
 type Config struct {
@@ -29,7 +27,8 @@ type Config struct {
 	// Endpoints are the Measurement values compared (default
 	// compile_s, compile_cpu_s, peak_rss_bytes).
 	Endpoints []string
-	// AllowSmall permits Pairs below MinPairs or odd.
+	// AllowSmall permits a design stats.CheckPairs refuses (too few
+	// pairs, or not whole counterbalancing cycles).
 	AllowSmall bool
 	// LogitsDir, when set, makes every variant's warm-up run dump logits
 	// there, and the report compares them with the control's.
@@ -108,9 +107,10 @@ func (c *Config) Validate() error {
 	if c.Pairs < 1 {
 		return fmt.Errorf("pairs %d < 1", c.Pairs)
 	}
-	if !c.AllowSmall && (c.Pairs < MinPairs || c.Pairs%2 == 1) {
-		p := 2 / float64(uint64(1)<<min(c.Pairs, 62))
-		return fmt.Errorf("%d pairs: use an even number >= %d (with n pairs the smallest two-sided exact sign-flip p is 2/2^n = %.4g here; an even n balances the orders), or --allow-small", c.Pairs, MinPairs, p)
+	if !c.AllowSmall {
+		if err := stats.CheckPairs(len(c.Variants), c.Pairs); err != nil {
+			return fmt.Errorf("%w, or --allow-small", err)
+		}
 	}
 	if len(c.Endpoints) == 0 {
 		c.Endpoints = slices.Clone(DefaultEndpoints)
@@ -147,7 +147,7 @@ func Run(ctx context.Context, cfg Config, run TrialFunc, progress func(Progress)
 		rep.Order = append(rep.Order, names)
 	}
 	if k := len(cfg.Variants); k > 2 {
-		rows := len(stats.Williams(k))
+		rows := stats.CycleLen(k)
 		if cfg.Pairs%rows != 0 {
 			rep.Notes = append(rep.Notes, fmt.Sprintf("%d blocks is not a multiple of the %d rows of the Williams design for %d arms: positions are not fully balanced", cfg.Pairs, rows, k))
 		}

@@ -16,6 +16,7 @@ import (
 	"github.com/ovtoolkit/ovrun/model"
 	"github.com/ovtoolkit/ovrun/ov"
 	"github.com/ovtoolkit/ovrun/runtime"
+	"github.com/ovtoolkit/ovrun/runtime/ovexec"
 )
 
 // OnceConfig is one compile to measure.
@@ -148,7 +149,7 @@ func MeasureCompile(ctx context.Context, cfg OnceConfig) (*Measurement, error) {
 	return m, nil
 }
 
-// measure drives ov directly rather than through runtime.OVCompiler, whose
+// measure drives ov directly rather than through ovexec.Compiler, whose
 // CompileIR reads, compiles and prepares an infer request in one call: here
 // reading the IR and compiling it are timed apart, and nothing else runs
 // inside the compile's window.
@@ -219,7 +220,7 @@ func measure(ctx context.Context, ck *model.Checkpoint, cfg OnceConfig, props []
 // dumpLogits compiles the decode graph through the runtime (as ovrun does)
 // and writes the logits after a seeded prompt and after one decode step.
 func dumpLogits(ctx context.Context, ck *model.Checkpoint, cfg OnceConfig) error {
-	comp, err := runtime.NewOVCompiler(ck, runtime.OVOptions{Device: cfg.Device, Properties: propMap(cfg.properties())})
+	comp, err := ovexec.NewCompiler(ck, ovexec.Options{Device: cfg.Device, Properties: propMap(cfg.properties())})
 	if err != nil {
 		return err
 	}

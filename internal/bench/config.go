@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -15,11 +14,6 @@ import (
 	"github.com/ovtoolkit/ovrun/internal/stats"
 	"github.com/ovtoolkit/ovrun/runtime"
 )
-
-// DefaultPairs is the default number of pairs (blocks): the smallest even N
-// at which an exact two-sided sign-flip test can reach p < 0.05
-// (2/2^6 = 0.03125; with five pairs the floor is 0.0625).
-const DefaultPairs = 6
 
 // Config is a campaign: everything that decides what the runs measure. It is
 // stored as DIR/campaign.json, and --resume refuses a different one.
@@ -103,37 +97,11 @@ func (c *Config) Validate(allowSmall bool) error {
 	if allowSmall {
 		return nil
 	}
-	if len(c.Arms) == 2 && (c.Pairs < DefaultPairs || c.Pairs%2 != 0) {
-		return fmt.Errorf("--pairs %d: want an even number >= %d so AB and BA are balanced and the sign-flip p can reach < 0.05 (its floor is 2/2^n = %.4g); --allow-small to run anyway",
-			c.Pairs, DefaultPairs, SignFlipFloor(c.Pairs))
-	}
-	if rows := WilliamsRows(len(c.Arms)); len(c.Arms) > 2 && (c.Pairs < DefaultPairs || c.Pairs%rows != 0) {
-		return fmt.Errorf("--pairs %d: a Williams design for %d arms comes in blocks of %d sequences; want a multiple of %d that is >= %d (e.g. %d); --allow-small to run anyway",
-			c.Pairs, len(c.Arms), rows, rows, DefaultPairs, BalancedPairs(len(c.Arms)))
+	if err := stats.CheckPairs(len(c.Arms), c.Pairs); err != nil {
+		return fmt.Errorf("--pairs: %w; --allow-small to run anyway", err)
 	}
 	return nil
 }
-
-// WilliamsRows is the number of sequences in one full counterbalancing
-// cycle for arms arms: 2 (AB, BA) for two arms, the rows of the Williams
-// design for more.
-func WilliamsRows(arms int) int {
-	if arms == 2 {
-		return 2
-	}
-	return len(stats.Williams(arms))
-}
-
-// BalancedPairs is the smallest number of blocks >= DefaultPairs that
-// completes whole counterbalancing cycles for arms arms.
-func BalancedPairs(arms int) int {
-	rows := WilliamsRows(arms)
-	return (DefaultPairs + rows - 1) / rows * rows
-}
-
-// SignFlipFloor is the smallest two-sided p an exact sign-flip test can give
-// with n pairs: 2/2^n.
-func SignFlipFloor(n int) float64 { return 2 / math.Pow(2, float64(n)) }
 
 // RunArgs are the arguments of `ovrun run` (after the program name) for one
 // run of arm writing its summary to jsonPath.

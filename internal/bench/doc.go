@@ -1,6 +1,6 @@
 // Package bench runs `ovrun bench` campaigns: counterbalanced, paired runs of
 // ladder policies, each in a fresh `ovrun run` process, and reports them
-// with honest statistics (DESIGN.md §7).
+// with honest statistics (docs/design.md §7).
 //
 // A campaign is a Config (what is measured, stored as campaign.json) and a
 // Plan: one excluded warm-up run per arm, then Pairs blocks that each run

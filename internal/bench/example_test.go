@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/ovtoolkit/ovrun/internal/bench"
+	"github.com/ovtoolkit/ovrun/internal/stats"
 )
 
 // Two arms alternate AB and BA; the first arm is the control.
@@ -21,7 +22,7 @@ func ExampleOrders() {
 // Three arms follow a Williams design: six sequences in which every arm
 // holds every position twice and follows every other arm twice.
 func ExampleOrders_williams() {
-	for _, block := range bench.Orders([]string{"direct", "grow-eager", "grow-one-ahead"}, bench.BalancedPairs(3)) {
+	for _, block := range bench.Orders([]string{"direct", "grow-eager", "grow-one-ahead"}, stats.BalancedPairs(3)) {
 		fmt.Println(block)
 	}
 	// Output:
@@ -31,15 +32,4 @@ func ExampleOrders_williams() {
 	// [grow-one-ahead grow-eager direct]
 	// [direct grow-one-ahead grow-eager]
 	// [grow-eager direct grow-one-ahead]
-}
-
-// The smallest two-sided p an exact sign-flip test can give with n pairs.
-func ExampleSignFlipFloor() {
-	for _, n := range []int{5, 6, 8} {
-		fmt.Printf("N=%d: %.4f\n", n, bench.SignFlipFloor(n))
-	}
-	// Output:
-	// N=5: 0.0625
-	// N=6: 0.0312
-	// N=8: 0.0078
 }

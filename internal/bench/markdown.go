@@ -5,6 +5,8 @@ import (
 	"io"
 	"math"
 	"strings"
+
+	"github.com/ovtoolkit/ovrun/internal/stats"
 )
 
 // WriteMarkdown writes report.md: the endpoint tables, boundary evidence,
@@ -23,7 +25,7 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 	fmt.Fprintf(&b, ", seed %d, precision %s. Control: **%s**. ", cfg.Seed, orDefault(cfg.Precision), r.Control)
 	design := "AB/BA alternation"
 	if len(r.Arms) > 2 {
-		design = fmt.Sprintf("Williams design (%d sequences per cycle)", WilliamsRows(len(r.Arms)))
+		design = fmt.Sprintf("Williams design (%d sequences per cycle)", stats.CycleLen(len(r.Arms)))
 	}
 	fmt.Fprintf(&b, "%d blocks in %s, each run a fresh process, one warm-up run per arm first (excluded). Status: %s.\n\n", cfg.Pairs, design, r.Status)
 
@@ -82,7 +84,7 @@ func (r *Report) writeReading(b *strings.Builder) {
 	b.WriteString("95% CI: paired t. p: exact two-sided sign-flip (permutation) test of the paired differences. ")
 	b.WriteString("Wins: pairs in which the treatment's value was better: lower, except for successor compile overlapped, where more compile hidden behind decode is better. ")
 	b.WriteString("Raw per-run values are in `report.json` (`comparisons[].control_values`, `treatment_values`).\n\n")
-	floor := SignFlipFloor(n)
+	floor := stats.SignFlipFloor(n)
 	if floor > 0.05 {
 		fmt.Fprintf(b, "**With N = %d pairs the smallest possible two-sided sign-flip p is 2/2^%d = %.4g, so no endpoint can reach p < 0.05 here.** Read the effect sizes, the intervals and the wins, not p.\n\n", n, n, floor)
 	} else {

@@ -5,6 +5,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/ovtoolkit/ovrun/internal/stats"
 )
 
 func TestPlanTwoArmsAlternatesABBA(t *testing.T) {
@@ -53,8 +55,8 @@ func TestOrdersWilliamsBalanceThreeToSixArms(t *testing.T) {
 	for k := 3; k <= 6; k++ {
 		t.Run(fmt.Sprintf("%d arms", k), func(t *testing.T) {
 			arms := policies[:k]
-			n := BalancedPairs(k)
-			if n < DefaultPairs || n%WilliamsRows(k) != 0 {
+			n := stats.BalancedPairs(k)
+			if n < stats.MinPairs || n%stats.CycleLen(k) != 0 {
 				t.Fatalf("BalancedPairs(%d) = %d", k, n)
 			}
 			pos := map[[2]string]int{}
@@ -99,7 +101,7 @@ func TestValidate(t *testing.T) {
 		wantErr    string // "" for none
 	}{
 		{name: "default campaign", edit: func(*Config) {}},
-		{name: "five pairs", edit: func(c *Config) { c.Pairs = 5 }, wantErr: "floor is 2/2^n = 0.0625"},
+		{name: "five pairs", edit: func(c *Config) { c.Pairs = 5 }, wantErr: "the smallest two-sided exact sign-flip p is 2/2^n = 0.0625"},
 		{name: "odd pairs above six", edit: func(c *Config) { c.Pairs = 7 }, wantErr: "even number"},
 		{name: "two pairs allowed small", edit: func(c *Config) { c.Pairs = 2 }, allowSmall: true},
 		{name: "one arm", edit: func(c *Config) { c.Arms = c.Arms[:1] }, wantErr: "at least two arms"},
@@ -131,14 +133,6 @@ func TestValidate(t *testing.T) {
 				t.Fatalf("error %q does not contain %q", err, tc.wantErr)
 			}
 		})
-	}
-}
-
-func TestSignFlipFloor(t *testing.T) {
-	for n, want := range map[int]float64{5: 0.0625, 6: 0.03125, 2: 0.5} {
-		if got := SignFlipFloor(n); got != want {
-			t.Errorf("SignFlipFloor(%d) = %g, want %g", n, got, want)
-		}
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/ovtoolkit/ovrun/internal/svg"
 	"github.com/ovtoolkit/ovrun/runtime"
 )
 
@@ -28,51 +29,51 @@ func KVSVG(r *Report, p int) []byte {
 			ymax = max(ymax, float64(k.ReservedBytes), float64(k.LiveBytes))
 		}
 	}
-	xt, _, thi := niceTicks(0, tmax, 10)
+	xt, _, thi := svg.NiceTicks(0, tmax, 10)
 	unit := newFormatter(Endpoint{Bytes: true}, ymax)
-	yt, _, yhi := niceTicks(0, ymax/unit.scale, 4)
-	x := scale{0, thi, left, width - right}
+	yt, _, yhi := svg.NiceTicks(0, ymax/unit.scale, 4)
+	x := svg.Linear(0, thi, left, width-right)
 	height := top + (plotH+gap)*float64(len(arms)) + 40
 	g := newSVG(width, height)
-	g.title(fmt.Sprintf("ovrun bench: reserved and live KV of pair %d", p))
-	g.text(left, 20, "start", 13, fmt.Sprintf("Pair %d: reserved KV (solid) against live KV (dashed)", p), `font-weight="bold"`)
+	g.Title(fmt.Sprintf("ovrun bench: reserved and live KV of pair %d", p))
+	g.Text(left, 20, "start", 13, fmt.Sprintf("Pair %d: reserved KV (solid) against live KV (dashed)", p), `font-weight="bold"`)
 	for i, arm := range arms {
 		s := runs[arm]
 		y0 := top + (plotH+gap)*float64(i)
-		y := scale{0, yhi, y0 + plotH, y0}
+		y := svg.Linear(0, yhi, y0+plotH, y0)
 		c := colour(slices.Index(r.Arms, arm))
 		for _, t := range xt {
-			g.line(x.at(t), y0, x.at(t), y0+plotH, colGrid, 1, "")
+			g.Line(x.At(t), y0, x.At(t), y0+plotH, colGrid, 1, "")
 		}
 		for _, v := range yt {
-			g.line(left, y.at(v), width-right, y.at(v), colGrid, 1, "")
-			g.text(left-6, y.at(v)+4, "end", 10, tickLabel(v, tickStep(yt))+" "+unit.unit, "")
+			g.Line(left, y.At(v), width-right, y.At(v), colGrid, 1, "")
+			g.Text(left-6, y.At(v)+4, "end", 10, svg.TickLabel(v, svg.TickStep(yt))+" "+unit.unit, "")
 		}
-		g.text(left, y0-6, "start", 12, arm, `font-weight="bold"`)
+		g.Text(left, y0-6, "start", 12, arm, `font-weight="bold"`)
 		res, live := kvSteps(s, x, y, unit.scale)
 		if len(res) > 0 {
-			area := append([][2]float64{{res[0][0], y.at(0)}}, res...)
-			area = append(area, [2]float64{res[len(res)-1][0], y.at(0)})
-			g.polygon(area, c, `fill-opacity="0.25"`)
-			g.polyline(res, c, 2, "")
-			g.polyline(live, "#333333", 1.5, `stroke-dasharray="5,3"`)
+			area := append([][2]float64{{res[0][0], y.At(0)}}, res...)
+			area = append(area, [2]float64{res[len(res)-1][0], y.At(0)})
+			g.Polygon(area, c, `fill-opacity="0.25"`)
+			g.Polyline(res, c, 2, "")
+			g.Polyline(live, "#333333", 1.5, `stroke-dasharray="5,3"`)
 		}
-		g.line(left, y0+plotH, width-right, y0+plotH, colAxis, 1, "")
-		g.line(left, y0, left, y0+plotH, colAxis, 1, "")
-		g.text(width-right, y0-6, "end", 10, fmt.Sprintf("reserved avg %s, peak %s; live avg %s",
+		g.Line(left, y0+plotH, width-right, y0+plotH, colAxis, 1, "")
+		g.Line(left, y0, left, y0+plotH, colAxis, 1, "")
+		g.Text(width-right, y0-6, "end", 10, fmt.Sprintf("reserved avg %s, peak %s; live avg %s",
 			fmtBytes(s.KVReservedAvgBytes), fmtBytes(float64(s.KVReservedPeakBytes)), fmtBytes(s.KVLiveAvgBytes)), `fill="#444444"`)
 	}
 	axisY := top + (plotH+gap)*float64(len(arms)) - gap + 2
 	for _, t := range xt {
-		g.text(x.at(t), axisY+14, "middle", 10, tickLabel(t, tickStep(xt)), "")
+		g.Text(x.At(t), axisY+14, "middle", 10, svg.TickLabel(t, svg.TickStep(xt)), "")
 	}
-	g.text((left+width-right)/2, axisY+30, "middle", 11, "seconds from process start", "")
-	return g.bytes()
+	g.Text((left+width-right)/2, axisY+30, "middle", 11, "seconds from process start", "")
+	return g.Bytes()
 }
 
 // kvSteps turns a run's KV samples into step lines (the level holds until
 // the next sample) for the reserved and live bytes, extended to the run's end.
-func kvSteps(s *runtime.Summary, x, y scale, unit float64) (res, live [][2]float64) {
+func kvSteps(s *runtime.Summary, x, y svg.Scale, unit float64) (res, live [][2]float64) {
 	ks := slices.Clone(s.KVTimeline)
 	slices.SortStableFunc(ks, func(a, b runtime.KVSample) int {
 		switch {
@@ -85,15 +86,15 @@ func kvSteps(s *runtime.Summary, x, y scale, unit float64) (res, live [][2]float
 	})
 	for i, k := range ks {
 		if i > 0 {
-			res = append(res, [2]float64{x.at(k.TS), y.at(float64(ks[i-1].ReservedBytes) / unit)})
-			live = append(live, [2]float64{x.at(k.TS), y.at(float64(ks[i-1].LiveBytes) / unit)})
+			res = append(res, [2]float64{x.At(k.TS), y.At(float64(ks[i-1].ReservedBytes) / unit)})
+			live = append(live, [2]float64{x.At(k.TS), y.At(float64(ks[i-1].LiveBytes) / unit)})
 		}
-		res = append(res, [2]float64{x.at(k.TS), y.at(float64(k.ReservedBytes) / unit)})
-		live = append(live, [2]float64{x.at(k.TS), y.at(float64(k.LiveBytes) / unit)})
+		res = append(res, [2]float64{x.At(k.TS), y.At(float64(k.ReservedBytes) / unit)})
+		live = append(live, [2]float64{x.At(k.TS), y.At(float64(k.LiveBytes) / unit)})
 	}
 	if n := len(ks); n > 0 && s.EndS > ks[n-1].TS {
-		res = append(res, [2]float64{x.at(s.EndS), y.at(float64(ks[n-1].ReservedBytes) / unit)})
-		live = append(live, [2]float64{x.at(s.EndS), y.at(float64(ks[n-1].LiveBytes) / unit)})
+		res = append(res, [2]float64{x.At(s.EndS), y.At(float64(ks[n-1].ReservedBytes) / unit)})
+		live = append(live, [2]float64{x.At(s.EndS), y.At(float64(ks[n-1].LiveBytes) / unit)})
 	}
 	return res, live
 }

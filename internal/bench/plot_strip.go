@@ -3,6 +3,8 @@ package bench
 import (
 	"fmt"
 	"math"
+
+	"github.com/ovtoolkit/ovrun/internal/svg"
 )
 
 // EndpointsSVG is a strip plot: one small panel per endpoint, every
@@ -23,8 +25,8 @@ func EndpointsSVG(r *Report) []byte {
 	)
 	rows := (len(Endpoints) + cols - 1) / cols
 	g := newSVG(panelW*cols, top+panelH*float64(rows)+6)
-	g.title("ovrun bench: per-run values of every endpoint")
-	g.text(12, 20, "start", 13, "Every measured run per arm (dots by pair, left to right); bar = arm mean", `font-weight="bold"`)
+	g.Title("ovrun bench: per-run values of every endpoint")
+	g.Text(12, 20, "start", 13, "Every measured run per arm (dots by pair, left to right); bar = arm mean", `font-weight="bold"`)
 	items := make([]legendItem, len(r.Arms))
 	for i, a := range r.Arms {
 		items[i] = legendItem{colour(i), fmt.Sprintf("%d %s", i+1, a)}
@@ -57,16 +59,16 @@ func EndpointsSVG(r *Report) []byte {
 			continue
 		}
 		f := newFormatter(e, lo, hi)
-		yt, ylo, yhi := niceTicks(lo/f.scale, hi/f.scale, 4)
+		yt, ylo, yhi := svg.NiceTicks(lo/f.scale, hi/f.scale, 4)
 		x0, x1 := px+padL, px+panelW-padR
-		y := scale{ylo, yhi, py + panelH - padB, py + padT}
-		g.text(px+padL, py+16, "start", 11, e.Name, `font-weight="bold"`)
+		y := svg.Linear(ylo, yhi, py+panelH-padB, py+padT)
+		g.Text(px+padL, py+16, "start", 11, e.Name, `font-weight="bold"`)
 		for _, v := range yt {
-			g.line(x0, y.at(v), x1, y.at(v), colGrid, 1, "")
-			g.text(x0-5, y.at(v)+4, "end", 9, tickLabel(v, tickStep(yt))+" "+f.unit, "")
+			g.Line(x0, y.At(v), x1, y.At(v), colGrid, 1, "")
+			g.Text(x0-5, y.At(v)+4, "end", 9, svg.TickLabel(v, svg.TickStep(yt))+" "+f.unit, "")
 		}
-		g.line(x0, py+panelH-padB, x1, py+panelH-padB, colAxis, 1, "")
-		g.line(x0, py+padT, x0, py+panelH-padB, colAxis, 1, "")
+		g.Line(x0, py+panelH-padB, x1, py+panelH-padB, colAxis, 1, "")
+		g.Line(x0, py+padT, x0, py+panelH-padB, colAxis, 1, "")
 		band := (x1 - x0) / float64(len(r.Arms))
 		xOf := func(ai, pair int) float64 {
 			off := 0.0
@@ -79,7 +81,7 @@ func EndpointsSVG(r *Report) []byte {
 			for _, a := range values[0] {
 				for _, b := range values[1] {
 					if a.pair == b.pair {
-						g.line(xOf(0, a.pair), y.at(a.v/f.scale), xOf(1, b.pair), y.at(b.v/f.scale), "#bbbbbb", 1, "")
+						g.Line(xOf(0, a.pair), y.At(a.v/f.scale), xOf(1, b.pair), y.At(b.v/f.scale), "#bbbbbb", 1, "")
 					}
 				}
 			}
@@ -91,17 +93,17 @@ func EndpointsSVG(r *Report) []byte {
 			sum := 0.0
 			for _, v := range vs {
 				sum += v.v
-				g.circle(xOf(ai, v.pair), y.at(v.v/f.scale), dotR, colour(ai), `fill-opacity="0.85"`)
+				g.Circle(xOf(ai, v.pair), y.At(v.v/f.scale), dotR, colour(ai), `fill-opacity="0.85"`)
 			}
-			m := y.at(sum / float64(len(vs)) / f.scale)
+			m := y.At(sum / float64(len(vs)) / f.scale)
 			cx := x0 + band*(float64(ai)+0.5)
-			g.line(cx-band*meanW/2, m, cx+band*meanW/2, m, "#111111", 2, "")
+			g.Line(cx-band*meanW/2, m, cx+band*meanW/2, m, "#111111", 2, "")
 			if label := r.Arms[ai]; band >= 6*float64(len(label)) {
-				g.text(cx, py+panelH-padB+14, "middle", 9, label, "")
+				g.Text(cx, py+panelH-padB+14, "middle", 9, label, "")
 			} else {
-				g.text(cx, py+panelH-padB+14, "middle", 9, fmt.Sprint(ai+1), "")
+				g.Text(cx, py+panelH-padB+14, "middle", 9, fmt.Sprint(ai+1), "")
 			}
 		}
 	}
-	return g.bytes()
+	return g.Bytes()
 }

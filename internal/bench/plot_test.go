@@ -61,26 +61,3 @@ func TestPlotsOfAMissingPair(t *testing.T) {
 		t.Error("strip plot drawn without runs")
 	}
 }
-
-func TestNiceTicks(t *testing.T) {
-	tests := []struct {
-		name     string
-		lo, hi   float64
-		wantLo   float64
-		wantHi   float64
-		wantStep float64
-	}{
-		{"seconds", 0, 1.69, 0, 1.8, 0.2},
-		{"round range", 0, 100, 0, 100, 10},
-		{"constant", 5, 5, 4.5, 5.5, 0.1},
-		{"zero", 0, 0, 0, 1, 0.1},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			ticks, lo, hi := niceTicks(tc.lo, tc.hi, 10)
-			if !near(lo, tc.wantLo) || !near(hi, tc.wantHi) || !near(tickStep(ticks), tc.wantStep) {
-				t.Errorf("niceTicks(%g, %g) = %v (%g..%g)", tc.lo, tc.hi, ticks, lo, hi)
-			}
-		})
-	}
-}

@@ -3,6 +3,8 @@ package bench
 import (
 	"fmt"
 	"slices"
+
+	"github.com/ovtoolkit/ovrun/internal/svg"
 )
 
 // TimelineSVG draws pair p's runs one above the other on one time axis:
@@ -26,23 +28,23 @@ func TimelineSVG(r *Report, p int) []byte {
 			tmax = max(tmax, c.EndS)
 		}
 	}
-	ticks, _, thi := niceTicks(0, tmax, 10)
-	x := scale{0, thi, left, width - right}
+	ticks, _, thi := svg.NiceTicks(0, tmax, 10)
+	x := svg.Linear(0, thi, left, width-right)
 	axisY := top + panel*float64(len(arms)) + 4
 	height := axisY + 36 + 44
 	g := newSVG(width, height)
-	g.title(fmt.Sprintf("ovrun bench: timelines of pair %d", p))
-	g.text(left, 20, "start", 13, fmt.Sprintf("Pair %d: compile and decode timelines (run order top to bottom)", p), `font-weight="bold"`)
+	g.Title(fmt.Sprintf("ovrun bench: timelines of pair %d", p))
+	g.Text(left, 20, "start", 13, fmt.Sprintf("Pair %d: compile and decode timelines (run order top to bottom)", p), `font-weight="bold"`)
 	for _, t := range ticks {
-		g.line(x.at(t), top-4, x.at(t), axisY, colGrid, 1, "")
+		g.Line(x.At(t), top-4, x.At(t), axisY, colGrid, 1, "")
 	}
 	for i, arm := range arms {
 		s := runs[arm]
 		y0 := top + panel*float64(i)
 		cy, dy := y0+4, y0+4+lane+laneGap
-		g.text(8, cy+lane-4, "start", 12, arm, `font-weight="bold"`)
-		g.text(left-8, cy+lane-5, "end", 10, "compile", `fill="#666666"`)
-		g.text(left-8, dy+lane-5, "end", 10, "decode", `fill="#666666"`)
+		g.Text(8, cy+lane-4, "start", 12, arm, `font-weight="bold"`)
+		g.Text(left-8, cy+lane-5, "end", 10, "compile", `fill="#666666"`)
+		g.Text(left-8, dy+lane-5, "end", 10, "decode", `fill="#666666"`)
 		for _, c := range s.Compiles {
 			fill := colCompileBG
 			switch {
@@ -51,8 +53,8 @@ func TimelineSVG(r *Report, p int) []byte {
 			case c.Foreground:
 				fill = colCompileFG
 			}
-			x0, x1 := x.at(c.StartS), x.at(c.EndS)
-			g.rect(x0, cy, max(x1-x0, 1), lane, fill, `stroke="#ffffff" stroke-width="0.5"`)
+			x0, x1 := x.At(c.StartS), x.At(c.EndS)
+			g.Rect(x0, cy, max(x1-x0, 1), lane, fill, `stroke="#ffffff" stroke-width="0.5"`)
 			label := fmt.Sprint(c.Capacity)
 			if c.Kind == "prefill" {
 				label = "prefill " + label
@@ -62,50 +64,50 @@ func TimelineSVG(r *Report, p int) []byte {
 				if fill != colCompileFG {
 					tc = "#222222"
 				}
-				g.text((x0+x1)/2, cy+lane-5, "middle", 10, label, fmt.Sprintf(`fill="%s"`, tc))
+				g.Text((x0+x1)/2, cy+lane-5, "middle", 10, label, fmt.Sprintf(`fill="%s"`, tc))
 			}
 		}
 		if s.PrefillEndS > s.PrefillStartS {
-			g.rect(x.at(s.PrefillStartS), dy, x.at(s.PrefillEndS)-x.at(s.PrefillStartS), lane, colPrefill, "")
+			g.Rect(x.At(s.PrefillStartS), dy, x.At(s.PrefillEndS)-x.At(s.PrefillStartS), lane, colPrefill, "")
 		}
 		for _, rg := range s.Rungs {
 			if rg.FirstStep <= 0 || rg.DecodeEndS <= rg.DecodeStartS {
 				continue
 			}
-			x0, x1 := x.at(rg.DecodeStartS), x.at(rg.DecodeEndS)
-			g.rect(x0, dy, max(x1-x0, 1), lane, rungColour(r.Campaign.Ladder, rg.Capacity), "")
+			x0, x1 := x.At(rg.DecodeStartS), x.At(rg.DecodeEndS)
+			g.Rect(x0, dy, max(x1-x0, 1), lane, rungColour(r.Campaign.Ladder, rg.Capacity), "")
 			if label := fmt.Sprint(rg.Capacity); x1-x0 > 7*float64(len(label))+4 {
-				g.text((x0+x1)/2, dy+lane-5, "middle", 10, label, `fill="#ffffff"`)
+				g.Text((x0+x1)/2, dy+lane-5, "middle", 10, label, `fill="#ffffff"`)
 			}
 		}
 		for _, rg := range s.Rungs {
 			if rg.WaitS > 0 && rg.WaitStartS > 0 {
-				x0 := x.at(rg.WaitStartS)
-				g.rect(x0, dy-2, max(x.at(rg.WaitStartS+rg.WaitS)-x0, 1.5), lane+4, colWait, "")
+				x0 := x.At(rg.WaitStartS)
+				g.Rect(x0, dy-2, max(x.At(rg.WaitStartS+rg.WaitS)-x0, 1.5), lane+4, colWait, "")
 			}
 			if rg.MigrateS > 0 && rg.MigrateStartS > 0 {
-				x0 := x.at(rg.MigrateStartS)
-				g.rect(x0, dy, max(x.at(rg.MigrateStartS+rg.MigrateS)-x0, 1), lane, colMigrate, "")
+				x0 := x.At(rg.MigrateStartS)
+				g.Rect(x0, dy, max(x.At(rg.MigrateStartS+rg.MigrateS)-x0, 1), lane, colMigrate, "")
 			}
 		}
 		if s.EndS > 0 {
-			xe := x.at(s.EndS)
-			g.line(xe, cy-2, xe, dy+lane+2, colAxis, 1, "")
+			xe := x.At(s.EndS)
+			g.Line(xe, cy-2, xe, dy+lane+2, colAxis, 1, "")
 			label, lx, anchor := fmt.Sprintf("last token %.2f s", s.EndS), xe+3, "start"
 			if lx+6*float64(len(label)) > width {
 				lx, anchor = xe-3, "end"
 			}
-			g.text(lx, dy+lane+12, anchor, 10, label, `fill="#444444"`)
+			g.Text(lx, dy+lane+12, anchor, 10, label, `fill="#444444"`)
 		}
 	}
-	g.line(left, axisY, width-right, axisY, colAxis, 1, "")
+	g.Line(left, axisY, width-right, axisY, colAxis, 1, "")
 	for _, t := range ticks {
-		g.line(x.at(t), axisY, x.at(t), axisY+4, colAxis, 1, "")
-		g.text(x.at(t), axisY+16, "middle", 10, tickLabel(t, tickStep(ticks)), "")
+		g.Line(x.At(t), axisY, x.At(t), axisY+4, colAxis, 1, "")
+		g.Text(x.At(t), axisY+16, "middle", 10, svg.TickLabel(t, svg.TickStep(ticks)), "")
 	}
-	g.text((left+width-right)/2, axisY+30, "middle", 11, "seconds from process start", "")
+	g.Text((left+width-right)/2, axisY+30, "middle", 11, "seconds from process start", "")
 	legend(g, left, axisY+48, timelineLegend(r.Campaign.Ladder))
-	return g.bytes()
+	return g.Bytes()
 }
 
 type legendItem struct{ colour, label string }
@@ -119,10 +121,10 @@ func timelineLegend(ladder []int) []legendItem {
 }
 
 // legend draws swatches in one row starting at (x, y).
-func legend(g *svg, x, y float64, items []legendItem) {
+func legend(g *svg.Doc, x, y float64, items []legendItem) {
 	for _, it := range items {
-		g.rect(x, y-9, 10, 10, it.colour, "")
-		g.text(x+14, y, "start", 10, it.label, "")
+		g.Rect(x, y-9, 10, 10, it.colour, "")
+		g.Text(x+14, y, "start", 10, it.label, "")
 		x += 24 + 6*float64(len(it.label))
 	}
 }

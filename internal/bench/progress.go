@@ -6,34 +6,32 @@ import (
 	"os"
 	"sync"
 	"time"
+
+	"github.com/ovtoolkit/ovrun/internal/cliutil"
 )
 
 // Terminal draws one progress line, `pair i/N  arm X  run k/total  ETA mm:ss`,
 // redrawn every second while a run goes on. A nil *Terminal does nothing.
 type Terminal struct {
-	w     io.Writer
-	mu    sync.Mutex
-	ev    Event
-	at    time.Time
-	drawn bool
-	stop  chan struct{}
-	done  chan struct{}
+	st   *cliutil.Status
+	mu   sync.Mutex
+	ev   Event
+	at   time.Time
+	stop chan struct{}
+	done chan struct{}
 }
 
 // NewTerminal returns a Terminal on f, or nil when quiet or f is not a terminal.
 func NewTerminal(f *os.File, quiet bool) *Terminal {
-	if quiet {
+	st := cliutil.NewStatus(f, quiet)
+	if st == nil {
 		return nil
 	}
-	fi, err := f.Stat()
-	if err != nil || fi.Mode()&os.ModeCharDevice == 0 {
-		return nil
-	}
-	return newTerminal(f)
+	return &Terminal{st: st}
 }
 
 func newTerminal(w io.Writer) *Terminal {
-	return &Terminal{w: w}
+	return &Terminal{st: cliutil.StatusTo(w)}
 }
 
 // Update shows ev; it is the Progress function of Options.
@@ -68,8 +66,7 @@ func (t *Terminal) tick(stop <-chan struct{}, done chan<- struct{}) {
 }
 
 func (t *Terminal) drawLocked() {
-	fmt.Fprintf(t.w, "\r\033[K%s", progressLine(t.ev, time.Since(t.at)))
-	t.drawn = true
+	t.st.Show("%s", progressLine(t.ev, time.Since(t.at)))
 }
 
 // Close stops the redraws and clears the line.
@@ -85,9 +82,7 @@ func (t *Terminal) Close() {
 		close(stop)
 		<-done
 	}
-	if t.drawn {
-		fmt.Fprint(t.w, "\r\033[K")
-	}
+	t.st.Clear()
 }
 
 // progressLine renders ev after elapsed time in the current run.

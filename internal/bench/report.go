@@ -96,7 +96,7 @@ type Endpoint struct {
 	HigherIsBetter bool
 }
 
-// Endpoints are the compared endpoints (DESIGN.md §6); lower is better for
+// Endpoints are the compared endpoints (docs/design.md §6); lower is better for
 // every one but successor_compile_overlapped_s.
 var Endpoints = []Endpoint{
 	{"foreground_compile_s", "Foreground compile wall", false, func(s *runtime.Summary) float64 { return s.ForegroundCompileS }, false},

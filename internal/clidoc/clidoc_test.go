@@ -100,8 +100,9 @@ func TestNoUndeclaredFlagReads(t *testing.T) {
 	}
 }
 
-// The check finds the bugs it exists for: a flag read but not declared, and
-// a flag read by a string.
+// The check finds the bugs it exists for: a flag read but not declared
+// (a literal, or one made by a shared constructor), and a flag read by a
+// string.
 func TestUndeclaredReadIsFound(t *testing.T) {
 	dir := t.TempDir()
 	src := `package main
@@ -111,14 +112,16 @@ import "github.com/urfave/cli/v2"
 var (
 	aFlag = &cli.StringFlag{Name: "a"}
 	bFlag = &cli.StringFlag{Name: "b"}
-	shared = []cli.Flag{aFlag}
+	cFlag = cliutil.DeviceFlag()
+	dFlag = cliutil.QuietFlag()
+	shared = []cli.Flag{aFlag, dFlag}
 )
 
 var cmd = &cli.Command{Name: "x", Flags: shared, Action: act}
 
 func act(c *cli.Context) error { _ = aFlag.Get(c); return helper(c) }
 
-func helper(c *cli.Context) error { _ = bFlag.Get(c); _ = c.String("a"); return nil }
+func helper(c *cli.Context) error { _ = bFlag.Get(c); _ = c.String("a"); _ = cFlag.Get(c); _ = dFlag.Get(c); return nil }
 `
 	if err := os.WriteFile(filepath.Join(dir, "main.go"), []byte(src), 0o644); err != nil {
 		t.Fatal(err)
@@ -127,7 +130,7 @@ func helper(c *cli.Context) error { _ = bFlag.Get(c); _ = c.String("a"); return 
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(msgs) != 2 || !strings.Contains(msgs[0], `flag "a" read by its name`) || !strings.Contains(msgs[1], "bFlag") {
-		t.Errorf("got %q, want one message about c.String(\"a\") and one about bFlag", msgs)
+	if len(msgs) != 3 || !strings.Contains(msgs[0], `flag "a" read by its name`) || !strings.Contains(msgs[1], "bFlag") || !strings.Contains(msgs[2], "cFlag") {
+		t.Errorf("got %q, want one message about c.String(\"a\"), one about bFlag and one about cFlag", msgs)
 	}
 }

@@ -110,7 +110,16 @@ func litType(e ast.Expr) string {
 
 func isCommandLit(e ast.Expr) bool { return litType(e) == "Command" }
 
-func isFlagLit(e ast.Expr) bool { return strings.HasSuffix(litType(e), "Flag") }
+// isFlagLit reports a flag: &cli.XxxFlag{...}, or a call of a shared flag
+// constructor such as cliutil.DeviceFlag().
+func isFlagLit(e ast.Expr) bool {
+	if call, ok := e.(*ast.CallExpr); ok && len(call.Args) == 0 {
+		if sel, ok := call.Fun.(*ast.SelectorExpr); ok {
+			return strings.HasSuffix(sel.Sel.Name, "Flag")
+		}
+	}
+	return strings.HasSuffix(litType(e), "Flag")
+}
 
 // flagIdents collects the flag variables an expression for a []cli.Flag
 // names, following package variables, append and local functions.

@@ -15,6 +15,7 @@ import (
 	"github.com/ovtoolkit/ovrun/compilecost"
 	"github.com/ovtoolkit/ovrun/internal/cliutil"
 	"github.com/ovtoolkit/ovrun/internal/safefile"
+	"github.com/ovtoolkit/ovrun/ladder"
 )
 
 // Command is the plan subcommand.
@@ -28,7 +29,7 @@ var (
 	backgroundSlowdownFlag = &cli.Float64Flag{Name: "background-slowdown", Usage: "decode step time multiplier `X` (>= 1) while a background compile runs"}
 	kvBytesPerTokenFlag    = &cli.Int64Flag{Name: "kv-bytes-per-token", Usage: "KV `BYTES` of one token over all layers (enables the KV columns)"}
 	migrateGibPerSFlag     = &cli.Float64Flag{Name: "migrate-gib-per-s", Usage: "KV copy bandwidth at a boundary, `GIB/S` (default: copies are free)"}
-	lookaheadFlag          = &cli.IntFlag{Name: "lookahead", Usage: "rungs ahead a background compile may run (0: one ahead, two when a deadline would be missed)"}
+	lookaheadFlag          = &cli.IntFlag{Name: "lookahead", Usage: "rungs ahead a background compile may run (0: the runtime's rule: one ahead, two when after 8 steps the compile would not fit the next rung's window)"}
 	policyFlag             = &cli.StringFlag{Name: "policy", Value: "all", Usage: "`POLICIES`, comma-separated, or all",
 		Action: func(_ *cli.Context, v string) error { _, err := parsePolicies(v); return err }}
 )
@@ -67,8 +68,8 @@ type Report struct {
 	Results     []compilecost.SimResult `json:"results"`
 }
 
-// maxTokens is runtime.MaxCapacity (plan does not link OpenVINO).
-const maxTokens = 1 << 24
+// maxTokens is the largest capacity and token count accepted.
+const maxTokens = ladder.MaxCapacity
 
 // checkFlags validates every number before any work: finite, in range.
 func checkFlags(c *cli.Context) error {

@@ -1,6 +1,6 @@
 package stats
 
-// Comparison is the per-endpoint report of a paired experiment (DESIGN.md
+// Comparison is the per-endpoint report of a paired experiment (docs/design.md
 // §7): arm means, paired difference and % change, paired-t 95% CI, exact
 // two-sided sign-flip p, wins and the raw per-run values.
 //

@@ -1,5 +1,5 @@
 // Package stats holds the statistics that paired, counterbalanced A/B
-// experiments report (DESIGN.md §7): paired-t 95% confidence intervals, the
+// experiments report (docs/design.md §7): paired-t 95% confidence intervals, the
 // exact two-sided sign-flip test, win counts and counterbalanced run orders
 // (AB/BA alternation for two arms, Williams designs for more).
 //

@@ -28,3 +28,14 @@ func ExampleOrders() {
 	// [[0 1] [1 0] [0 1] [1 0]]
 	// [[0 1 3 2] [1 2 0 3] [2 3 1 0] [3 0 2 1]]
 }
+
+// The smallest two-sided p an exact sign-flip test can give with n pairs.
+func ExampleSignFlipFloor() {
+	for _, n := range []int{5, 6, 8} {
+		fmt.Printf("N=%d: %.4f\n", n, stats.SignFlipFloor(n))
+	}
+	// Output:
+	// N=5: 0.0625
+	// N=6: 0.0312
+	// N=8: 0.0078
+}

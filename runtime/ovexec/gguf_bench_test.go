@@ -1,4 +1,4 @@
-package runtime
+package ovexec
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 
 	"github.com/ovtoolkit/ovrun/internal/testenv"
 	"github.com/ovtoolkit/ovrun/model"
+	"github.com/ovtoolkit/ovrun/runtime"
 )
 
 // BenchmarkGGUFRungs measures the memory of compiling several decode graphs
@@ -14,8 +15,8 @@ import (
 // after the weights blob and after each graph, per weight format. Run one
 // format per process, since RSS only grows:
 //
-//	go test ./runtime -run '^$' -bench 'GGUFRungs/native' -benchtime 1x
-//	go test ./runtime -run '^$' -bench 'GGUFRungs/f32' -benchtime 1x
+//	go test ./runtime/ovexec -run '^$' -bench 'GGUFRungs/native' -benchtime 1x
+//	go test ./runtime/ovexec -run '^$' -bench 'GGUFRungs/f32' -benchtime 1x
 func BenchmarkGGUFRungs(b *testing.B) {
 	path := testenv.SmolLM2(b)
 	for _, format := range []model.WeightFormat{model.WeightsNative, model.WeightsF32} {
@@ -25,19 +26,19 @@ func BenchmarkGGUFRungs(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				base := CurrentRSS()
-				comp, err := NewOVCompiler(ck, OVOptions{Device: "CPU", Precision: "f32", Weights: format})
+				base := runtime.CurrentRSS()
+				comp, err := NewCompiler(ck, Options{Device: "CPU", Precision: "f32", Weights: format})
 				if err != nil {
 					b.Fatal(err)
 				}
 				mib := func(n int64) float64 { return float64(n) / (1 << 20) }
 				b.ReportMetric(mib(comp.Weights().TensorBytes()), "blob-MiB")
-				b.ReportMetric(mib(CurrentRSS()-base), "rss-blob-MiB")
-				buf, _, err := AllocFullView(ShapeOf(ck.Config), 1024) // one KV reservation: rungs bind prefix views
+				b.ReportMetric(mib(runtime.CurrentRSS()-base), "rss-blob-MiB")
+				buf, _, err := runtime.AllocFullView(runtime.ShapeOf(ck.Config), 1024) // one KV reservation: rungs bind prefix views
 				if err != nil {
 					b.Fatal(err)
 				}
-				var exes []Executable
+				var exes []runtime.Executable
 				for _, c := range []int{256, 512, 1024} {
 					exe, err := comp.Compile(context.Background(), model.GraphSpec{Capacity: c, Chunk: 1})
 					if err != nil {
@@ -54,7 +55,7 @@ func BenchmarkGGUFRungs(b *testing.B) {
 						b.Fatal(err)
 					}
 					exes = append(exes, exe)
-					b.ReportMetric(mib(CurrentRSS()-base), fmt.Sprintf("rss-%d-graphs-MiB", len(exes)))
+					b.ReportMetric(mib(runtime.CurrentRSS()-base), fmt.Sprintf("rss-%d-graphs-MiB", len(exes)))
 				}
 				for _, e := range exes {
 					e.Close()

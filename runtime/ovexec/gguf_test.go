@@ -1,4 +1,4 @@
-package runtime
+package ovexec
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 
 	"github.com/ovtoolkit/ovrun/internal/testenv"
 	"github.com/ovtoolkit/ovrun/model"
+	"github.com/ovtoolkit/ovrun/runtime"
 )
 
 // smolPrompt is "The quick brown fox jumps over the lazy dog. Paris is the
@@ -19,14 +20,14 @@ var smolPrompt = []int64{504, 2365, 6354, 16438, 27003, 690, 260, 23790, 2767, 3
 
 // generateGGUF loads a GGUF checkpoint and greedily generates steps tokens
 // after prompt at f32 with the given weight format, keeping every logits row.
-func generateGGUF(t *testing.T, path string, format model.WeightFormat, prompt []int64, steps int) (*GenerateResult, *OVCompiler) {
+func generateGGUF(t *testing.T, path string, format model.WeightFormat, prompt []int64, steps int) (*runtime.GenerateResult, *Compiler) {
 	t.Helper()
 	ck, err := model.Load(path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { ck.Close() })
-	comp, err := NewOVCompiler(ck, OVOptions{Device: "CPU", Precision: "f32", Weights: format})
+	comp, err := NewCompiler(ck, Options{Device: "CPU", Precision: "f32", Weights: format})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -35,7 +36,7 @@ func generateGGUF(t *testing.T, path string, format model.WeightFormat, prompt [
 			t.Error(err)
 		}
 	})
-	res, err := Generate(context.Background(), comp, ShapeOf(ck.Config), GenerateConfig{
+	res, err := runtime.Generate(context.Background(), comp, runtime.ShapeOf(ck.Config), runtime.GenerateConfig{
 		Capacity: 64, PrefillChunk: 16, Prompt: prompt, MaxNewTokens: steps + 1, KeepLogits: true})
 	if err != nil {
 		t.Fatal(err)
@@ -57,7 +58,7 @@ func TestGGUFSyntheticMatchesReference(t *testing.T) {
 		path := filepath.Join(t.TempDir(), arch+".gguf")
 		testenv.Run(t, testenv.Python(t), filepath.Join(testenv.RepoRoot(t), "model", "testdata", "gguf_helper.py"),
 			"model", path, "--arch", arch, "--seed", "3")
-		prompt := SeededTokens(5, 11, 512)
+		prompt := runtime.SeededTokens(5, 11, 512)
 		want, wantTok := reference(t, path, prompt, steps)
 		for _, format := range []model.WeightFormat{model.WeightsNative, model.WeightsF32} {
 			t.Run(arch+" "+string(format), func(t *testing.T) {
@@ -106,7 +107,7 @@ func TestGGUFSmolLM2MatchesReference(t *testing.T) {
 		if i < last && native.Tokens[i] != wantTok[i] {
 			t.Fatalf("row %d: greedy token %d, reference %d (tokens %v, reference %v)", i, native.Tokens[i], wantTok[i], native.Tokens, wantTok)
 		}
-		if c := Cosine(native.Logits[i], want[i]); c < 0.999 {
+		if c := runtime.Cosine(native.Logits[i], want[i]); c < 0.999 {
 			t.Errorf("row %d: cosine %.6f < 0.999", i, c)
 		}
 	}
@@ -136,7 +137,7 @@ func top2Gap(row []float32) float64 {
 func rowErrors(got, want [][]float32) string {
 	minCos, maxErr := 1.0, 0.0
 	for i := range want {
-		minCos = min(minCos, Cosine(got[i], want[i]))
+		minCos = min(minCos, runtime.Cosine(got[i], want[i]))
 		for k := range want[i] {
 			maxErr = max(maxErr, math.Abs(float64(got[i][k]-want[i][k])))
 		}

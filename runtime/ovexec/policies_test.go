@@ -1,9 +1,11 @@
-package runtime
+package ovexec
 
 import (
 	"context"
 	"slices"
 	"testing"
+
+	"github.com/ovtoolkit/ovrun/runtime"
 )
 
 // TestPoliciesAgreeOnOpenVINO runs every policy through real OpenVINO
@@ -12,7 +14,7 @@ import (
 // boundary verified against a control that never switched (f32).
 func TestPoliciesAgreeOnOpenVINO(t *testing.T) {
 	ck, comp := openOV(t, "tiny", "F32")
-	ladder := Ladder{32, 64, 128, 256}
+	ladder := runtime.Ladder{32, 64, 128, 256}
 	tests := []struct {
 		name           string
 		prompt, decode int
@@ -27,10 +29,10 @@ func TestPoliciesAgreeOnOpenVINO(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			vocab := ck.Config.VocabSize
 			var want []int64
-			for _, p := range Policies {
-				s, err := Run(context.Background(), comp, ShapeOf(ck.Config), RunConfig{
-					Ladder: ladder, Policy: p, Prompt: SeededTokens(5, tc.prompt, vocab), DecodeTokens: tc.decode,
-					Forced: SeededTokens(6, tc.decode, vocab), Verify: tc.verify, PrefillChunk: 16,
+			for _, p := range runtime.Policies {
+				s, err := runtime.Run(context.Background(), comp, runtime.ShapeOf(ck.Config), runtime.RunConfig{
+					Ladder: ladder, Policy: p, Prompt: runtime.SeededTokens(5, tc.prompt, vocab), DecodeTokens: tc.decode,
+					Forced: runtime.SeededTokens(6, tc.decode, vocab), Verify: tc.verify, PrefillChunk: 16,
 				})
 				if err != nil {
 					t.Fatalf("%s: %v", p, err)
@@ -38,7 +40,7 @@ func TestPoliciesAgreeOnOpenVINO(t *testing.T) {
 				if s.FinishReason != "length" || s.DecodedTokens != tc.decode {
 					t.Fatalf("%s: finish %q after %d steps, want length after %d", p, s.FinishReason, s.DecodedTokens, tc.decode)
 				}
-				if p != Direct && len(s.Boundaries) != tc.wantBoundaries {
+				if p != runtime.Direct && len(s.Boundaries) != tc.wantBoundaries {
 					t.Errorf("%s: %d boundaries, want %d", p, len(s.Boundaries), tc.wantBoundaries)
 				}
 				for _, b := range s.Boundaries {
@@ -52,8 +54,8 @@ func TestPoliciesAgreeOnOpenVINO(t *testing.T) {
 					t.Errorf("%s: predictions differ from direct", p)
 				}
 			}
-			if MappedKVBytes() != 0 {
-				t.Errorf("%d bytes of KV still mapped", MappedKVBytes())
+			if runtime.MappedKVBytes() != 0 {
+				t.Errorf("%d bytes of KV still mapped", runtime.MappedKVBytes())
 			}
 		})
 	}

@@ -1,4 +1,4 @@
-package runtime
+package ovexec
 
 import (
 	"context"
@@ -14,16 +14,17 @@ import (
 	"github.com/ovtoolkit/ovrun/internal/npy"
 	"github.com/ovtoolkit/ovrun/internal/testenv"
 	"github.com/ovtoolkit/ovrun/model"
+	"github.com/ovtoolkit/ovrun/runtime"
 )
 
 // openOV loads a synthetic checkpoint and an f32 OpenVINO compiler for it.
-func openOV(t *testing.T, preset string, dtype model.DType) (*model.Checkpoint, *OVCompiler) {
+func openOV(t *testing.T, preset string, dtype model.DType) (*model.Checkpoint, *Compiler) {
 	t.Helper()
 	ck, err := model.Load(testenv.Synth(t, preset, dtype))
 	if err != nil {
 		t.Fatal(err)
 	}
-	comp, err := NewOVCompiler(ck, OVOptions{Device: "CPU", Precision: "f32"})
+	comp, err := NewCompiler(ck, Options{Device: "CPU", Precision: "f32"})
 	if err != nil {
 		ck.Close()
 		t.Fatal(err)
@@ -83,8 +84,8 @@ func TestLogitsMatchReference(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			ck, comp := openOV(t, tc.preset, tc.dtype)
-			prompt := SeededTokens(7, 11, ck.Config.VocabSize)
-			res, err := Generate(context.Background(), comp, ShapeOf(ck.Config), GenerateConfig{
+			prompt := runtime.SeededTokens(7, 11, ck.Config.VocabSize)
+			res, err := runtime.Generate(context.Background(), comp, runtime.ShapeOf(ck.Config), runtime.GenerateConfig{
 				Capacity: 64, PrefillChunk: 8, Prompt: prompt, MaxNewTokens: steps + 1, KeepLogits: true})
 			if err != nil {
 				t.Fatal(err)
@@ -116,7 +117,7 @@ func checkRow(t *testing.T, row int, got, want []float32) {
 	if tol := 2e-3 * math.Max(1, peak); worst > tol {
 		t.Errorf("row %d: max abs error %.3g > %.3g", row, worst, tol)
 	}
-	if c := Cosine(got, want); c < 0.9999 {
+	if c := runtime.Cosine(got, want); c < 0.9999 {
 		t.Errorf("row %d: cosine %.7f < 0.9999", row, c)
 	}
 }
@@ -126,9 +127,9 @@ func checkRow(t *testing.T, row int, got, want []float32) {
 // token at a time through the decode graph.
 func TestPrefillEqualsTokenByToken(t *testing.T) {
 	ck, comp := openOV(t, "tiny", "F32")
-	prompt := SeededTokens(3, 21, ck.Config.VocabSize) // 8+8+5: the last chunk is padded
-	run := func(chunk int) *GenerateResult {
-		res, err := Generate(context.Background(), comp, ShapeOf(ck.Config), GenerateConfig{
+	prompt := runtime.SeededTokens(3, 21, ck.Config.VocabSize) // 8+8+5: the last chunk is padded
+	run := func(chunk int) *runtime.GenerateResult {
+		res, err := runtime.Generate(context.Background(), comp, runtime.ShapeOf(ck.Config), runtime.GenerateConfig{
 			Capacity: 48, PrefillChunk: chunk, Prompt: prompt, MaxNewTokens: 10, KeepLogits: true})
 		if err != nil {
 			t.Fatal(err)
@@ -146,8 +147,8 @@ func TestPrefillEqualsTokenByToken(t *testing.T) {
 
 func TestGenerateRejectsPromptLongerThanCapacity(t *testing.T) {
 	ck, comp := openOV(t, "tiny", "F32")
-	_, err := Generate(context.Background(), comp, ShapeOf(ck.Config), GenerateConfig{
-		Capacity: 16, Prompt: SeededTokens(1, 17, ck.Config.VocabSize), MaxNewTokens: 1})
+	_, err := runtime.Generate(context.Background(), comp, runtime.ShapeOf(ck.Config), runtime.GenerateConfig{
+		Capacity: 16, Prompt: runtime.SeededTokens(1, 17, ck.Config.VocabSize), MaxNewTokens: 1})
 	if err == nil || !strings.Contains(err.Error(), "longer than capacity 16") {
 		t.Fatalf("err = %v, want prompt longer than capacity", err)
 	}

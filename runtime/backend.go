@@ -1,0 +1,118 @@
+// Package runtime decodes sequences across a ladder of compiled context
+// capacities. It is pure Go: it sees a compiler only through the Compiler
+// and Executable interfaces below (and the optional capabilities after
+// them); the OpenVINO implementation is runtime/ovexec, wired in by the
+// commands, and the tests use a pure-Go fake.
+//
+// A CompiledLadder owns the compiled rungs, their compile schedule and
+// budgets, and frees the rungs no sequence needs any more; a Sequence owns
+// one generation's KV store, positions, tokens and boundary switches. One
+// ladder serves many sequences; Run is one sequence on one ladder. See
+// docs/design.md for the data flow of a token and of a compile.
+package runtime
+
+import (
+	"context"
+	"errors"
+
+	"github.com/ovtoolkit/ovrun/model"
+)
+
+// ErrCapacity reports tokens that do not fit the capacity they were given.
+var ErrCapacity = errors.New("context capacity exceeded")
+
+// KVShape is the per-layer cache geometry: f32 [capacity, KVHeads, HeadDim]
+// for each layer's K and V.
+type KVShape struct {
+	Layers  int
+	KVHeads int
+	HeadDim int
+}
+
+// ShapeOf derives the cache geometry of a model.
+func ShapeOf(cfg *model.Config) KVShape {
+	return KVShape{Layers: cfg.NumHiddenLayers, KVHeads: cfg.KVHeads(), HeadDim: cfg.HeadDim()}
+}
+
+// RowBytes is the size of one token's K (or V) in one layer.
+func (s KVShape) RowBytes() int { return s.KVHeads * s.HeadDim * 4 }
+
+// TokenBytes is the size of one token's K and V across all layers.
+func (s KVShape) TokenBytes() int64 { return int64(2 * s.Layers * s.RowBytes()) }
+
+// BufferBytes is the size of a cache of the given capacity.
+func (s KVShape) BufferBytes(capacity int) int64 { return int64(capacity) * s.TokenBytes() }
+
+// KV is a cache view of Capacity slots: per layer, K[l] and V[l] hold
+// Capacity rows of RowBytes. The memory is not managed by Go's collector and
+// stays put while an Executable has it bound.
+type KV struct {
+	Capacity int
+	K, V     [][]byte
+}
+
+// Executable is one compiled graph with its infer request. It is not safe
+// for concurrent use: the ladder serializes the sequences that share it.
+type Executable interface {
+	// Spec is the graph's static shape.
+	Spec() model.GraphSpec
+	// Bind makes kv the graph's past K/V (kv.Capacity must equal the spec's).
+	Bind(kv *KV) error
+	// Step runs ids (at most Spec().Chunk of them) at positions
+	// start..start+len(ids)-1, stores their K/V rows into the bound cache at
+	// those slots, and returns the logits after the last id. The slice is
+	// valid until the next Step.
+	Step(ids []int64, start int) ([]float32, error)
+	Close() error
+}
+
+// Compiler turns a graph spec into an Executable. Compile may be called from
+// several goroutines at once (the background worker and a foreground
+// compile).
+type Compiler interface {
+	Compile(ctx context.Context, spec model.GraphSpec) (Executable, error)
+}
+
+// Optional capabilities. The runtime asks for them with a type assertion
+// through the helpers below; an implementation without one gets the default.
+
+// HostViewer is a Compiler that says whether its graphs read KV inputs in
+// place from host memory, which growth without copy (grow-remap) needs.
+// Without it, a compiler is assumed to.
+type HostViewer interface {
+	HostViews() bool
+}
+
+// IRSizer is an Executable that knows the size of the IR it was compiled
+// from (recorded as a compile's ir_bytes).
+type IRSizer interface {
+	IRBytes() int
+}
+
+// WeightExplainer is a Compiler that can name the first non-finite weight
+// of its checkpoint ("" when all are finite), to explain non-finite logits.
+type WeightExplainer interface {
+	NonFiniteWeight() string
+}
+
+// hostViews reports whether comp's graphs read host memory in place.
+func hostViews(comp Compiler) bool {
+	v, ok := comp.(HostViewer)
+	return !ok || v.HostViews()
+}
+
+// irBytes is the IR size of exe, 0 when unknown.
+func irBytes(exe Executable) int {
+	if x, ok := exe.(IRSizer); ok {
+		return x.IRBytes()
+	}
+	return 0
+}
+
+// nonFiniteWeight names comp's first non-finite weight, "" when unknown.
+func nonFiniteWeight(comp Compiler) string {
+	if e, ok := comp.(WeightExplainer); ok {
+		return e.NonFiniteWeight()
+	}
+	return ""
+}

@@ -1,0 +1,229 @@
+// Package ovexec compiles and runs a runtime rung with OpenVINO: it is the
+// runtime.Compiler and runtime.Executable the commands wire in. It is the
+// only part of the runtime that needs cgo (through ov/); everything above it
+// sees the runtime package's interfaces and optional capabilities.
+package ovexec
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/ovtoolkit/ovrun/model"
+	"github.com/ovtoolkit/ovrun/ov"
+	"github.com/ovtoolkit/ovrun/runtime"
+)
+
+// Options configures compilation on an OpenVINO device.
+type Options struct {
+	Device         string            // CPU, GPU, NPU
+	Precision      string            // f32, bf16, f16; empty keeps the device default
+	InferThreads   int               // INFERENCE_NUM_THREADS; 0 keeps the default
+	CacheDir       string            // CACHE_DIR; empty disables the model cache
+	Properties     map[string]string // any further key/value
+	DisablePinning bool              // ENABLE_CPU_PINNING=NO (CPU only)
+	// Weights is how checkpoint tensors enter the graphs: "" or
+	// model.WeightsNative keeps GGUF blocks compressed, model.WeightsF32
+	// dequantizes everything to f32.
+	Weights model.WeightFormat
+}
+
+// properties lists the compile properties in a stable order.
+func (o Options) properties() []ov.Property {
+	var ps []ov.Property
+	if o.Precision != "" {
+		ps = append(ps, ov.Property{Key: "INFERENCE_PRECISION_HINT", Value: o.Precision})
+	}
+	if o.InferThreads > 0 {
+		ps = append(ps, ov.Property{Key: "INFERENCE_NUM_THREADS", Value: fmt.Sprint(o.InferThreads)})
+	}
+	if o.CacheDir != "" {
+		ps = append(ps, ov.Property{Key: "CACHE_DIR", Value: o.CacheDir})
+	}
+	if o.DisablePinning && strings.EqualFold(o.Device, "CPU") {
+		ps = append(ps, ov.Property{Key: "ENABLE_CPU_PINNING", Value: "NO"})
+	}
+	for _, k := range slices.Sorted(maps.Keys(o.Properties)) {
+		ps = append(ps, ov.Property{Key: k, Value: o.Properties[k]})
+	}
+	return ps
+}
+
+// DynamicQuantizationKey is the CPU plugin property that quantizes the
+// activations of matrix multiplications with compressed (integer) weights
+// to 8 bits in groups of its value; 0 turns it off.
+const DynamicQuantizationKey = "DYNAMIC_QUANTIZATION_GROUP_SIZE"
+
+// compileProperties are o's properties plus, for an f32 run over compressed
+// weights on the CPU, DYNAMIC_QUANTIZATION_GROUP_SIZE=0 unless set: a run
+// asked for f32 stays f32 throughout (dynamic quantization otherwise moves
+// logits by about 0.5% of their range).
+func (o Options) compileProperties(compressed bool) []ov.Property {
+	ps := o.properties()
+	if _, set := o.Properties[DynamicQuantizationKey]; compressed && !set && o.Precision == "f32" && strings.EqualFold(o.Device, "CPU") {
+		ps = append(ps, ov.Property{Key: DynamicQuantizationKey, Value: "0"})
+	}
+	return ps
+}
+
+// FailCompileEnv names a fault-injection hook for testing recovery paths:
+// OVRUN_FAIL_COMPILE=CAPACITY[xN] makes the first N (default 1) decode-graph
+// compiles of that capacity fail as if OpenVINO had rejected them.
+const FailCompileEnv = "OVRUN_FAIL_COMPILE"
+
+// Compiler compiles decoder graphs of one checkpoint with OpenVINO. All its
+// graphs share one weights blob in C memory.
+type Compiler struct {
+	ck      *model.Checkpoint
+	core    *ov.Core
+	weights *model.Weights
+	blob    *ov.HostBuffer
+	wt      *ov.Tensor
+	opts    Options
+	props   []ov.Property
+	shape   runtime.KVShape
+	vocab   int
+	faults  *faultPlan
+
+	mu        sync.Mutex
+	effective string // INFERENCE_PRECISION_HINT the device reports after compiling
+}
+
+// The capabilities the runtime looks for, checked at compile time.
+var (
+	_ runtime.Compiler        = (*Compiler)(nil)
+	_ runtime.HostViewer      = (*Compiler)(nil)
+	_ runtime.WeightExplainer = (*Compiler)(nil)
+	_ runtime.Executable      = (*executable)(nil)
+	_ runtime.IRSizer         = (*executable)(nil)
+)
+
+// NewCompiler loads OpenVINO and copies the checkpoint's weights into the
+// shared blob.
+func NewCompiler(ck *model.Checkpoint, opts Options) (*Compiler, error) {
+	if opts.Device == "" {
+		opts.Device = "CPU"
+	}
+	core, err := ov.NewCore()
+	if err != nil {
+		return nil, err
+	}
+	faults, err := parseFaultPlan(os.Getenv(FailCompileEnv))
+	if err != nil {
+		return nil, errors.Join(err, core.Close())
+	}
+	c := &Compiler{ck: ck, core: core, opts: opts, shape: runtime.ShapeOf(ck.Config), vocab: ck.Config.VocabSize, faults: faults}
+	c.weights = model.NewWeightsWith(ck, model.WeightOptions{Format: opts.Weights})
+	c.props = opts.compileProperties(c.weights.Compressed())
+	if c.blob, err = ov.AllocHost(int(c.weights.Size())); err != nil {
+		return nil, errors.Join(err, c.Close())
+	}
+	if err := c.weights.Bind(c.blob.Bytes()); err != nil {
+		return nil, errors.Join(err, c.Close())
+	}
+	if c.wt, err = ov.NewTensorFromPtr(ov.U8, []int64{c.weights.Size()}, c.blob.Ptr()); err != nil {
+		return nil, errors.Join(err, c.Close())
+	}
+	return c, nil
+}
+
+// HostViews reports whether graphs on this device read their KV inputs in
+// place from host memory, which growth without copy needs. Only the CPU
+// plugin is known to; other devices take the copy-and-grow path.
+func (c *Compiler) HostViews() bool { return strings.EqualFold(c.opts.Device, "CPU") }
+
+// EffectivePrecision is the inference precision the device reported for the
+// last compiled graph (CPUs without bf16 support run a bf16 request in f32).
+func (c *Compiler) EffectivePrecision() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.effective
+}
+
+// NonFiniteWeight names the first NaN or infinite weight of the
+// checkpoint, "" when every weight is finite.
+func (c *Compiler) NonFiniteWeight() string {
+	name, i, v, ok := c.ck.NonFinite()
+	if !ok {
+		return ""
+	}
+	return fmt.Sprintf("the checkpoint's first non-finite weight is %s[%d] = %v", name, i, v)
+}
+
+// Options reports the compile options in use.
+func (c *Compiler) Options() Options { return c.opts }
+
+// Properties are the compile properties every graph gets.
+func (c *Compiler) Properties() []ov.Property { return c.props }
+
+// Weights is the shared weights blob (its format and size).
+func (c *Compiler) Weights() *model.Weights { return c.weights }
+
+// BuildIR emits the graph XML of a spec (for inspection and timing).
+func (c *Compiler) BuildIR(spec model.GraphSpec) ([]byte, error) {
+	return model.BuildIR(c.weights, spec)
+}
+
+// Compile builds, reads and compiles the graph, then prepares its infer
+// request with input and output tensors over C memory.
+func (c *Compiler) Compile(ctx context.Context, spec model.GraphSpec) (runtime.Executable, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	xml, err := model.BuildIR(c.weights, spec)
+	if err != nil {
+		return nil, err
+	}
+	return c.CompileIR(ctx, spec, xml)
+}
+
+// CompileIR compiles an already-emitted graph.
+func (c *Compiler) CompileIR(ctx context.Context, spec model.GraphSpec, xml []byte) (runtime.Executable, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if c.faults.fire(spec) {
+		return nil, fmt.Errorf("compile graph %s on %s: injected failure (%s)", spec.Name(), c.opts.Device, FailCompileEnv)
+	}
+	m, err := c.core.ReadModel(xml, c.wt)
+	if err != nil {
+		return nil, fmt.Errorf("read graph %s: %w", spec.Name(), err)
+	}
+	cm, err := c.core.CompileModel(m, c.opts.Device, c.props...)
+	m.Close()
+	if err != nil {
+		return nil, fmt.Errorf("compile graph %s on %s: %w", spec.Name(), c.opts.Device, err)
+	}
+	if p, err := cm.Property("INFERENCE_PRECISION_HINT"); err == nil {
+		c.mu.Lock()
+		c.effective = p
+		c.mu.Unlock()
+	}
+	e := &executable{spec: spec, compiled: cm, shape: c.shape, vocab: c.vocab, irBytes: len(xml)}
+	if err := e.prepare(); err != nil {
+		return nil, errors.Join(fmt.Errorf("prepare graph %s: %w", spec.Name(), err), e.Close())
+	}
+	return e, nil
+}
+
+// Close frees the core and the weights; every Executable must be closed first.
+func (c *Compiler) Close() error {
+	var err error
+	if c.wt != nil {
+		c.wt.Close()
+	}
+	if c.core != nil {
+		err = c.core.Close()
+	}
+	// The weights go last: nothing that read a model from them may outlive them.
+	if c.blob != nil {
+		c.blob.Free()
+	}
+	c.wt, c.blob, c.core = nil, nil, nil
+	return err
+}

@@ -1,0 +1,101 @@
+package runtime
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/ovtoolkit/ovrun/compilecost"
+	"github.com/ovtoolkit/ovrun/ladder"
+)
+
+// fakeLauncher records what a schedule launches.
+type fakeLauncher struct {
+	caps     []int
+	launched []int
+	notes    []string
+}
+
+func (f *fakeLauncher) Rungs() int          { return len(f.caps) }
+func (f *fakeLauncher) Capacity(i int) int  { return f.caps[i] }
+func (f *fakeLauncher) Launched(i int) bool { return slices.Contains(f.launched, i) }
+func (f *fakeLauncher) Launch(i int)        { f.launched = append(f.launched, i) }
+func (f *fakeLauncher) Note(format string, args ...any) {
+	f.notes = append(f.notes, fmt.Sprintf(format, args...))
+}
+
+func TestSchedules(t *testing.T) {
+	tests := []struct {
+		kind       ladder.Schedule
+		foreground int   // last foreground rung for a sequence starting on rung 1 of 4
+		launches   []int // after rung 1, then rung 2, then rung 3 are bound
+	}{
+		{kind: ladder.UpFront, foreground: 3},
+		{kind: ladder.OneAhead, foreground: 1, launches: []int{2, 3}},
+		{kind: ladder.LazySchedule, foreground: 1},
+	}
+	for _, tc := range tests {
+		t.Run(string(tc.kind), func(t *testing.T) {
+			s, err := NewSchedule(tc.kind, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := s.Foreground(1, 4); got != tc.foreground {
+				t.Errorf("Foreground(1, 4) = %d, want %d", got, tc.foreground)
+			}
+			l := &fakeLauncher{caps: []int{32, 64, 128, 256}}
+			for i := 1; i < 4; i++ {
+				s.Bound(l, i)
+				s.Bound(l, i) // a second sequence binding the same rung launches nothing more
+				s.Stepped(l, i, 0.01, l.caps[i]-1)
+			}
+			if !slices.Equal(l.launched, tc.launches) {
+				t.Errorf("launched %v, want %v", l.launched, tc.launches)
+			}
+		})
+	}
+	if _, err := NewSchedule("eventually", nil); err == nil {
+		t.Error("an unknown schedule was made")
+	}
+	if s, _ := NewSchedule(ladder.OneAhead, &compilecost.Profile{}); fmt.Sprintf("%T", s) != "*runtime.Budgeted" {
+		t.Errorf("one ahead with a compile-cost profile is %T, want *runtime.Budgeted", s)
+	}
+}
+
+// TestBudgetedLaunchesTwoAhead checks the budgeted schedule's decisions on
+// rung 0 of 32/64/128 with 1 ms steps: rung 64's window is the rest of rung
+// 32, and rung 128 (10 s) cannot compile within rung 64's 32 ms, so it is
+// launched at once, two ahead, with a deadline it is predicted to miss.
+func TestBudgetedLaunchesTwoAhead(t *testing.T) {
+	profile := &compilecost.Profile{Model: "fake", Device: "CPU", Rungs: []compilecost.Rung{
+		{Capacity: 32, CompileS: []float64{0.001}}, {Capacity: 64, CompileS: []float64{0.05}}, {Capacity: 128, CompileS: []float64{10}},
+	}}
+	b := NewBudgeted(profile)
+	l := &fakeLauncher{caps: []int{32, 64, 128}}
+	b.Bound(l, 0)
+	b.Stepped(l, 0, 0, 5) // no rate yet: nothing decided
+	if !slices.Equal(l.launched, []int{1}) || len(b.Budgets()) != 1 || b.Budgets()[0].WindowS != 0 {
+		t.Fatalf("after binding rung 0: launched %v, budgets %+v", l.launched, b.Budgets())
+	}
+	b.Stepped(l, 0, 0.001, 12)
+	b.Stepped(l, 0, 0.001, 13) // decided once per rung
+	if !slices.Equal(l.launched, []int{1, 2}) {
+		t.Fatalf("launched %v, want rung 2 two ahead", l.launched)
+	}
+	got := b.Budgets()
+	near := func(a, b float64) bool { return a-b < 1e-9 && b-a < 1e-9 }
+	if len(got) != 2 || got[0].Capacity != 64 || got[0].Lookahead != 1 || !near(got[0].WindowS, 0.020) || !near(got[0].MissedS, 0.030) {
+		t.Errorf("budget of 64 = %+v, want one ahead, a 20 ms window (positions 12..31) missed by 30 ms", got[0])
+	}
+	if len(got) != 2 || got[1].Capacity != 128 || got[1].Lookahead != 2 || !near(got[1].WindowS, 0.052-0.05) {
+		t.Errorf("budget of 128 = %+v, want two ahead with the 52 ms to rung 64's end less rung 64's compile", got[1])
+	}
+	b.Compiled(l, 1, 0.08)
+	if bu := b.Budgets()[0]; !near(bu.ActualS, 0.08) || !near(bu.OverrunS, 0.03) {
+		t.Errorf("after compiling in 80 ms: %+v", bu)
+	}
+	if len(l.notes) != 3 || !strings.Contains(l.notes[1], "launching it two ahead") || !strings.Contains(l.notes[2], "over its") {
+		t.Errorf("notes %q", l.notes)
+	}
+}
