@@ -31,6 +31,10 @@ type LadderConfig struct {
 	CompileCost *compilecost.Profile
 	// Clock replaces time.Now.
 	Clock func() time.Time
+	// KeepRungs keeps every compiled graph (prefill graphs included) for
+	// the sequences to come instead of freeing the rungs no open sequence
+	// needs: a server's next request starts on the first rung again.
+	KeepRungs bool
 	// Note, when set, receives every note the ladder makes (a policy
 	// fallback, a compile retry, a budget decision) as it makes it, with the
 	// ladder's lock held; Notes lists them afterwards.
@@ -316,7 +320,7 @@ func (l *CompiledLadder) releasePrefill(r *rung) error {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if r.users--; r.users > 0 || r.job == nil || !r.job.ready() {
+	if r.users--; r.users > 0 || r.job == nil || !r.job.ready() || l.cfg.KeepRungs {
 		return nil
 	}
 	err := l.work.drop(r.job)
@@ -369,6 +373,9 @@ func (l *CompiledLadder) move(q *Sequence, to int) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.seqs[q] = to
+	if l.cfg.KeepRungs {
+		return nil
+	}
 	var errs []error
 	for k := range to {
 		r := l.rungs[k]

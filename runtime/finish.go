@@ -5,6 +5,14 @@ import (
 	"time"
 )
 
+// Compiles lists every compile attempt so far, times as offsets from
+// origin (for a server's metrics; a run's summary gets them from record).
+func (l *CompiledLadder) Compiles(origin time.Time) []CompileRecord {
+	var s Summary
+	l.record(&s, origin)
+	return s.Compiles
+}
+
 // record adds the ladder's compiles to a summary: every attempt, and each
 // rung's latest one in its RungSummary. Times are offsets from origin.
 func (l *CompiledLadder) record(s *Summary, origin time.Time) {

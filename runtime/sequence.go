@@ -444,6 +444,17 @@ func (q *Sequence) finish(end time.Time) {
 	}
 }
 
+// Finish closes the books of a sequence that ended (or failed with err) on
+// a shared ladder, as Run does for its one sequence: end time, KV and decode
+// totals, the ladder's compiles so far, the finish reason. A server calls
+// it per request, before Close.
+func (q *Sequence) Finish(err error) *Summary {
+	end := q.now()
+	q.finish(end)
+	finish(q.s, q.l, q, end, err)
+	return q.s
+}
+
 // Close frees the sequence's KV and verifier and unregisters it from the
 // ladder (whose graphs stay compiled for other sequences).
 func (q *Sequence) Close() error {

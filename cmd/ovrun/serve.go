@@ -2,10 +2,10 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
-	"os"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
@@ -14,9 +14,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/ovtoolkit/ovrun/chat"
-	"github.com/ovtoolkit/ovrun/model"
 	"github.com/ovtoolkit/ovrun/runtime"
-	"github.com/ovtoolkit/ovrun/runtime/ovexec"
 	"github.com/ovtoolkit/ovrun/serve"
 	"github.com/ovtoolkit/ovrun/tokenizer"
 )
@@ -45,9 +43,11 @@ Python package and curl work unchanged:
    curl -s localhost:8080/v1/chat/completions -d '{"messages":[{"role":"user","content":"Hi"}]}'
 
 Each request is a sequence decoding on the --ladder under --policy, its KV
-cache sized to its own context. Compiled rungs come from OpenVINO's model
-cache (--cache-dir, a temporary folder by default), which the server fills
-with the first rung before it reports ready. At most --max-seqs sequences
+cache sized to its own context; all sequences share one ladder of compiled
+rungs. The first rung is compiled before the server reports ready, each
+larger rung once, when the schedule says (one ahead of the sequences
+reaching it under grow-one-ahead), and every rung is kept for the requests
+to come. At most --max-seqs sequences
 decode at once, --queue more wait, the rest get 429; a prompt longer than
 the largest rung is a 400; a client that disconnects cancels its sequence.
 --otlp-endpoint / --trace-out give one trace per request (compile, prefill,
@@ -79,18 +79,7 @@ func serveAction(c *cli.Context) error {
 		return fmt.Errorf("--addr: %w", err)
 	}
 	defer ln.Close()
-	var tmpCache string
-	if cacheDirFlag.Get(c) == "" {
-		if tmpCache, err = os.MkdirTemp("", "ovrun-serve-cache-"); err != nil {
-			return err
-		}
-		defer os.RemoveAll(tmpCache)
-	}
-	ck, comp, err := openModelWith(c, func(o *ovexec.Options) {
-		if tmpCache != "" {
-			o.CacheDir = tmpCache
-		}
-	})
+	ck, comp, err := openModel(c)
 	if err != nil {
 		return err
 	}
@@ -109,8 +98,16 @@ func serveAction(c *cli.Context) error {
 	if name == "" {
 		name = strings.TrimSuffix(filepath.Base(modelFlag.Get(c)), ".gguf")
 	}
-	eng := &runEngine{comp: comp, shape: runtime.ShapeOf(ck.Config), ladder: ladder, policy: policy, tok: tok,
-		prefillChunk: prefillChunkFlag.Get(c), engineMetrics: newEngineMetrics()}
+	l, err := runtime.NewCompiledLadder(c.Context, comp, runtime.LadderConfig{Ladder: ladder, Policy: policy,
+		Shape: runtime.ShapeOf(ck.Config), PrefillChunk: prefillChunkFlag.Get(c), KeepRungs: true,
+		Background: runtime.BackgroundOptions{Nice: defaultCompileNice}})
+	if err != nil {
+		return err
+	}
+	defer l.Close()
+	eng := &ladderEngine{l: l, shape: runtime.ShapeOf(ck.Config), ladder: ladder, tok: tok, start: time.Now(),
+		engineMetrics: newEngineMetrics()}
+	eng.engineMetrics.compilesOf = func() []runtime.CompileRecord { return l.Compiles(eng.start) }
 	srv, err := serve.New(serve.Config{Engine: eng, Tokenizer: tok, Template: tmpl, ModelName: name,
 		MaxSeqs: maxSeqsFlag.Get(c), MaxQueue: queueFlag.Get(c), Timeout: timeoutFlag.Get(c), DefaultMaxTokens: defaultMaxFlag.Get(c)})
 	if err != nil {
@@ -152,43 +149,41 @@ func serveAction(c *cli.Context) error {
 	return nil
 }
 
-// runEngine decodes each request as its own run on the ladder; compiled
-// rungs are loaded from OpenVINO's model cache after their first compile.
-type runEngine struct {
-	comp         *ovexec.Compiler
-	shape        runtime.KVShape
-	ladder       runtime.Ladder
-	policy       runtime.Policy
-	tok          *tokenizer.Tokenizer
-	prefillChunk int
-	ready        atomic.Bool
-	trace        func(*runtime.Summary, time.Time) // one trace per request; nil: none
+// ladderEngine decodes every request as a sequence on one CompiledLadder
+// shared by all of them: each rung is compiled once (the first before the
+// server is ready, the others as the schedule says while sequences decode)
+// and kept for the requests to come; each sequence has its own KV store.
+type ladderEngine struct {
+	l      *runtime.CompiledLadder
+	shape  runtime.KVShape
+	ladder runtime.Ladder
+	tok    *tokenizer.Tokenizer
+	start  time.Time
+	ready  atomic.Bool
+	trace  func(*runtime.Summary, time.Time) // one trace per request; nil: none
 	*engineMetrics
 }
 
-var _ serve.Engine = (*runEngine)(nil)
+var _ serve.Engine = (*ladderEngine)(nil)
 
-func (e *runEngine) MaxContext() int { return e.ladder.Max() }
-func (e *runEngine) Ready() bool     { return e.ready.Load() }
+func (e *ladderEngine) MaxContext() int { return e.ladder.Max() }
+func (e *ladderEngine) Ready() bool     { return e.ready.Load() }
 
-// warm compiles the first rung's graphs once, filling the model cache.
-func (e *runEngine) warm(ctx context.Context) error {
-	specs := []model.GraphSpec{{Capacity: e.ladder[0], Chunk: 1}}
-	if e.prefillChunk > 1 {
-		specs = append(specs, model.GraphSpec{Capacity: e.ladder[0], Chunk: e.prefillChunk})
+// warm runs a one-token sequence so the first rung (and its prefill
+// graph) is compiled before the server says it is ready.
+func (e *ladderEngine) warm(ctx context.Context) error {
+	q, err := e.l.NewSequence(runtime.SequenceConfig{Prompt: []int64{0}, DecodeTokens: 1})
+	if err != nil {
+		return err
 	}
-	for _, s := range specs {
-		exe, err := e.comp.Compile(ctx, s)
-		if err != nil {
-			return err
-		}
-		exe.Close()
+	err = errors.Join(q.Run(ctx), q.Close())
+	if err == nil {
+		e.ready.Store(true)
 	}
-	e.ready.Store(true)
-	return nil
+	return err
 }
 
-func (e *runEngine) Generate(ctx context.Context, prompt []int64, o serve.Options, emit func(int64) bool) (serve.Finish, error) {
+func (e *ladderEngine) Generate(ctx context.Context, prompt []int64, o serve.Options, emit func(int64) bool) (serve.Finish, error) {
 	if len(prompt) >= e.ladder.Max() {
 		return serve.Finish{}, fmt.Errorf("%w: %d tokens, the largest rung holds %d", serve.ErrPromptTooLong, len(prompt), e.ladder.Max())
 	}
@@ -219,16 +214,17 @@ func (e *runEngine) Generate(ctx context.Context, prompt []int64, o serve.Option
 	progress, done := e.sequence(e.shape, len(prompt))
 	defer done()
 	start := time.Now()
-	sum, err := runtime.Run(ctx, e.comp, e.shape, runtime.RunConfig{
-		Ladder: e.ladder, Policy: e.policy, Prompt: prompt, DecodeTokens: steps, Decoding: dec,
-		PrefillChunk: e.prefillChunk, ProcessStart: start, Progress: progress,
-		Background: runtime.BackgroundOptions{Nice: defaultCompileNice},
-	})
-	if sum != nil {
-		e.record(sum)
-		if e.trace != nil {
-			e.trace(sum, start)
-		}
+	q, err := e.l.NewSequence(runtime.SequenceConfig{Prompt: prompt, DecodeTokens: steps, Decoding: dec,
+		ProcessStart: start, Progress: progress})
+	if err != nil {
+		return fin, err
+	}
+	err = q.Run(ctx)
+	sum := q.Finish(err)
+	err = errors.Join(err, q.Close())
+	e.record(sum)
+	if e.trace != nil {
+		e.trace(sum, start)
 	}
 	if err != nil {
 		return fin, err

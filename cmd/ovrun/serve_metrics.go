@@ -13,8 +13,9 @@ import (
 // reserved and live over the sequences decoding now, compiles by kind, rung
 // and outcome, and boundary waits. The server adds its request series.
 type engineMetrics struct {
-	compiles     *prometheus.CounterVec
-	compileSecs  *prometheus.CounterVec
+	compilesOf   func() []runtime.CompileRecord // the ladder's compiles so far
+	compilesDesc *prometheus.Desc
+	compileDesc  *prometheus.Desc
 	boundaryWait prometheus.Histogram
 	kvReserved   prometheus.Gauge
 	kvLive       prometheus.Gauge
@@ -28,10 +29,10 @@ type kvLevel struct{ reserved, live int64 }
 
 func newEngineMetrics() *engineMetrics {
 	return &engineMetrics{
-		compiles: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ovrun_compiles_total",
-			Help: "Graph compiles (or loads from the model cache) by kind, rung capacity and outcome."}, []string{"kind", "capacity", "outcome"}),
-		compileSecs: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ovrun_compile_seconds_total",
-			Help: "Seconds spent compiling, by kind."}, []string{"kind"}),
+		compilesDesc: prometheus.NewDesc("ovrun_compiles_total",
+			"Graph compiles of the shared ladder by kind, rung capacity and outcome.", []string{"kind", "capacity", "outcome"}, nil),
+		compileDesc: prometheus.NewDesc("ovrun_compile_seconds_total",
+			"Seconds the shared ladder spent compiling, by kind.", []string{"kind"}, nil),
 		boundaryWait: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "ovrun_boundary_wait_seconds",
 			Help: "Time a sequence waited at a rung boundary for the next rung's graph.", Buckets: prometheus.ExponentialBuckets(0.001, 4, 10)}),
 		kvReserved: prometheus.NewGauge(prometheus.GaugeOpts{Name: "ovrun_kv_reserved_bytes",
@@ -43,19 +44,42 @@ func newEngineMetrics() *engineMetrics {
 }
 
 func (m *engineMetrics) Describe(ch chan<- *prometheus.Desc) {
+	ch <- m.compilesDesc
+	ch <- m.compileDesc
 	for _, c := range m.collectors() {
 		c.Describe(ch)
 	}
 }
 
+// Collect reports the live gauges and, from the ladder's own records, its
+// compiles so far (each rung is compiled once, however many requests).
 func (m *engineMetrics) Collect(ch chan<- prometheus.Metric) {
 	for _, c := range m.collectors() {
 		c.Collect(ch)
 	}
+	if m.compilesOf == nil {
+		return
+	}
+	type key struct{ kind, capacity, outcome string }
+	counts, secs := map[key]float64{}, map[string]float64{}
+	for _, c := range m.compilesOf() {
+		outcome := "ok"
+		if c.Error != "" {
+			outcome = "error"
+		}
+		counts[key{c.Kind, fmt.Sprint(c.Capacity), outcome}]++
+		secs[c.Kind] += c.CompileS
+	}
+	for k, n := range counts {
+		ch <- prometheus.MustNewConstMetric(m.compilesDesc, prometheus.CounterValue, n, k.kind, k.capacity, k.outcome)
+	}
+	for k, v := range secs {
+		ch <- prometheus.MustNewConstMetric(m.compileDesc, prometheus.CounterValue, v, k)
+	}
 }
 
 func (m *engineMetrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.compiles, m.compileSecs, m.boundaryWait, m.kvReserved, m.kvLive}
+	return []prometheus.Collector{m.boundaryWait, m.kvReserved, m.kvLive}
 }
 
 // sequence registers a sequence and returns its progress callback and the
@@ -95,16 +119,8 @@ func (m *engineMetrics) publish() {
 	m.kvLive.Set(float64(l))
 }
 
-// record adds a finished sequence's compiles and boundary waits.
+// record adds a finished sequence's boundary waits.
 func (m *engineMetrics) record(s *runtime.Summary) {
-	for _, c := range s.Compiles {
-		outcome := "ok"
-		if c.Error != "" {
-			outcome = "error"
-		}
-		m.compiles.WithLabelValues(c.Kind, fmt.Sprint(c.Capacity), outcome).Inc()
-		m.compileSecs.WithLabelValues(c.Kind).Add(c.CompileS)
-	}
 	for _, r := range s.Rungs {
 		if r.FirstStep >= 0 && r.WaitS > 0 {
 			m.boundaryWait.Observe(r.WaitS)
