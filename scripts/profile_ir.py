@@ -25,10 +25,21 @@ def main():
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--precision", default="", help="INFERENCE_PRECISION_HINT (default: the device's)")
     ap.add_argument("--top", type=int, default=20)
+    ap.add_argument("--f32-attention", action="store_true",
+                    help="mark MatMuls without constant weights disable_fp16_compression (kept in f32)")
     a = ap.parse_args()
 
     core = ov.Core()
     m = core.read_model(a.xml)
+    if a.f32_attention:
+        for op in m.get_ordered_ops():
+            if op.get_type_name() != "MatMul":
+                continue
+            src = op.input_value(1).get_node()
+            while src.get_type_name() in ("Reshape", "Convert"):
+                src = src.input_value(0).get_node()
+            if src.get_type_name() not in ("Constant", "Multiply", "Subtract"):
+                op.get_rt_info()["disable_fp16_compression_0"] = ""
     props = {"PERF_COUNT": "YES"}
     if a.precision:
         props["INFERENCE_PRECISION_HINT"] = a.precision
@@ -75,8 +86,11 @@ def main():
     n = a.steps
     total = sum(per_type.values()) / n
     print(f"step wall median {1e3 * float(np.median(wall)):.2f} ms; nodes sum {total / 1e3:.2f} ms")
+    fc = sum(us for t, us in per_type.items() if t.startswith(("FullyConnected", "Gather"))) / n
+    print(f"weights (FullyConnected, Gather) {fc / 1e3:.2f} ms; the rest (attention, KV layout, norms) "
+          f"{(total - fc) / 1e3:.2f} ms = {(total - fc) / fc:.2f} x weights")
     print("\nper node type, us per step:")
-    for t, us in per_type.most_common(a.top):
+    for t, us in per_type.most_common():
         print(f"  {t:28s} {us / n:9.1f}  {100 * us / n / total:5.1f}%")
     print(f"\ntop {a.top} nodes, us per step:")
     for name, us in per_node.most_common(a.top):
