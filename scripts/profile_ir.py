@@ -25,21 +25,10 @@ def main():
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--precision", default="", help="INFERENCE_PRECISION_HINT (default: the device's)")
     ap.add_argument("--top", type=int, default=20)
-    ap.add_argument("--f32-attention", action="store_true",
-                    help="mark MatMuls without constant weights disable_fp16_compression (kept in f32)")
     a = ap.parse_args()
 
     core = ov.Core()
     m = core.read_model(a.xml)
-    if a.f32_attention:
-        for op in m.get_ordered_ops():
-            if op.get_type_name() != "MatMul":
-                continue
-            src = op.input_value(1).get_node()
-            while src.get_type_name() in ("Reshape", "Convert"):
-                src = src.input_value(0).get_node()
-            if src.get_type_name() not in ("Constant", "Multiply", "Subtract"):
-                op.get_rt_info()["disable_fp16_compression_0"] = ""
     props = {"PERF_COUNT": "YES"}
     if a.precision:
         props["INFERENCE_PRECISION_HINT"] = a.precision
