@@ -145,10 +145,9 @@ func (b *decoderBuilder) attentionMask(pos, pastKey port) {
 // layer is one pre-norm decoder block; it emits the chunk's K/V as outputs.
 func (b *decoderBuilder) layer(i int, x, pastK, pastV port) port {
 	g, cfg := b.g, b.cfg
-	T, C := b.T, b.C
+	T := b.T
 	H := int64(cfg.HiddenSize)
 	Nh, Hkv, D := int64(cfg.NumAttentionHeads), int64(cfg.KVHeads()), int64(cfg.HeadDim())
-	G := Nh / Hkv
 	pre := fmt.Sprintf("model.layers.%d.", i)
 
 	h := b.rmsNorm(x, pre+"input_layernorm.weight")              // [1, T, H]
@@ -161,16 +160,12 @@ func (b *decoderBuilder) layer(i int, x, pastK, pastV port) port {
 	g.result(PresentKey(i), k)
 	g.result(PresentValue(i), v)
 
-	kall := g.op("Concat", "opset1", []attr{{"axis", "0"}}, []int64{C + T, Hkv, D}, f32, pastK, k) // [C+T, Hkv, D]
-	vall := g.op("Concat", "opset1", []attr{{"axis", "0"}}, []int64{C + T, Hkv, D}, f32, pastV, v) // [C+T, Hkv, D]
-	kall = b.unsqueeze(b.transpose(kall, []int64{1, 0, 2}), 1)                                     // [Hkv, 1, C+T, D]
-	vall = b.unsqueeze(b.transpose(vall, []int64{1, 0, 2}), 1)                                     // [Hkv, 1, C+T, D]
-	qh := b.transpose(b.reshape(q, []int64{T, Hkv, G, D}), []int64{1, 2, 0, 3})                    // [Hkv, G, T, D]
-	scale := g.scalarF32(float32(1 / math.Sqrt(float64(D))))
-	att := g.op("ScaledDotProductAttention", "opset13", []attr{{"causal", "false"}},
-		[]int64{Hkv, G, T, D}, f32, qh, kall, vall, b.mask, scale) // [Hkv, G, T, D]
-	att = b.transpose(att, []int64{2, 0, 1, 3})                  // [T, Hkv, G, D]
-	att = b.reshape(att, []int64{1, T, Nh * D})                  // [1, T, Nh*D]
+	var att port
+	if T == 1 {
+		att = b.attendRows(q, k, v, pastK, pastV) // [1, T, Nh*D]
+	} else {
+		att = b.attendSDPA(q, k, v, pastK, pastV) // [1, T, Nh*D]
+	}
 	o := b.proj(att, pre+"self_attn.o_proj", H, cfg.OProjBias()) // [1, T, H]
 	x = b.add(x, o, []int64{1, T, H})                            // [1, T, H]
 
@@ -182,6 +177,69 @@ func (b *decoderBuilder) layer(i int, x, pastK, pastV port) port {
 	m := b.mul(act, up, []int64{1, T, I})                            // [1, T, I]
 	down := b.proj(m, pre+"mlp.down_proj", H, cfg.MLPBiases())       // [1, T, H]
 	return b.add(x, down, []int64{1, T, H})                          // [1, T, H]
+}
+
+// attendSDPA is attention over the past slots and the chunk as one
+// ScaledDotProductAttention: the cache and the chunk's K/V are concatenated
+// and put heads-first, which copies the whole cache of the layer. Prefill
+// chunks amortize that copy over their tokens, and SDPA's kernels do the
+// most work per byte there.
+func (b *decoderBuilder) attendSDPA(q, k, v, pastK, pastV port) port {
+	g, cfg := b.g, b.cfg
+	T, C := b.T, b.C
+	Nh, Hkv, D := int64(cfg.NumAttentionHeads), int64(cfg.KVHeads()), int64(cfg.HeadDim())
+	G := Nh / Hkv
+	kall := g.op("Concat", "opset1", []attr{{"axis", "0"}}, []int64{C + T, Hkv, D}, f32, pastK, k) // [C+T, Hkv, D]
+	vall := g.op("Concat", "opset1", []attr{{"axis", "0"}}, []int64{C + T, Hkv, D}, f32, pastV, v) // [C+T, Hkv, D]
+	kall = b.unsqueeze(b.transpose(kall, []int64{1, 0, 2}), 1)                                     // [Hkv, 1, C+T, D]
+	vall = b.unsqueeze(b.transpose(vall, []int64{1, 0, 2}), 1)                                     // [Hkv, 1, C+T, D]
+	qh := b.transpose(b.reshape(q, []int64{T, Hkv, G, D}), []int64{1, 2, 0, 3})                    // [Hkv, G, T, D]
+	scale := g.scalarF32(float32(1 / math.Sqrt(float64(D))))
+	att := g.op("ScaledDotProductAttention", "opset13", []attr{{"causal", "false"}},
+		[]int64{Hkv, G, T, D}, f32, qh, kall, vall, b.mask, scale) // [Hkv, G, T, D]
+	att = b.transpose(att, []int64{2, 0, 1, 3})  // [T, Hkv, G, D]
+	return b.reshape(att, []int64{1, T, Nh * D}) // [1, T, Nh*D]
+}
+
+// attendRows is the same attention computed on the cache in its own layout:
+// each past K/V input, [C, Hkv, D], is read as the matrix [C, Hkv*D] (a
+// reshape, no copy) by two MatMuls, so a decode step reads every slot once
+// and writes no copy of the cache. Grouped-query heads are handled with a
+// block-diagonal query: query head n keeps its D values in the columns of
+// its KV head n/G and zeros elsewhere, so q x K^T gives every head's scores
+// against its own KV head, and the product P x V keeps, per head, the block
+// of its KV head. This costs Hkv times the multiply-adds of a per-head
+// product, nothing next to reading the cache when T is 1.
+func (b *decoderBuilder) attendRows(q, k, v, pastK, pastV port) port {
+	g, cfg := b.g, b.cfg
+	T, C := b.T, b.C
+	Nh, Hkv, D := int64(cfg.NumAttentionHeads), int64(cfg.KVHeads()), int64(cfg.HeadDim())
+	G, KD, R := Nh/Hkv, Hkv*D, T*Nh
+	// pick[n, h] is 1 where query head n reads KV head h.
+	pick, scaled := make([]float32, Nh*Hkv), make([]float32, Nh*Hkv)
+	for n := int64(0); n < Nh; n++ {
+		pick[n*Hkv+n/G] = 1
+		scaled[n*Hkv+n/G] = float32(1 / math.Sqrt(float64(D)))
+	}
+	sel := g.constF32([]int64{1, Nh, Hkv, 1}, pick...)                            // [1, Nh, Hkv, 1]
+	selq := g.constF32([]int64{1, Nh, Hkv, 1}, scaled...)                         // [1, Nh, Hkv, 1] with 1/sqrt(D)
+	qb := b.mul(b.reshape(q, []int64{T, Nh, 1, D}), selq, []int64{T, Nh, Hkv, D}) // [T, Nh, Hkv, D]
+	qb = b.reshape(qb, []int64{R, KD})                                            // [T*Nh, Hkv*D]
+	kp := b.reshape(pastK, []int64{C, KD})                                        // [C, Hkv*D]
+	vp := b.reshape(pastV, []int64{C, KD})                                        // [C, Hkv*D]
+	kn := b.reshape(k, []int64{T, KD})                                            // [T, Hkv*D]
+	vn := b.reshape(v, []int64{T, KD})                                            // [T, Hkv*D]
+	s := g.op("Concat", "opset1", []attr{{"axis", "1"}}, []int64{R, C + T}, f32,
+		b.matmulT(qb, kp, []int64{R, C}), b.matmulT(qb, kn, []int64{R, T})) // [T*Nh, C+T]
+	s = b.add(b.reshape(s, []int64{T, Nh, C + T}), b.reshape(b.mask, []int64{T, 1, C + T}), []int64{T, Nh, C + T}) // [T, Nh, C+T]
+	p := g.op("Softmax", "opset8", []attr{{"axis", "-1"}}, []int64{T, Nh, C + T}, f32, s)                          // [T, Nh, C+T]
+	p = b.reshape(p, []int64{R, C + T})                                                                            // [T*Nh, C+T]
+	parts := g.add("VariadicSplit", "opset1", "", nil, []port{p, g.scalarI64(1), g.constI64([]int64{2}, C, T)},
+		port{shape: []int64{R, C}, et: f32}, port{shape: []int64{R, T}, et: f32}) // [T*Nh, C], [T*Nh, T]
+	o := b.add(b.matmul(parts[0], vp, []int64{R, KD}), b.matmul(parts[1], vn, []int64{R, KD}), []int64{R, KD})            // [T*Nh, Hkv*D]
+	o = b.mul(b.reshape(o, []int64{T, Nh, Hkv, D}), sel, []int64{T, Nh, Hkv, D})                                          // [T, Nh, Hkv, D]
+	o = g.op("ReduceSum", "opset1", []attr{{"keep_dims", "false"}}, []int64{T, Nh, D}, f32, o, g.constI64([]int64{1}, 2)) // [T, Nh, D]
+	return b.reshape(o, []int64{1, T, Nh * D})                                                                            // [1, T, Nh*D]
 }
 
 // rope applies the rotary embedding to x [T, heads, D]: x*cos + rotate_half(x)*sin.
@@ -221,6 +279,10 @@ func (b *decoderBuilder) proj(x port, prefix string, out int64, bias bool) port 
 
 func (b *decoderBuilder) matmulT(x, w port, shape []int64) port {
 	return b.g.op("MatMul", "opset1", []attr{{"transpose_a", "false"}, {"transpose_b", "true"}}, shape, f32, x, w)
+}
+
+func (b *decoderBuilder) matmul(x, w port, shape []int64) port {
+	return b.g.op("MatMul", "opset1", []attr{{"transpose_a", "false"}, {"transpose_b", "false"}}, shape, f32, x, w)
 }
 
 func (b *decoderBuilder) add(x, y port, shape []int64) port {

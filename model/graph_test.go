@@ -1,0 +1,103 @@
+package model
+
+import (
+	"encoding/xml"
+	"fmt"
+	"testing"
+)
+
+// irNet is the part of an IR file the layout test reads.
+type irNet struct {
+	Layers []struct {
+		ID   int    `xml:"id,attr"`
+		Name string `xml:"name,attr"`
+		Type string `xml:"type,attr"`
+	} `xml:"layers>layer"`
+	Edges []struct {
+		From int `xml:"from-layer,attr"`
+		To   int `xml:"to-layer,attr"`
+	} `xml:"edges>edge"`
+}
+
+// TestDecodeReadsKVInPlace checks the property that decode speed at large
+// capacities rests on: in a decode graph every past K/V input is only
+// reshaped (a view) and read by MatMuls (or has its static shape read), never concatenated or transposed
+// (a copy of the layer's whole cache on every step, 60% of a step at
+// capacity 4096 on the CPU plugin); prefill graphs keep one
+// ScaledDotProductAttention per layer.
+func TestDecodeReadsKVInPlace(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		preset string
+	}{
+		{name: "qwen2 GQA", preset: "tiny"},
+		{name: "llama MQA", preset: "tiny-llama"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ck, err := Load(synthTo(t, tc.preset, 1, DTypeF32))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ck.Close()
+			w := NewWeights(ck)
+			if err := w.Bind(make([]byte, w.Size())); err != nil {
+				t.Fatal(err)
+			}
+			layers := ck.Config.NumHiddenLayers
+			for _, spec := range []GraphSpec{{Capacity: 16, Chunk: 1}, {Capacity: 16, Chunk: 4}} {
+				b, err := BuildIR(w, spec)
+				if err != nil {
+					t.Fatal(err)
+				}
+				var net irNet
+				if err := xml.Unmarshal(b, &net); err != nil {
+					t.Fatal(err)
+				}
+				typ, byName := map[int]string{}, map[string]int{}
+				consumers := map[int][]int{}
+				sdpa := 0
+				for _, l := range net.Layers {
+					typ[l.ID], byName[l.Name] = l.Type, l.ID
+					if l.Type == "ScaledDotProductAttention" {
+						sdpa++
+					}
+				}
+				for _, e := range net.Edges {
+					consumers[e.From] = append(consumers[e.From], e.To)
+				}
+				if spec.Chunk > 1 {
+					if sdpa != layers {
+						t.Errorf("%s: %d ScaledDotProductAttention ops, want %d", spec.Name(), sdpa, layers)
+					}
+					continue
+				}
+				if sdpa != 0 {
+					t.Errorf("%s: %d ScaledDotProductAttention ops, want none", spec.Name(), sdpa)
+				}
+				for i := 0; i < layers; i++ {
+					for _, in := range []string{PastKey(i), PastValue(i)} {
+						id, ok := byName[in]
+						if !ok {
+							t.Fatalf("%s: no input %s", spec.Name(), in)
+						}
+						for _, r := range consumers[id] {
+							path := fmt.Sprintf("%s -> %s", in, typ[r])
+							if typ[r] == "ShapeOf" { // reads no data; folded on static shapes
+								continue
+							}
+							if typ[r] != "Reshape" {
+								t.Errorf("%s: %s, want a Reshape", spec.Name(), path)
+								continue
+							}
+							for _, m := range consumers[r] {
+								if typ[m] != "MatMul" {
+									t.Errorf("%s: %s -> %s, want a MatMul", spec.Name(), path, typ[m])
+								}
+							}
+						}
+					}
+				}
+			}
+		})
+	}
+}

@@ -1,0 +1,188 @@
+#!/usr/bin/env python3
+"""ovrun generate against OpenVINO GenAI's LLMPipeline on the same weights.
+
+For every case (precision x prompt length x ovrun capacity) it runs GenAI
+(scripts/genai_generate.py) and `ovrun generate` alternately, A B A B ...,
+each a fresh process, with the same prompt ids, greedy, exactly --new-tokens
+tokens, and prints one Markdown table of medians and ratios (ovrun / GenAI):
+
+  decode tok/s     ovrun: decode_tokens_per_s; GenAI: 1 / mean TPOT
+  TTFT             ovrun: prefill_s; GenAI: perf_metrics TTFT
+  load+compile     ovrun: the process's wall time less prefill and decode,
+                   an upper bound on what its first token waits for (start,
+                   loading OpenVINO, mapping and repacking the weights,
+                   compiling the decode and prefill graphs, tear-down);
+                   GenAI: LLMPipeline construction alone (its Python start
+                   and imports are left out)
+  peak RSS         of each process (wait4's ru_maxrss)
+  equal            leading generated tokens equal between the two tools
+                   (first pair), and at f32 equal to the float64 numpy
+                   reference (model/testdata/reference.py over the exactly
+                   dequantized weights) for its first --reference-tokens:
+                   ovrun must match the reference there (the script fails
+                   otherwise); GenAI's GGUF conversion is not exact, so its
+                   count is reported, not required
+
+Raw JSON of every run goes to --out. Used by scripts/bench-vs-genai.sh.
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+# Fixed English text, tokenized by the model's own tokenizer and repeated
+# until the longest prompt is covered.
+TEXT = (
+    "The history of computing is the story of people who wanted machines to do "
+    "arithmetic faster than any clerk could. Charles Babbage designed engines of "
+    "brass and steam; Ada Lovelace saw that they could manipulate symbols as well "
+    "as numbers. A century later, vacuum tubes, then transistors, then integrated "
+    "circuits made those ideas cheap, small and fast, and the compiler turned "
+    "human notation into the instructions those circuits obey. "
+)
+
+
+def run(cmd, log):
+    """Runs cmd as a fresh process; returns (wall seconds, peak RSS bytes)."""
+    t0 = time.perf_counter()
+    with open(log, "w") as f:
+        p = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        _, status, ru = os.wait4(p.pid, 0)
+        p.returncode = os.waitstatus_to_exitcode(status)
+    wall = time.perf_counter() - t0
+    if p.returncode != 0:
+        with open(log) as f:
+            tail = f.read()[-2000:]
+        sys.exit(f"{' '.join(cmd[:4])} ... exited {p.returncode}:\n{tail}")
+    return wall, ru.ru_maxrss * 1024
+
+
+def prompt_ids(ovrun, model, n):
+    out = subprocess.run([ovrun, "tokenize", "--model", model, TEXT * 40],
+                         check=True, capture_output=True, text=True).stdout
+    ids = [int(t) for t in out.strip().split(",")]
+    if len(ids) < n:
+        sys.exit(f"the text has {len(ids)} tokens, {n} wanted")
+    return ids[:n]
+
+
+def agree(a, b):
+    k = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        k += 1
+    return k
+
+
+def reference(py, model, ids, n, out):
+    """The first n greedy tokens of the float64 reference forward pass."""
+    toks = f"{out}/reference-p{len(ids)}.json"
+    subprocess.run([py, os.path.join(HERE, "..", "model", "testdata", "reference.py"), "--model", model,
+                    "--ids", ",".join(map(str, ids)), "--steps", str(n - 1), "--tokens-out", toks,
+                    "--out", toks[:-len(".json")] + ".npy"],
+                   check=True, capture_output=True)
+    return json.load(open(toks))["argmax"][:n]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--ovrun", default="bin/ovrun")
+    ap.add_argument("--genai-python", required=True, help="python of the GenAI virtual environment")
+    ap.add_argument("--precisions", default="default,f32")
+    ap.add_argument("--prompts", default="16,512", help="prompt lengths in tokens")
+    ap.add_argument("--capacities", default="256,1024,4096", help="ovrun capacities (those that fit)")
+    ap.add_argument("--new-tokens", type=int, default=128)
+    ap.add_argument("--pairs", type=int, default=3, help="A B pairs per case")
+    ap.add_argument("--reference-python", default=".venv/bin/python", help="python with numpy and gguf")
+    ap.add_argument("--reference-tokens", type=int, default=8, help="greedy tokens of the f32 reference (0: none)")
+    ap.add_argument("--ovrun-arg", action="append", default=[], help="extra argument for ovrun generate")
+    ap.add_argument("--out", default=".cache/bench/vs-genai")
+    a = ap.parse_args()
+    os.makedirs(a.out, exist_ok=True)
+
+    prompts = [int(x) for x in a.prompts.split(",")]
+    ids_all = prompt_ids(a.ovrun, a.model, max(prompts))
+    rows, failures = [], []
+    t_start = time.perf_counter()
+    ref = {}
+    if a.reference_tokens > 0 and "f32" in a.precisions.split(","):
+        for P in prompts:
+            ref[P] = reference(a.reference_python, a.model, ids_all[:P], min(a.reference_tokens, a.new_tokens), a.out)
+        print(f"reference tokens ready ({time.perf_counter() - t_start:.0f} s)", file=sys.stderr, flush=True)
+    for prec in a.precisions.split(","):
+        for P in prompts:
+            ids = ",".join(str(t) for t in ids_all[:P])
+            for C in [int(x) for x in a.capacities.split(",")]:
+                if P + a.new_tokens - 1 > C:
+                    continue
+                name = f"{prec}-p{P}-c{C}"
+                g, o = [], []
+                for i in range(a.pairs):
+                    jg = f"{a.out}/{name}-genai-{i}.json"
+                    wall, rss = run([a.genai_python, os.path.join(HERE, "genai_generate.py"),
+                                     "--model", a.model, "--prompt-ids", ids,
+                                     "--max-new-tokens", str(a.new_tokens),
+                                     "--precision", prec, "--json", jg], jg + ".log")
+                    d = json.load(open(jg))
+                    d.update(wall_s=wall, rusage_peak_rss_bytes=rss, load_compile_s=d["load_s"])
+                    g.append(d)
+                    jo = f"{a.out}/{name}-ovrun-{i}.json"
+                    cmd = [a.ovrun, "generate", "--model", a.model, "--capacity", str(C),
+                           "--prompt-ids", ids, "--max-new-tokens", str(a.new_tokens), "--json", jo]
+                    if prec != "default":
+                        cmd += ["--precision", prec]
+                    wall, rss = run(cmd + a.ovrun_arg, jo + ".log")
+                    d = json.load(open(jo))
+                    d.update(wall_s=wall, rusage_peak_rss_bytes=rss,
+                             load_compile_s=wall - d["prefill_s"] - d["decode_s"])
+                    o.append(d)
+                    print(f"{name} pair {i + 1}/{a.pairs}: ovrun {o[-1]['decode_tokens_per_s']:.1f} tok/s, "
+                          f"GenAI {g[-1]['decode_tokens_per_s']:.1f} tok/s "
+                          f"({time.perf_counter() - t_start:.0f} s)", file=sys.stderr, flush=True)
+                k = agree(g[0]["generated_ids"], o[0]["generated_ids"])
+                eq = f"{k}/{a.new_tokens}"
+                if prec == "f32" and P in ref:
+                    ko, kg = agree(ref[P], o[0]["generated_ids"]), agree(ref[P], g[0]["generated_ids"])
+                    eq += f"; vs reference {ko}/{len(ref[P])} / {kg}/{len(ref[P])}"
+                    if ko < len(ref[P]):
+                        failures.append(f"{name}: ovrun leaves the reference after {ko} tokens")
+                for tool, runs in (("ovrun", o), ("GenAI", g)):
+                    if any(r["generated_ids"] != runs[0]["generated_ids"] for r in runs):
+                        print(f"note: {name}: {tool}'s tokens differ between its runs", file=sys.stderr)
+                med = lambda runs, key: statistics.median(r[key] for r in runs)  # noqa: E731
+                rows.append(dict(
+                    prec=prec + (f" ({o[0].get('precision_effective')})" if o[0].get("precision_effective") else ""),
+                    P=P, C=C, agree=eq,
+                    dec=(med(o, "decode_tokens_per_s"), med(g, "decode_tokens_per_s")),
+                    ttft=(med(o, "prefill_s") * 1e3, med(g, "ttft_s") * 1e3),
+                    load=(med(o, "load_compile_s"), med(g, "load_compile_s")),
+                    rss=(med(o, "rusage_peak_rss_bytes") / 2**20, med(g, "rusage_peak_rss_bytes") / 2**20),
+                ))
+
+    model = os.path.basename(a.model)
+    print(f"| model | precision | prompt + new | ovrun capacity | decode tok/s ovrun / GenAI | ratio "
+          f"| TTFT ms ovrun / GenAI | ratio | load+compile s ovrun / GenAI | ratio "
+          f"| peak RSS MiB ovrun / GenAI | ratio | leading tokens equal ovrun = GenAI; at f32 vs reference ovrun / GenAI |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        cells = [model, r["prec"], f"{r['P']} + {a.new_tokens}", str(r["C"])]
+        for key, fmt in (("dec", "{:.1f}"), ("ttft", "{:.0f}"), ("load", "{:.2f}"), ("rss", "{:.0f}")):
+            x, y = r[key]
+            cells += [f"{fmt.format(x)} / {fmt.format(y)}", f"{x / y:.2f}" if y else "-"]
+        cells.append(r["agree"])
+        print("| " + " | ".join(cells) + " |")
+    print(f"\n{a.pairs} interleaved pairs per row, medians; {time.perf_counter() - t_start:.0f} s in all; "
+          f"raw JSON in {a.out}", file=sys.stderr)
+    if failures:
+        sys.exit("f32 check failed: " + "; ".join(failures))
+
+
+if __name__ == "__main__":
+    main()

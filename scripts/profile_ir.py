@@ -1,0 +1,113 @@
+#!/usr/bin/env python3
+"""Where a decode step of an ovrun graph spends its time on the CPU plugin.
+
+Reads an IR that `ovrun export-ir` wrote, compiles it with PERF_COUNT, runs
+--steps calls with --live tokens already in the cache, and prints the
+per-step time of each executed node type (summed over layers) and the nodes
+of the compiled (runtime) model that touch the past K/V inputs, so layout
+changes (Reorder, Transpose, Concat) on the KV path show up by name:
+
+  bin/ovrun export-ir --model M --capacity 1024 --prefill-chunk 0 --out /tmp/ir
+  .venv/bin/python scripts/profile_ir.py /tmp/ir/decode-c1024.xml --live 144 [--precision f32]
+"""
+import argparse
+import collections
+import time
+
+import numpy as np
+import openvino as ov
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("xml")
+    ap.add_argument("--live", type=int, default=144, help="tokens already in the cache (first position)")
+    ap.add_argument("--steps", type=int, default=30)
+    ap.add_argument("--precision", default="", help="INFERENCE_PRECISION_HINT (default: the device's)")
+    ap.add_argument("--top", type=int, default=20)
+    a = ap.parse_args()
+
+    core = ov.Core()
+    m = core.read_model(a.xml)
+    props = {"PERF_COUNT": "YES"}
+    if a.precision:
+        props["INFERENCE_PRECISION_HINT"] = a.precision
+        if a.precision == "f32":
+            props["DYNAMIC_QUANTIZATION_GROUP_SIZE"] = "0"
+    t0 = time.perf_counter()
+    cm = core.compile_model(m, "CPU", props)
+    print(f"compile {time.perf_counter() - t0:.2f} s, runs as {cm.get_property('INFERENCE_PRECISION_HINT')}")
+
+    rng = np.random.default_rng(0)
+    req = cm.create_infer_request()
+    feeds = {}
+    for p in cm.inputs:
+        shape = list(p.get_partial_shape().to_shape())
+        name = p.get_any_name()
+        if name == "input_ids":
+            feeds[name] = rng.integers(0, 1000, shape).astype(np.int64)
+        elif name == "position_ids":
+            feeds[name] = (a.live + np.arange(shape[1])).reshape(shape).astype(np.int64)
+        elif name == "logits_index":
+            T = cm.input("input_ids").get_partial_shape().to_shape()[1]
+            feeds[name] = np.array([T - 1], dtype=np.int64)  # the last token of the chunk
+        else:
+            feeds[name] = rng.standard_normal(shape).astype(np.float32)
+    for k, v in feeds.items():
+        req.set_tensor(k, ov.Tensor(v))  # shares the numpy memory, as ovrun binds its own
+
+    req.infer()  # warm-up
+    per_type = collections.Counter()
+    per_node = collections.Counter()
+    node_type = {}
+    wall = []
+    for _ in range(a.steps):
+        t = time.perf_counter()
+        req.infer()
+        wall.append(time.perf_counter() - t)
+        for pi in req.profiling_info:
+            if pi.status != pi.Status.EXECUTED:
+                continue
+            us = pi.real_time.total_seconds() * 1e6
+            per_type[pi.node_type] += us
+            per_node[pi.node_name] += us
+            node_type[pi.node_name] = f"{pi.node_type} ({pi.exec_type})"
+    n = a.steps
+    total = sum(per_type.values()) / n
+    print(f"step wall median {1e3 * float(np.median(wall)):.2f} ms; nodes sum {total / 1e3:.2f} ms")
+    fc = sum(us for t, us in per_type.items() if t.startswith(("FullyConnected", "Gather"))) / n
+    print(f"weights (FullyConnected, Gather) {fc / 1e3:.2f} ms; the rest (attention, KV layout, norms) "
+          f"{(total - fc) / 1e3:.2f} ms = {(total - fc) / fc:.2f} x weights")
+    print("\nper node type, us per step:")
+    for t, us in per_type.most_common():
+        print(f"  {t:28s} {us / n:9.1f}  {100 * us / n / total:5.1f}%")
+    print(f"\ntop {a.top} nodes, us per step:")
+    for name, us in per_node.most_common(a.top):
+        print(f"  {us / n:9.1f}  {node_type[name]:40s} {name}")
+
+    rt = cm.get_runtime_model()
+    print("\nruntime model: consumers of past_key.0 / past_value.0 (two levels):")
+    for op in rt.get_ordered_ops():
+        if op.get_type_name() == "Parameter" and op.get_friendly_name() in ("past_key.0", "past_value.0"):
+            frontier = [op]
+            for depth in range(2):
+                nxt = []
+                for node in frontier:
+                    for out in node.outputs():
+                        for inp in out.get_target_inputs():
+                            c = inp.get_node()
+                            rti = c.get_rt_info()
+                            lt = rti["layerType"].astype(str) if "layerType" in rti else c.get_type_name()
+                            ot = rti["outputPrecisions"].astype(str) if "outputPrecisions" in rti else ""
+                            print(f"  {'  ' * depth}{op.get_friendly_name()} -> {lt} {c.get_friendly_name()} "
+                                  f"{c.get_output_partial_shape(0)} {ot}")
+                            nxt.append(c)
+                frontier = nxt
+    counts = collections.Counter(
+        (o.get_rt_info()["layerType"].astype(str) if "layerType" in o.get_rt_info() else o.get_type_name())
+        for o in rt.get_ordered_ops())
+    print("\nruntime model node types:", dict(counts.most_common()))
+
+
+if __name__ == "__main__":
+    main()
