@@ -124,9 +124,14 @@ uint32_t private_used = 1;  // slot 0 is the shared one
 uint32_t* slots_used = &private_used;
 pthread_once_t stats_once = PTHREAD_ONCE_INIT;
 
-__thread Table* tls_table __attribute__((tls_model("initial-exec")));
-__thread Slot* tls_slot __attribute__((tls_model("initial-exec")));
-__thread bool tls_shared_slot __attribute__((tls_model("initial-exec")));
+// One thread's state: its table and its counter slot (slot 0, shared and
+// updated atomically, when the file's slots are all taken).
+struct ThreadState {
+    Table* table;
+    Slot* slot;
+    bool shared;
+};
+__thread ThreadState tls __attribute__((tls_model("initial-exec")));
 
 void resolve() {
     void* f = dlsym(RTLD_NEXT, "__dynamic_cast");
@@ -203,29 +208,35 @@ void open_stats() {
 
 // claim_slot gives the calling thread its own slot, or the shared slot 0
 // when all are taken.
-Slot* claim_slot() {
+void claim_slot(ThreadState* ts) {
     pthread_once(&stats_once, open_stats);
     uint32_t i = __atomic_fetch_add(slots_used, 1, __ATOMIC_RELAXED);
-    tls_shared_slot = i >= kSlots;
-    tls_slot = tls_shared_slot ? &slots[0] : &slots[i];
-    return tls_slot;
+    ts->shared = i >= kSlots;
+    ts->slot = ts->shared ? &slots[0] : &slots[i];
 }
 
-inline void count(Slot* s, Counter c) {
-    if (__builtin_expect(tls_shared_slot, 0)) {
-        __atomic_fetch_add(&s->c[c], 1, __ATOMIC_RELAXED);
+__attribute__((always_inline)) inline void count(const ThreadState* ts, Counter c) {
+    if (__builtin_expect(ts->shared, 0)) {
+        __atomic_fetch_add(&ts->slot->c[c], 1, __ATOMIC_RELAXED);
     } else {
-        s->c[c]++;
+        ts->slot->c[c]++;
     }
 }
 
-Table* new_table() {
-    void* m = mmap(nullptr, sizeof(Table), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (m == MAP_FAILED) {
-        return nullptr;
+// start_thread sets up the calling thread's slot and table; false when the
+// table cannot be mapped (the thread then always asks libstdc++).
+bool start_thread(ThreadState* ts) {
+    if (ts->slot == nullptr) {
+        claim_slot(ts);
     }
-    tls_table = static_cast<Table*>(m);
-    return tls_table;
+    if (ts->table == nullptr) {
+        void* m = mmap(nullptr, sizeof(Table), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (m == MAP_FAILED) {
+            return false;
+        }
+        ts->table = static_cast<Table*>(m);
+    }
+    return true;
 }
 
 inline size_t index_of(const void* vptr, const void* dst_type) {
@@ -283,59 +294,52 @@ static int sum_counters(uint64_t* out, int n) {
     return kNumCounters;
 }
 
-// ovtrace_memo_counters sums this process's counters (calls, hits, misses,
-// evictions, verified, mismatches) into out[0..n) and returns how many
-// counters the patch keeps.
-EXPORT int ovtrace_memo_counters(uint64_t* out, int n) { return sum_counters(out, n); }
+namespace {
 
-// __dynamic_cast is the Itanium C++ ABI entry point every dynamic_cast to a
-// pointer or reference of a class type compiles to (cxxabi.h).
-EXPORT void* __dynamic_cast(const void* src, const void* src_type, const void* dst_type, ptrdiff_t src2dst) {
-    if (__builtin_expect(src == nullptr, 0)) {
+inline bool matches(const Entry* e, const void* vptr, const void* whole_vptr, const void* src_type,
+                    const void* dst_type, ptrdiff_t src2dst) {
+    return e->vptr == vptr && e->dst_type == dst_type && e->src_type == src_type && e->src2dst == src2dst &&
+           e->whole_vptr == whole_vptr;
+}
+
+inline void* apply(const Entry* e, const void* src) {
+    return e->delta == kNull ? nullptr : const_cast<char*>(static_cast<const char*>(src) + e->delta);
+}
+
+// slow_path is everything but a hit without verification: a thread's first
+// call, a null source, verification, and a miss (ask libstdc++, remember).
+__attribute__((noinline)) void* slow_path(const void* src, const void* src_type, const void* dst_type,
+                                          ptrdiff_t src2dst) {
+    ThreadState* ts = &tls;
+    if (src == nullptr || !start_thread(ts)) {
         return real()(src, src_type, dst_type, src2dst);
     }
-    Slot* s = tls_slot;
-    if (__builtin_expect(s == nullptr, 0)) {
-        s = claim_slot();
-    }
-    Table* t = tls_table;
-    if (__builtin_expect(t == nullptr, 0)) {
-        t = new_table();
-        if (t == nullptr) {
-            return real()(src, src_type, dst_type, src2dst);
-        }
-    }
-    count(s, kCalls);
-    // The same two loads libstdc++ starts with: the vtable at src, its
-    // offset-to-top, and the complete object's vtable.
+    count(ts, kCalls);
     const void* vptr = *static_cast<const void* const*>(src);
     ptrdiff_t to_top = static_cast<const ptrdiff_t*>(vptr)[-2];
     const void* whole_vptr = *reinterpret_cast<const void* const*>(static_cast<const char*>(src) + to_top);
-    // A two-way set: the most recent entry first.
-    Entry* set = &t->e[index_of(vptr, dst_type) & ~size_t(1)];
+    Entry* set = &ts->table->e[index_of(vptr, dst_type) & ~size_t(1)];
     for (int way = 0; way < 2; way++) {
-        const Entry* e = &set[way];
-        if (e->vptr == vptr && e->dst_type == dst_type && e->src_type == src_type && e->src2dst == src2dst &&
-            e->whole_vptr == whole_vptr) {
-            count(s, kHits);
-            void* r = e->delta == kNull ? nullptr : const_cast<char*>(static_cast<const char*>(src) + e->delta);
-            if (__builtin_expect(verify, 0)) {
+        if (matches(&set[way], vptr, whole_vptr, src_type, dst_type, src2dst)) {
+            count(ts, kHits);
+            void* r = apply(&set[way], src);
+            if (verify) {
                 void* want = real()(src, src_type, dst_type, src2dst);
-                count(s, kVerified);
+                count(ts, kVerified);
                 if (want != r) {
-                    count(s, kMismatches);
+                    count(ts, kMismatches);
                     return want;
                 }
             }
             return r;
         }
     }
-    count(s, kMisses);
+    count(ts, kMisses);
     if (set[1].vptr != nullptr) {
-        count(s, kEvictions);
+        count(ts, kEvictions);
     }
     void* r = real()(src, src_type, dst_type, src2dst);
-    set[1] = set[0];
+    set[1] = set[0];  // the most recent entry first
     Entry* e = &set[0];
     e->vptr = vptr;
     e->whole_vptr = whole_vptr;
@@ -344,4 +348,36 @@ EXPORT void* __dynamic_cast(const void* src, const void* src_type, const void* d
     e->src2dst = src2dst;
     e->delta = r == nullptr ? kNull : static_cast<const char*>(r) - static_cast<const char*>(src);
     return r;
+}
+
+}  // namespace
+
+// ovtrace_memo_counters sums this process's counters (calls, hits, misses,
+// evictions, verified, mismatches) into out[0..n) and returns how many
+// counters the patch keeps.
+EXPORT int ovtrace_memo_counters(uint64_t* out, int n) { return sum_counters(out, n); }
+
+// __dynamic_cast is the Itanium C++ ABI entry point every dynamic_cast to a
+// pointer or reference of a class type compiles to (cxxabi.h). A hit is
+// answered here, without a stack frame; anything else goes to slow_path.
+EXPORT void* __dynamic_cast(const void* src, const void* src_type, const void* dst_type, ptrdiff_t src2dst) {
+    ThreadState* ts = &tls;
+    Table* t = ts->table;
+    if (__builtin_expect(src == nullptr || t == nullptr || verify, 0)) {
+        return slow_path(src, src_type, dst_type, src2dst);
+    }
+    // The same loads libstdc++ starts with: the vtable at src, its
+    // offset-to-top, and the complete object's vtable.
+    const void* vptr = *static_cast<const void* const*>(src);
+    ptrdiff_t to_top = static_cast<const ptrdiff_t*>(vptr)[-2];
+    const void* whole_vptr = *reinterpret_cast<const void* const*>(static_cast<const char*>(src) + to_top);
+    const Entry* set = &t->e[index_of(vptr, dst_type) & ~size_t(1)];
+    for (int way = 0; way < 2; way++) {
+        if (matches(&set[way], vptr, whole_vptr, src_type, dst_type, src2dst)) {
+            count(ts, kCalls);
+            count(ts, kHits);
+            return apply(&set[way], src);
+        }
+    }
+    return slow_path(src, src_type, dst_type, src2dst);
 }
