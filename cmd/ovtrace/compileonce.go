@@ -10,7 +10,6 @@ import (
 	"maps"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"slices"
 	"strings"
 
@@ -100,20 +99,20 @@ func selfExe() (string, error) {
 }
 
 // runOnce runs one compile-once child for variant v and parses its line.
-// The child's OVTRACE_MEMO_STATS names a fresh file in a temporary folder,
-// where a preloaded memoization patch keeps its counters.
+// The child's OVTRACE_MEMO_STATS names a fresh file (on /dev/shm), where a
+// preloaded memoization patch keeps its counters.
 func runOnce(ctx context.Context, cfg abtest.OnceConfig, v abtest.Variant) (*abtest.Measurement, error) {
 	exe, err := selfExe()
 	if err != nil {
 		return nil, err
 	}
-	statsDir, err := os.MkdirTemp("", "ovtrace-memo-")
+	stats, cleanup, err := abtest.NewMemoStatsPath()
 	if err != nil {
 		return nil, err
 	}
-	defer os.RemoveAll(statsDir)
+	defer cleanup()
 	cmd := exec.CommandContext(ctx, exe, onceArgs(cfg, v)...)
-	cmd.Env = append(v.Environ(os.Environ()), abtest.EnvMemoStats+"="+filepath.Join(statsDir, "memo.stats"))
+	cmd.Env = append(v.Environ(os.Environ()), abtest.EnvMemoStats+"="+stats)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"maps"
 	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 
@@ -115,12 +114,12 @@ func profileAction(c *cli.Context) error {
 		if err := v.Check(); err != nil {
 			return fmt.Errorf("--variant: %w", err)
 		}
-		statsDir, err := os.MkdirTemp("", "ovtrace-memo-")
+		stats, cleanup, err := abtest.NewMemoStatsPath()
 		if err != nil {
 			return err
 		}
-		defer os.RemoveAll(statsDir)
-		rc.Env = append(v.Environ(os.Environ()), abtest.EnvMemoStats+"="+filepath.Join(statsDir, "memo.stats"))
+		defer cleanup()
+		rc.Env = append(v.Environ(os.Environ()), abtest.EnvMemoStats+"="+stats)
 		rc.Command = append([]string{exe}, onceArgs(cfg, v)...)
 		collect := collectFlag.Get(c)
 		if collect != "compile" && collect != "all" {

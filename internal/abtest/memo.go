@@ -109,6 +109,33 @@ func memoStatsPath(dir string) (string, error) {
 	return name, os.Remove(name)
 }
 
+// shmDir is where counter files go: a tmpfs, so that the patch's counters
+// live in memory that is never written back to a disk while it compiles.
+var shmDir = "/dev/shm"
+
+// NewMemoStatsPath returns a fresh path for one process's counter file
+// (OVTRACE_MEMO_STATS), in a new folder under /dev/shm (else the temporary
+// folder), and the function that removes that folder.
+func NewMemoStatsPath() (string, func(), error) {
+	root := ""
+	if fi, err := os.Stat(shmDir); err == nil && fi.IsDir() {
+		root = shmDir
+	}
+	dir, err := os.MkdirTemp(root, "ovtrace-memo-")
+	if err != nil && root != "" {
+		dir, err = os.MkdirTemp("", "ovtrace-memo-")
+	}
+	if err != nil {
+		return "", nil, err
+	}
+	path, err := memoStatsPath(dir)
+	if err != nil {
+		os.RemoveAll(dir)
+		return "", nil, err
+	}
+	return path, func() { os.RemoveAll(dir) }, nil
+}
+
 // Sub returns the counts m gained since before (nil when m is nil; before
 // nil counts as zero).
 func (m *MemoStats) Sub(before *MemoStats) *MemoStats {

@@ -153,3 +153,26 @@ func TestCompareCompiled(t *testing.T) {
 		t.Error("no exports gave a verdict")
 	}
 }
+
+func TestNewMemoStatsPath(t *testing.T) {
+	for _, shm := range []string{shmDir, filepath.Join(t.TempDir(), "no-shm")} {
+		old := shmDir
+		shmDir = shm
+		path, cleanup, err := NewMemoStatsPath()
+		shmDir = old
+		if err != nil {
+			t.Fatal(err)
+		}
+		dir := filepath.Dir(path)
+		if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
+			t.Errorf("%s: folder %s: %v", shm, dir, err)
+		}
+		if _, err := os.Stat(path); !os.IsNotExist(err) {
+			t.Errorf("%s: %s exists; the patch must create it (O_EXCL)", shm, path)
+		}
+		cleanup()
+		if _, err := os.Stat(dir); !os.IsNotExist(err) {
+			t.Errorf("%s: cleanup left %s", shm, dir)
+		}
+	}
+}
