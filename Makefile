@@ -94,7 +94,7 @@ FUZZ_TARGETS := \
 	./model:FuzzParseSafetensorsHeader ./model:FuzzOpenSafetensors \
 	./model:FuzzLoadConfig ./model:FuzzReadIndex \
 	./tracing:FuzzReadTrace ./compilecost:FuzzLoad \
-	./internal/abtest:FuzzParseVariants \
+	./internal/abtest:FuzzParseVariants ./internal/abtest:FuzzParseMemoStats \
 	./internal/profiling:FuzzParsePerfScript ./internal/profiling:FuzzParseCallgrind \
 	./internal/profiling:FuzzReadFile ./internal/npy:FuzzParse \
 	./model:FuzzGGUFHeader ./tokenizer:FuzzEncodeDecode

@@ -176,3 +176,23 @@ func TestNewMemoStatsPath(t *testing.T) {
 		}
 	}
 }
+
+// FuzzParseMemoStats: any bytes are refused with one line or give counters
+// that sum no more slots than the header declares.
+func FuzzParseMemoStats(f *testing.F) {
+	f.Add(memoFile(3, [][]uint64{{1, 0, 1}, {100, 90, 10}}))
+	f.Add(memoFile(1<<31, nil))
+	f.Add([]byte(memoMagic))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		m, err := ParseMemoStats(b)
+		if err != nil {
+			if strings.Contains(err.Error(), "\n") {
+				t.Fatalf("error spans lines: %q", err)
+			}
+			return
+		}
+		if m.Counters == nil || m.HitRate() < 0 {
+			t.Fatalf("got %+v", m)
+		}
+	})
+}
