@@ -42,7 +42,8 @@ func (m *MemoStats) HitRate() float64 {
 }
 
 // ReadMemoStats reads a counter file. A missing file is (nil, nil): the
-// process loaded no patch that counts.
+// process loaded no patch that counts; so is a file the patch has created
+// but not yet initialised (empty, or its magic still zero).
 func ReadMemoStats(path string) (*MemoStats, error) {
 	b, err := safefile.ReadFile(path, memoMaxBytes)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -50,6 +51,9 @@ func ReadMemoStats(path string) (*MemoStats, error) {
 	}
 	if err != nil {
 		return nil, err
+	}
+	if len(b) < len(memoMagic) || bytes.Equal(b[:len(memoMagic)], make([]byte, len(memoMagic))) {
+		return nil, nil
 	}
 	return ParseMemoStats(b)
 }

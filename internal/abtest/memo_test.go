@@ -98,6 +98,21 @@ func TestReadMemoStats(t *testing.T) {
 	if _, err := ReadMemoStats(dir); err == nil {
 		t.Error("a folder read as a counter file")
 	}
+	// Created (O_EXCL, ftruncate) but the header not yet written: no counts.
+	fresh := filepath.Join(dir, "fresh.stats")
+	if err := os.WriteFile(fresh, make([]byte, 4096), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if m, err := ReadMemoStats(fresh); m != nil || err != nil {
+		t.Errorf("uninitialised file: %v, %v; want nothing yet", m, err)
+	}
+	bad := filepath.Join(dir, "bad.stats")
+	if err := os.WriteFile(bad, []byte("NOTMEMO1 and more bytes"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ReadMemoStats(bad); err == nil {
+		t.Error("a foreign file read as counters")
+	}
 	p, err := memoStatsPath(dir)
 	if err != nil {
 		t.Fatal(err)
