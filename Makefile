@@ -31,7 +31,7 @@ SHELL := /bin/bash
 .SHELLFLAGS := -o pipefail -ec
 
 .PHONY: all setup build demo test lint unit fuzz bench clean jaeger
-.PHONY: profilers
+.PHONY: profilers patches
 
 all: build
 
@@ -74,7 +74,15 @@ $(JAEGER): tools/jaeger/go.mod
 	@mkdir -p $(@D)
 	cd tools/jaeger && go build -o $(abspath $@) github.com/jaegertracing/jaeger/cmd/jaeger
 
-unit: build $(JAEGER)
+# Compiler patches that need no OpenVINO rebuild: preloaded shims built from
+# source with the system compiler (patches/*/Makefile), then their own check
+# (the same answers with and without the shim).
+PATCH_SHIMS := patches/dyncast-memo
+
+patches:
+	@for d in $(PATCH_SHIMS); do $(MAKE) --no-print-directory -C $$d check || exit 1; done
+
+unit: build patches $(JAEGER)
 	@mkdir -p $(CACHE)
 	@$(MAKE) --no-print-directory profilers || echo "profilers: could not install perf/valgrind; the profiler tests will skip"
 	OVRUN_JAEGER=$(abspath $(JAEGER)) go test -count=1 ./... 2>&1 | tee $(CACHE)/test.log; status=$${PIPESTATUS[0]}; \
@@ -87,7 +95,7 @@ FUZZ_TARGETS := \
 	./model:FuzzParseSafetensorsHeader ./model:FuzzOpenSafetensors \
 	./model:FuzzLoadConfig ./model:FuzzReadIndex \
 	./tracing:FuzzReadTrace ./compilecost:FuzzLoad \
-	./internal/abtest:FuzzParseVariants \
+	./internal/abtest:FuzzParseVariants ./internal/abtest:FuzzParseMemoStats \
 	./internal/profiling:FuzzParsePerfScript ./internal/profiling:FuzzParseCallgrind \
 	./internal/profiling:FuzzReadFile ./internal/npy:FuzzParse \
 	./model:FuzzGGUFHeader ./tokenizer:FuzzEncodeDecode

@@ -23,7 +23,7 @@ var (
 	endpointsFlag     = &cli.StringFlag{Name: "endpoints", Value: strings.Join(abtest.DefaultEndpoints, ","), Usage: "`LIST` of compile_s, compile_cpu_s, peak_rss_bytes, ir_build_s"}
 	allowSmallFlag    = &cli.BoolFlag{Name: "allow-small", Usage: "allow fewer than 6 pairs, an odd number, or not whole Williams cycles"}
 	toleranceFlag     = &cli.Float64Flag{Name: "tolerance", Usage: "largest logit difference still reported as equal"}
-	noEquivalenceFlag = &cli.BoolFlag{Name: "no-equivalence", Usage: "skip the logits comparison"}
+	noEquivalenceFlag = &cli.BoolFlag{Name: "no-equivalence", Usage: "skip the logits and compiled-model comparisons"}
 )
 
 var abCommand = &cli.Command{
@@ -33,11 +33,20 @@ var abCommand = &cli.Command{
    prop:KEY=VALUE   an OpenVINO compile property
    env:KEY=VALUE    an environment variable of the variant's processes
    lib:DIR          an OpenVINO library folder (e.g. a patched build), passed as OVRUN_OPENVINO_LIB
+   preload:PATH     a shared library preloaded into the compile process (LD_PRELOAD),
+                    e.g. a patch that interposes functions OpenVINO calls through its PLT
 The first variant is the control. Every trial compiles the --capacity graph in
 a fresh process. Each variant first runs once as a warm-up (excluded), which
-also writes the logits of a seeded prompt and one decode step: the report's
-"equivalent" compares them with the control's. Then --pairs blocks run, in
-AB/BA alternation (Williams orders for more variants).
+also writes the logits of a seeded prompt and one decode step. After every
+compile, outside the timed window, the process exports the compiled model
+(ov_compiled_model_export_model) and hashes its bytes. The report's
+"equivalent" says whether every run of every variant exported byte-identical
+compiled models, and compares the warm-ups' logits with the control's. Then
+--pairs blocks run, in AB/BA alternation (Williams orders for more variants).
+
+Every compile process gets OVTRACE_MEMO_STATS, a fresh file name: a preloaded
+memoization patch keeps its counters there (patches/README.md), and the report
+gives its calls per compile and hit rate.
 
 Pairs default to 6 and must be even and >= 6 unless --allow-small: with n
 pairs the smallest two-sided exact sign-flip p is 2/2^n, so 5 pairs can never
@@ -114,6 +123,7 @@ func abAction(c *cli.Context) error {
 	run := func(ctx context.Context, v abtest.Variant, dumpLogits string) (*abtest.Measurement, error) {
 		o := once
 		o.DumpLogits = dumpLogits
+		o.ExportHash = !noEquivalenceFlag.Get(c)
 		return runOnce(ctx, o, v)
 	}
 	rep, err := abtest.Run(c.Context, cfg, run, func(p abtest.Progress) {

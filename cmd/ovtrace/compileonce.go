@@ -26,6 +26,7 @@ var (
 	dumpLogitsFlag   = &cli.StringFlag{Name: "dump-logits", Usage: "after measuring, write the logits of a seeded prompt and one decode step to `FILE.npy`"}
 	promptTokensFlag = &cli.IntFlag{Name: "prompt-tokens", Value: 8, Usage: "prompt length for --dump-logits"}
 	seedFlag         = &cli.Uint64Flag{Name: "seed", Value: 1, Usage: "prompt seed for --dump-logits"}
+	exportHashFlag   = &cli.BoolFlag{Name: "export-hash", Usage: "after measuring, export the compiled model and print the SHA-256 of its bytes"}
 )
 
 var compileOnceCommand = &cli.Command{
@@ -36,6 +37,7 @@ var compileOnceCommand = &cli.Command{
 		dumpLogitsFlag,
 		promptTokensFlag,
 		seedFlag,
+		exportHashFlag,
 	),
 	Action: func(c *cli.Context) error {
 		cfg, err := onceConfig(c, capacityFlag.Get(c))
@@ -48,6 +50,7 @@ var compileOnceCommand = &cli.Command{
 		cfg.DumpLogits = dumpLogitsFlag.Get(c)
 		cfg.PromptTokens = promptTokensFlag.Get(c)
 		cfg.Seed = seedFlag.Get(c)
+		cfg.ExportHash = exportHashFlag.Get(c)
 		m, err := abtest.MeasureCompile(c.Context, cfg)
 		if err != nil {
 			return err
@@ -80,6 +83,9 @@ func onceArgs(cfg abtest.OnceConfig, v abtest.Variant) []string {
 	if cfg.DumpLogits != "" {
 		args = append(args, "--dump-logits", cfg.DumpLogits)
 	}
+	if cfg.ExportHash {
+		args = append(args, "--export-hash")
+	}
 	return args
 }
 
@@ -93,13 +99,20 @@ func selfExe() (string, error) {
 }
 
 // runOnce runs one compile-once child for variant v and parses its line.
+// The child's OVTRACE_MEMO_STATS names a fresh file (on /dev/shm), where a
+// preloaded memoization patch keeps its counters.
 func runOnce(ctx context.Context, cfg abtest.OnceConfig, v abtest.Variant) (*abtest.Measurement, error) {
 	exe, err := selfExe()
 	if err != nil {
 		return nil, err
 	}
+	stats, cleanup, err := abtest.NewMemoStatsPath()
+	if err != nil {
+		return nil, err
+	}
+	defer cleanup()
 	cmd := exec.CommandContext(ctx, exe, onceArgs(cfg, v)...)
-	cmd.Env = v.Environ(os.Environ())
+	cmd.Env = append(v.Environ(os.Environ()), abtest.EnvMemoStats+"="+stats)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {

@@ -2,7 +2,9 @@ package main
 
 import (
 	"fmt"
+	"maps"
 	"os"
+	"slices"
 	"strconv"
 
 	"github.com/urfave/cli/v2"
@@ -26,6 +28,7 @@ var (
 	collectFlag   = &cli.StringFlag{Name: "collect", Value: "compile", Usage: "callgrind: `WHAT` to count for --model: compile (inside ov_core_compile_model) or all", Action: cliutil.OneOf("collect", "compile", "all")}
 	rawDirFlag    = &cli.StringFlag{Name: "raw-dir", Usage: "keep the profiler's raw output (perf.data, callgrind.out) in `DIR`"}
 	topFlag       = &cli.IntFlag{Name: "top", Value: 10, Usage: "print the top `N` functions afterwards (0: none)"}
+	profVariant   = &cli.StringFlag{Name: "variant", Usage: "profile the compile as the ab variant `SPEC` would run it (prop:, env:, lib:, preload:)"}
 )
 
 var profileCommand = &cli.Command{
@@ -49,9 +52,14 @@ the inside of ov_core_compile_model is collected (--collect all: everything).
 Stacks are reconstructed from the call graph, so cumulative values are
 estimates; see docs/ovtrace.md.
 
+--variant SPEC profiles the compile as "ovtrace ab --variant NAME=SPEC" runs
+it: with its properties, environment, OpenVINO build or preloaded patch. A
+preloaded memoization patch's counters for the compile are printed and kept
+in the profile's comments.
+
 perf comes from Debian's linux-perf ("make profilers" installs it).`,
 	Flags: append(compileFlags(), capacityFlag,
-		backendFlag, outFlag, callGraphFlag, frequencyFlag, inlineFlag, collectFlag, rawDirFlag, topFlag,
+		backendFlag, outFlag, callGraphFlag, frequencyFlag, inlineFlag, collectFlag, rawDirFlag, topFlag, profVariant,
 	),
 	Action: profileAction,
 }
@@ -82,8 +90,8 @@ func profileAction(c *cli.Context) error {
 	var meta [][2]string
 	var once *abtest.Measurement
 	if c.Args().Len() > 0 {
-		if c.IsSet(modelFlag.Name) || c.IsSet(capacityFlag.Name) {
-			return fmt.Errorf("give either --model and --capacity or a command after --, not both")
+		if c.IsSet(modelFlag.Name) || c.IsSet(capacityFlag.Name) || c.IsSet(profVariant.Name) {
+			return fmt.Errorf("give either --model and --capacity (and --variant) or a command after --, not both")
 		}
 		rc.Command = c.Args().Slice()
 		rc.Stdout = c.App.Writer
@@ -99,7 +107,20 @@ func profileAction(c *cli.Context) error {
 		if err != nil {
 			return err
 		}
-		rc.Command = append([]string{exe}, onceArgs(cfg, abtest.Variant{})...)
+		v, err := abtest.ParseVariant("profiled=" + profVariant.Get(c))
+		if err != nil {
+			return fmt.Errorf("--variant: %w", err)
+		}
+		if err := v.Check(); err != nil {
+			return fmt.Errorf("--variant: %w", err)
+		}
+		stats, cleanup, err := abtest.NewMemoStatsPath()
+		if err != nil {
+			return err
+		}
+		defer cleanup()
+		rc.Env = append(v.Environ(os.Environ()), abtest.EnvMemoStats+"="+stats)
+		rc.Command = append([]string{exe}, onceArgs(cfg, v)...)
 		collect := collectFlag.Get(c)
 		if collect != "compile" && collect != "all" {
 			return fmt.Errorf("--collect %q: want compile or all", collect)
@@ -116,6 +137,9 @@ func profileAction(c *cli.Context) error {
 			return m.CompileStartMonoS, m.CompileEndMonoS, collect == "compile" && m.CompileEndMonoS > 0
 		}
 		meta = [][2]string{{"model", cfg.Model}, {"capacity", strconv.Itoa(cfg.Capacity)}, {"device", cfg.Device}}
+		if v.Spec != "" {
+			meta = append(meta, [2]string{"variant", v.Spec})
+		}
 	}
 	p, err := profiling.Record(c.Context, rc)
 	if err != nil {
@@ -127,6 +151,9 @@ func profileAction(c *cli.Context) error {
 	if once != nil {
 		profiling.SetMeta(p, profiling.MetaGraphNodes, strconv.Itoa(once.GraphNodes))
 		profiling.SetMeta(p, "compile_s", fmt.Sprintf("%.3f", once.CompileS))
+		if once.Memo != nil {
+			profiling.SetMeta(p, "memo", memoLine(once.Memo))
+		}
 	}
 	if err := profiling.WriteFile(outFlag.Get(c), p); err != nil {
 		return err
@@ -140,6 +167,9 @@ func profileAction(c *cli.Context) error {
 		fmt.Fprintf(w, "; collected %s", col)
 	}
 	fmt.Fprintln(w)
+	if once != nil && once.Memo != nil {
+		fmt.Fprintf(w, "memo: %s\n", memoLine(once.Memo))
+	}
 	if n := topFlag.Get(c); n > 0 {
 		rep, err := profiling.Top(p, profiling.TopOptions{N: n})
 		if err != nil {
@@ -148,4 +178,15 @@ func profileAction(c *cli.Context) error {
 		return profiling.WriteTop(w, rep, 100)
 	}
 	return nil
+}
+
+// memoLine prints a patch's counters for one compile on one line.
+func memoLine(m *abtest.MemoStats) string {
+	line := fmt.Sprintf("%s: %d calls, hit rate %.2f%%", m.Patch, m.Counters["calls"], 100*m.HitRate())
+	for _, k := range slices.Sorted(maps.Keys(m.Counters)) {
+		if k != "calls" && k != "hits" {
+			line += fmt.Sprintf(", %s %d", k, m.Counters[k])
+		}
+	}
+	return line
 }

@@ -49,6 +49,12 @@ type Trial struct {
 	Position int                `json:"position"`
 	Variant  string             `json:"variant"`
 	Values   map[string]float64 `json:"values"`
+	// ExportSHA256 is the SHA-256 of the compiled model the run exported
+	// (when the equivalence check is on).
+	ExportSHA256 string `json:"export_sha256,omitempty"`
+	// Memo are the counters a preloaded memoization patch kept during
+	// the compile, when the variant preloads one.
+	Memo *MemoStats `json:"memo,omitempty"`
 }
 
 // VariantComparison is one endpoint of one treatment against the control.
@@ -76,6 +82,9 @@ type Report struct {
 	Trials      []Trial             `json:"trials"`
 	Comparisons []VariantComparison `json:"comparisons"`
 	Equivalent  *Equivalence        `json:"equivalent,omitempty"`
+	// Memo summarises, per variant whose compiles counted, a memoization
+	// patch's counters over the measured trials.
+	Memo []MemoSummary `json:"memo,omitempty"`
 	// FinishReason is "complete", "interrupted" or "error".
 	FinishReason string   `json:"finish_reason"`
 	Error        string   `json:"error,omitempty"`
@@ -154,6 +163,10 @@ func Run(ctx context.Context, cfg Config, run TrialFunc, progress func(Progress)
 	}
 	err := runAll(ctx, cfg, rep, orders, run, progress)
 	rep.Comparisons = compare(cfg, rep.Trials, orders)
+	if rep.Equivalent != nil {
+		rep.Equivalent.Compiled = compareCompiled(rep.Variants, append(slices.Clone(rep.Warmup), rep.Trials...))
+	}
+	rep.Memo = summariseMemo(rep.Variants, rep.Trials)
 	rep.WallS = time.Since(start).Seconds()
 	switch {
 	case err == nil:
@@ -229,7 +242,7 @@ func runAll(ctx context.Context, cfg Config, rep *Report, orders [][]int, run Tr
 }
 
 func trial(pair, pos int, name string, m *Measurement, endpoints []string) Trial {
-	t := Trial{Pair: pair, Position: pos, Variant: name, Values: map[string]float64{}}
+	t := Trial{Pair: pair, Position: pos, Variant: name, Values: map[string]float64{}, ExportSHA256: m.ExportSHA256, Memo: m.Memo}
 	for _, e := range endpoints {
 		t.Values[e], _ = m.Value(e)
 	}

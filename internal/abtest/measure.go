@@ -3,9 +3,14 @@ package abtest
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"maps"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"syscall"
@@ -38,6 +43,11 @@ type OnceConfig struct {
 	DumpLogits   string
 	PromptTokens int
 	Seed         uint64
+	// ExportHash, when set, exports the compiled model after the
+	// measurement (ov_compiled_model_export_model, outside the timed
+	// window) and records the SHA-256 and size of its bytes: what the
+	// compiler produced, for `ovtrace ab`'s equivalence check.
+	ExportHash bool
 }
 
 // Measurement is what one compile cost. Fields ending in _s are seconds.
@@ -75,6 +85,15 @@ type Measurement struct {
 	Properties []string `json:"properties,omitempty"`
 	// Logits is the .npy written for DumpLogits.
 	Logits string `json:"logits,omitempty"`
+	// ExportSHA256 and ExportBytes describe the exported compiled model
+	// (OnceConfig.ExportHash); ExportS is how long the export took.
+	ExportSHA256 string  `json:"export_sha256,omitempty"`
+	ExportBytes  int64   `json:"export_bytes,omitempty"`
+	ExportS      float64 `json:"export_s,omitempty"`
+	// Memo are the counters a preloaded memoization patch kept during
+	// ov_core_compile_model (its counter file, named by
+	// OVTRACE_MEMO_STATS, read before and after the call); nil without one.
+	Memo *MemoStats `json:"memo,omitempty"`
 }
 
 // Endpoints are the measured quantities an experiment can compare.
@@ -199,6 +218,11 @@ func measure(ctx context.Context, ck *model.Checkpoint, cfg OnceConfig, props []
 	m.IRBuildS = time.Since(t0).Seconds()
 	m.GraphNodes = bytes.Count(xml, []byte("<layer "))
 
+	statsPath := os.Getenv(EnvMemoStats)
+	memo0, err := readMemo(statsPath)
+	if err != nil {
+		return err
+	}
 	cpu0 := cpuSeconds()
 	m.CompileStartMonoS = monotonicSeconds()
 	t1 := time.Now()
@@ -210,11 +234,61 @@ func measure(ctx context.Context, ck *model.Checkpoint, cfg OnceConfig, props []
 	if err != nil {
 		return fmt.Errorf("compile graph %s on %s: %w", spec.Name(), cfg.Device, err)
 	}
+	defer cm.Close()
+	memo1, err := readMemo(statsPath)
+	if err != nil {
+		return err
+	}
+	m.Memo = memo1.Sub(memo0)
 	if p, err := cm.Property("INFERENCE_PRECISION_HINT"); err == nil {
 		m.PrecisionEffective = p
 	}
-	cm.Close()
+	if cfg.ExportHash {
+		t := time.Now()
+		if m.ExportSHA256, m.ExportBytes, err = exportHash(cm); err != nil {
+			return err
+		}
+		m.ExportS = time.Since(t).Seconds()
+	}
 	return nil
+}
+
+// readMemo reads the patch's counter file, if a path is set and the patch
+// has created it.
+func readMemo(path string) (*MemoStats, error) {
+	if path == "" {
+		return nil, nil
+	}
+	s, err := ReadMemoStats(path)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", EnvMemoStats, err)
+	}
+	return s, nil
+}
+
+// exportHash exports the compiled model to a temporary file and returns
+// the SHA-256 of its bytes and their number.
+func exportHash(cm *ov.CompiledModel) (string, int64, error) {
+	dir, err := os.MkdirTemp("", "ovtrace-export-")
+	if err != nil {
+		return "", 0, err
+	}
+	defer os.RemoveAll(dir)
+	path := filepath.Join(dir, "compiled.blob")
+	if err := cm.Export(path); err != nil {
+		return "", 0, fmt.Errorf("export the compiled model: %w", err)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return "", 0, err
+	}
+	defer f.Close()
+	h := sha256.New()
+	n, err := io.Copy(h, f)
+	if err != nil {
+		return "", 0, fmt.Errorf("hash the exported model: %w", err)
+	}
+	return hex.EncodeToString(h.Sum(nil)), n, nil
 }
 
 // dumpLogits compiles the decode graph through the runtime (as ovrun does)

@@ -4,6 +4,8 @@ import (
 	"cmp"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"strings"
 	"text/tabwriter"
 
@@ -71,11 +73,22 @@ func WriteReport(w io.Writer, r *Report) error {
 			n, 2/float64(uint64(1)<<min(n, 62)))
 	}
 	if e := r.Equivalent; e != nil {
+		if c := e.Compiled; c != nil {
+			verdict := "identical compiled models"
+			if !c.Equal {
+				verdict = "compiled models DIFFER"
+			}
+			fmt.Fprintf(w, "equivalence: %s (%s)\n", verdict, c.Detail)
+		}
 		verdict := "equal logits"
 		if !e.Equal {
 			verdict = "logits DIFFER"
 		}
 		fmt.Fprintf(w, "equivalence: %s (%s)\n", verdict, e.Detail)
+	}
+	for _, m := range r.Memo {
+		fmt.Fprintf(w, "memo: %s (%s): %s calls per compile, hit rate %.2f%% over %d trials%s\n", m.Variant, m.Patch,
+			compactCount(m.CallsPerCompile), 100*m.HitRate, m.Trials, memoExtras(m.Counters))
 	}
 	for _, n := range r.Notes {
 		fmt.Fprintln(w, "note:", n)
@@ -84,6 +97,31 @@ func WriteReport(w io.Writer, r *Report) error {
 		fmt.Fprintln(w, "stopped:", r.Error)
 	}
 	return nil
+}
+
+// memoExtras lists a memo's counters other than calls and hits.
+func memoExtras(c map[string]uint64) string {
+	var parts []string
+	for _, k := range slices.Sorted(maps.Keys(c)) {
+		if k != "calls" && k != "hits" {
+			parts = append(parts, fmt.Sprintf("%s %d", k, c[k]))
+		}
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return " (in all: " + strings.Join(parts, ", ") + ")"
+}
+
+// compactCount prints 1234567 as 1.23M.
+func compactCount(v float64) string {
+	switch {
+	case v >= 1e6:
+		return fmt.Sprintf("%.2fM", v/1e6)
+	case v >= 1e3:
+		return fmt.Sprintf("%.1fk", v/1e3)
+	}
+	return fmt.Sprintf("%.0f", v)
 }
 
 func orderSummary(order [][]string) string {

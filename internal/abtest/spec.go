@@ -4,10 +4,12 @@ import (
 	"fmt"
 	"maps"
 	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
 
+	"github.com/ovtoolkit/ovrun/internal/safefile"
 	"github.com/ovtoolkit/ovrun/ov"
 )
 
@@ -24,6 +26,10 @@ type Variant struct {
 	// Lib is an OpenVINO library folder (lib:DIR), passed to its processes
 	// as OVRUN_OPENVINO_LIB.
 	Lib string `json:"lib,omitempty"`
+	// Preload is a shared library (preload:PATH, made absolute) loaded into
+	// its compile processes before everything else through LD_PRELOAD: a
+	// patch that interposes functions OpenVINO calls through its PLT.
+	Preload string `json:"preload,omitempty"`
 	// OpenVINOVersion and Library are what its warm-up process loaded;
 	// PrecisionEffective is the precision its compiled graph runs in.
 	OpenVINOVersion    string `json:"openvino_version,omitempty"`
@@ -31,11 +37,15 @@ type Variant struct {
 	PrecisionEffective string `json:"precision_effective,omitempty"`
 }
 
+// EnvPreload is the dynamic loader's variable a preload:PATH variant sets.
+const EnvPreload = "LD_PRELOAD"
+
 var variantName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.+-]*$`)
 
 // ParseVariant parses NAME=SPEC, where SPEC is a comma-separated list of
 // prop:KEY=VALUE (an OpenVINO compile property), env:KEY=VALUE (an
-// environment variable) and lib:DIR (an OpenVINO build's library folder).
+// environment variable), lib:DIR (an OpenVINO build's library folder) and
+// preload:PATH (a shared library for LD_PRELOAD, made absolute here).
 // An empty SPEC is the unchanged default. Values cannot contain commas.
 // Errors name the variant and the part at fault.
 func ParseVariant(s string) (Variant, error) {
@@ -60,7 +70,7 @@ func ParseVariant(s string) (Variant, error) {
 		}
 		kind, rest, ok := strings.Cut(part, ":")
 		if !ok {
-			return Variant{}, bad("want prop:KEY=VALUE, env:KEY=VALUE or lib:DIR")
+			return Variant{}, bad("want prop:KEY=VALUE, env:KEY=VALUE, lib:DIR or preload:PATH")
 		}
 		switch kind {
 		case "prop", "env":
@@ -71,8 +81,13 @@ func ParseVariant(s string) (Variant, error) {
 			m := &v.Props
 			if kind == "env" {
 				m = &v.Env
-				if k == ov.EnvLibrary {
+				switch k {
+				case ov.EnvLibrary:
 					return Variant{}, bad("use lib:DIR to choose the OpenVINO library")
+				case EnvPreload:
+					return Variant{}, bad("use preload:PATH to preload a library")
+				case EnvMemoStats:
+					return Variant{}, bad("%s is set by ovtrace for every compile", EnvMemoStats)
 				}
 			}
 			if *m == nil {
@@ -90,8 +105,20 @@ func ParseVariant(s string) (Variant, error) {
 				return Variant{}, bad("lib is set twice")
 			}
 			v.Lib = rest
+		case "preload":
+			if rest == "" || strings.Contains(rest, ":") {
+				return Variant{}, bad("want preload:PATH, one library (no ':')")
+			}
+			if v.Preload != "" {
+				return Variant{}, bad("preload is set twice")
+			}
+			abs, err := filepath.Abs(rest)
+			if err != nil {
+				return Variant{}, bad("%v", err)
+			}
+			v.Preload = abs
 		default:
-			return Variant{}, bad("unknown kind %q: want prop, env or lib", kind)
+			return Variant{}, bad("unknown kind %q: want prop, env, lib or preload", kind)
 		}
 	}
 	return v, nil
@@ -117,19 +144,29 @@ func ParseVariants(specs []string) ([]Variant, error) {
 	return out, nil
 }
 
-// Check verifies what can be verified before running: that a lib:DIR exists.
+// Check verifies what can be verified before running: that a lib:DIR
+// exists and that a preload:PATH is a regular file.
 func (v Variant) Check() error {
-	if v.Lib == "" {
-		return nil
+	if v.Lib != "" {
+		if _, err := os.Stat(v.Lib); err != nil {
+			return fmt.Errorf("variant %s: lib:%s: %w", v.Name, v.Lib, err)
+		}
 	}
-	if _, err := os.Stat(v.Lib); err != nil {
-		return fmt.Errorf("variant %s: lib:%s: %w", v.Name, v.Lib, err)
+	if v.Preload != "" {
+		fi, err := os.Stat(v.Preload)
+		if err != nil {
+			return fmt.Errorf("variant %s: preload:%s: %w", v.Name, v.Preload, err)
+		}
+		if !fi.Mode().IsRegular() {
+			return fmt.Errorf("variant %s: preload:%s is %s, not a shared library", v.Name, v.Preload, safefile.Kind(fi.Mode()))
+		}
 	}
 	return nil
 }
 
 // Environ returns base with the variant's environment applied: its env
-// entries and, for lib:DIR, OVRUN_OPENVINO_LIB=DIR.
+// entries; for lib:DIR, OVRUN_OPENVINO_LIB=DIR; for preload:PATH,
+// LD_PRELOAD=PATH ahead of any LD_PRELOAD base already has.
 func (v Variant) Environ(base []string) []string {
 	set := maps.Clone(v.Env)
 	if set == nil {
@@ -137,6 +174,14 @@ func (v Variant) Environ(base []string) []string {
 	}
 	if v.Lib != "" {
 		set[ov.EnvLibrary] = v.Lib
+	}
+	if v.Preload != "" {
+		set[EnvPreload] = v.Preload
+		for _, kv := range base {
+			if k, old, _ := strings.Cut(kv, "="); k == EnvPreload && old != "" {
+				set[EnvPreload] = v.Preload + ":" + old
+			}
+		}
 	}
 	out := make([]string, 0, len(base)+len(set))
 	for _, kv := range base {

@@ -1,6 +1,8 @@
 package abtest
 
 import (
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -57,6 +59,11 @@ func TestParseVariantErrors(t *testing.T) {
 		{"two libs", "x=lib:/a,lib:/b", `part 2 "lib:/b": lib is set twice`},
 		{"duplicate prop", "x=prop:A=1,prop:A=2", `part 2 "prop:A=2": prop A is set twice`},
 		{"library through env", "x=env:OVRUN_OPENVINO_LIB=/a", "use lib:DIR"},
+		{"preload through env", "x=env:LD_PRELOAD=/a.so", "use preload:PATH"},
+		{"memo stats through env", "x=env:OVTRACE_MEMO_STATS=/tmp/s", "set by ovtrace for every compile"},
+		{"empty preload", "x=preload:", `part 1 "preload:": want preload:PATH`},
+		{"preload list", "x=preload:/a.so:/b.so", "one library (no ':')"},
+		{"two preloads", "x=preload:/a.so,preload:/b.so", `part 2 "preload:/b.so": preload is set twice`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -93,6 +100,42 @@ func TestVariantEnviron(t *testing.T) {
 	}
 	if err := v.Check(); err == nil || !strings.Contains(err.Error(), "variant memo: lib:/opt/memo") {
 		t.Errorf("Check = %v", err)
+	}
+}
+
+func TestVariantPreload(t *testing.T) {
+	dir := t.TempDir()
+	so := filepath.Join(dir, "libmemo.so")
+	if err := os.WriteFile(so, []byte("\x7fELF"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Chdir(dir)
+	v, err := ParseVariant("memo=preload:libmemo.so,env:OVTRACE_MEMO_VERIFY=1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v.Preload != so {
+		t.Errorf("Preload = %q, want the absolute %q", v.Preload, so)
+	}
+	if err := v.Check(); err != nil {
+		t.Errorf("Check = %v", err)
+	}
+	got := v.Environ([]string{"PATH=/bin", "LD_PRELOAD=/usr/lib/libother.so"})
+	want := []string{"PATH=/bin", "LD_PRELOAD=" + so + ":/usr/lib/libother.so", "OVTRACE_MEMO_VERIFY=1"}
+	if !slices.Equal(got, want) {
+		t.Errorf("Environ = %v, want %v", got, want)
+	}
+	if got := v.Environ([]string{"PATH=/bin"}); !slices.Contains(got, "LD_PRELOAD="+so) {
+		t.Errorf("Environ without a previous LD_PRELOAD = %v", got)
+	}
+	for _, spec := range []string{"x=preload:" + dir, "x=preload:" + filepath.Join(dir, "none.so")} {
+		v, err := ParseVariant(spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := v.Check(); err == nil || !strings.Contains(err.Error(), "variant x: preload:") {
+			t.Errorf("%s: Check = %v", spec, err)
+		}
 	}
 }
 

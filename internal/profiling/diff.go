@@ -78,14 +78,14 @@ func Diff(a, b *profile.Profile, opt DiffOptions) (*DiffReport, error) {
 	aggB, totB := aggregate(b, ib, -1, by)
 	rep := &DiffReport{SampleType: st.Type, Unit: st.Unit, By: by, TotalA: totA, TotalB: totB}
 	rows := map[string]*DiffRow{}
-	for name, x := range aggA {
-		rows[name] = &DiffRow{Name: name, Object: x.object, FlatA: x.flat, CumA: x.cum}
+	for key, x := range aggA {
+		rows[key] = &DiffRow{Name: x.name, Object: x.object, FlatA: x.flat, CumA: x.cum}
 	}
-	for name, x := range aggB {
-		r, ok := rows[name]
+	for key, x := range aggB {
+		r, ok := rows[key]
 		if !ok {
-			r = &DiffRow{Name: name, Object: x.object}
-			rows[name] = r
+			r = &DiffRow{Name: x.name, Object: x.object}
+			rows[key] = r
 		}
 		r.FlatB, r.CumB = x.flat, x.cum
 	}
@@ -105,7 +105,7 @@ func Diff(a, b *profile.Profile, opt DiffOptions) (*DiffReport, error) {
 		if sortCum {
 			kx, ky, sx, sy = sx, sy, kx, ky
 		}
-		return cmp.Or(cmp.Compare(ky, kx), cmp.Compare(sy, sx), cmp.Compare(x.Name, y.Name))
+		return cmp.Or(cmp.Compare(ky, kx), cmp.Compare(sy, sx), cmp.Compare(x.Name, y.Name), cmp.Compare(x.Object, y.Object))
 	})
 	rep.Rows = all[:rowLimit(opt.N, len(all))]
 	return rep, nil

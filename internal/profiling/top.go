@@ -81,13 +81,21 @@ type agg struct {
 
 // aggregate sums the values of sample type idx per function (or object):
 // flat at the leaf, cum once per stack; calls from sample type callsIdx.
+// A function is its name in its shared object's file name (not path), so
+// a function a preloaded library interposes (the same name in another
+// object) is a row of its own, while the same library built elsewhere
+// (`lib:DIR` variants) still lines up.
 func aggregate(p *profile.Profile, idx, callsIdx int, by string) (map[string]*agg, int64) {
 	rows := map[string]*agg{}
 	get := func(name, object string) *agg {
-		a, ok := rows[name]
+		key := name
+		if by != ByObject {
+			key = name + "\x00" + filepath.Base(object)
+		}
+		a, ok := rows[key]
 		if !ok {
 			a = &agg{name: name, object: object}
-			rows[name] = a
+			rows[key] = a
 		}
 		return a
 	}
@@ -202,7 +210,7 @@ func Top(p *profile.Profile, opt TopOptions) (*TopReport, error) {
 		all = append(all, r)
 	}
 	slices.SortFunc(all, func(a, b TopRow) int {
-		return cmp.Or(cmp.Compare(b.Flat, a.Flat), cmp.Compare(b.Cum, a.Cum), cmp.Compare(a.Name, b.Name))
+		return cmp.Or(cmp.Compare(b.Flat, a.Flat), cmp.Compare(b.Cum, a.Cum), cmp.Compare(a.Name, b.Name), cmp.Compare(a.Object, b.Object))
 	})
 	rep.Rows = all[:rowLimit(opt.N, len(all))]
 	for _, r := range all {

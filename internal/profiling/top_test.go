@@ -206,3 +206,47 @@ func TestFormatValue(t *testing.T) {
 		}
 	}
 }
+
+// TestDiffInterposedFunction: a function a preloaded library interposes has
+// the same name as the one it replaces; the two are different rows, so the
+// diff shows time leaving one object and arriving in the other. The same
+// object under another folder (a lib:DIR build) is still the same row.
+func TestDiffInterposedFunction(t *testing.T) {
+	a := handBuilt(t, "cpu-clock", "nanoseconds", map[string][2]int64{
+		"__dynamic_cast@/usr/lib/libstdc++.so.6<-pass@/base/libopenvino.so": {300, 0},
+		"pass@/base/libopenvino.so":                                         {700, 0},
+	}, "")
+	b := handBuilt(t, "cpu-clock", "nanoseconds", map[string][2]int64{
+		"__dynamic_cast@/work/libdyncast_memo.so<-pass@/patched/libopenvino.so": {40, 0},
+		"__dynamic_cast@/usr/lib/libstdc++.so.6<-pass@/patched/libopenvino.so":  {10, 0},
+		"pass@/patched/libopenvino.so":                                          {700, 0},
+	}, "")
+	rep, err := Diff(a, b, DiffOptions{N: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string][2]int64{}
+	for _, r := range rep.Rows {
+		got[r.Name+"@"+r.Object] = [2]int64{r.FlatA, r.FlatB}
+	}
+	want := map[string][2]int64{
+		"__dynamic_cast@/usr/lib/libstdc++.so.6":  {300, 10},
+		"__dynamic_cast@/work/libdyncast_memo.so": {0, 40},
+		"pass@/base/libopenvino.so":               {700, 700}, // its cum changed; one row for both folders
+	}
+	if len(got) != len(want) {
+		t.Errorf("rows %v, want %v", got, want)
+	}
+	for k, w := range want {
+		if g, ok := got[k]; !ok || g != w {
+			t.Errorf("%s: flat %v, want %v (rows %v)", k, g, w, got)
+		}
+	}
+	top, err := Top(b, TopOptions{N: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(top.Rows) != 3 {
+		t.Errorf("top of B has %d rows, want pass and two __dynamic_cast", len(top.Rows))
+	}
+}
