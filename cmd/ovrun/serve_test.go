@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -10,6 +11,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -25,7 +27,7 @@ func TestServeWithOpenAIClient(t *testing.T) {
 	g := testenv.SmolLM2(t)
 	traces := filepath.Join(t.TempDir(), "serve.otlp.json")
 	cmd := exec.Command(ovrunBin, "serve", "--model", g, "--precision", "f32", "--addr", "127.0.0.1:0",
-		"--ladder", "64,128,256", "--max-seqs", "1", "--trace-out", traces)
+		"--ladder", "64,128,256", "--max-seqs", "4", "--trace-out", traces)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -94,6 +96,31 @@ func TestServeWithOpenAIClient(t *testing.T) {
 	if got.TooLong != float64(400) {
 		t.Errorf("a prompt longer than the ladder: %v, want 400", got.TooLong)
 	}
+	// Four sequences at once on the shared ladder answer as each does alone.
+	questions := map[string]string{colorsQuestion: colorsAnswer, "What is the capital of France?": "The capital of France is Paris."}
+	var wg sync.WaitGroup
+	for q, want := range questions {
+		for range 2 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				body := fmt.Sprintf(`{"temperature":0,"messages":[{"role":"user","content":%q}]}`, q)
+				resp, err := http.Post(base+"/v1/chat/completions", "application/json", strings.NewReader(body))
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				defer resp.Body.Close()
+				var r struct {
+					Choices []struct{ Message struct{ Content string } }
+				}
+				if err := json.NewDecoder(resp.Body).Decode(&r); err != nil || len(r.Choices) != 1 || r.Choices[0].Message.Content != want {
+					t.Errorf("concurrent %q: %d %+v %v, want %q", q, resp.StatusCode, r, err, want)
+				}
+			}()
+		}
+	}
+	wg.Wait()
 	// Every sequence finished: no KV reserved; the first rung was compiled
 	// once for all requests (the shared ladder keeps it).
 	resp, err := http.Get(base + "/metrics")
@@ -103,7 +130,7 @@ func TestServeWithOpenAIClient(t *testing.T) {
 	metrics, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
 	for _, want := range []string{"ovrun_kv_reserved_bytes 0", "ovrun_kv_live_bytes 0", "ovrun_compiles_total{capacity=\"64\",kind=\"decode\",outcome=\"ok\"} 1\n",
-		`ovrun_requests_total{code="200",endpoint="chat"} 3`, `ovrun_requests_total{code="400",endpoint="completions"} 1`} {
+		`ovrun_requests_total{code="200",endpoint="chat"} 7`, `ovrun_requests_total{code="400",endpoint="completions"} 1`} {
 		if !strings.Contains(string(metrics), want) {
 			t.Errorf("/metrics lacks %q", want)
 		}
@@ -136,7 +163,7 @@ func TestServeWithOpenAIClient(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("ovrun serve did not exit within 30 s of SIGTERM")
 	}
-	// One trace per request that reached the engine (3 chats, 1 completion).
+	// One trace per request that reached the engine (3+4 chats, 1 completion).
 	spans, err := tracing.ReadTraceFile(traces)
 	if err != nil {
 		t.Fatal(err)
@@ -147,7 +174,7 @@ func TestServeWithOpenAIClient(t *testing.T) {
 			ids[s.TraceID] = true
 		}
 	}
-	if len(ids) != 4 {
-		t.Errorf("%d request traces, want 4", len(ids))
+	if len(ids) != 8 {
+		t.Errorf("%d request traces, want 8", len(ids))
 	}
 }
