@@ -26,43 +26,8 @@ import (
 func TestServeWithOpenAIClient(t *testing.T) {
 	g := testenv.SmolLM2(t)
 	traces := filepath.Join(t.TempDir(), "serve.otlp.json")
-	cmd := exec.Command(ovrunBin, "serve", "--model", g, "--precision", "f32", "--addr", "127.0.0.1:0",
-		"--ladder", "64,128,256", "--max-seqs", "4", "--trace-out", traces)
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer cmd.Process.Kill()
-	lines := make(chan string, 16)
-	go func() {
-		sc := bufio.NewScanner(stderr)
-		for sc.Scan() {
-			lines <- sc.Text()
-		}
-		close(lines)
-	}()
-	var base string
-	addr := regexp.MustCompile(`listening on (http://\S+)`)
-	for base == "" || !strings.Contains(base, "ready") {
-		select {
-		case l, ok := <-lines:
-			if !ok {
-				t.Fatalf("ovrun serve exited before it was ready")
-			}
-			if m := addr.FindStringSubmatch(l); m != nil {
-				base = m[1]
-			}
-			if strings.Contains(l, "ready after") {
-				base += " ready"
-			}
-		case <-time.After(2 * time.Minute):
-			t.Fatal("ovrun serve was not ready within 2 minutes")
-		}
-	}
-	base = strings.TrimSuffix(base, " ready")
+	cmd, base, lines := startServe(t, nil, "--model", g, "--precision", "f32", "--ladder", "64,128,256",
+		"--max-seqs", "4", "--trace-out", traces)
 	out, err := exec.Command(testenv.Python(t), filepath.Join("testdata", "openai_client.py"), base, colorsQuestion).CombinedOutput()
 	if err != nil {
 		t.Fatalf("openai client: %v\n%s", err, out)
@@ -176,5 +141,125 @@ func TestServeWithOpenAIClient(t *testing.T) {
 	}
 	if len(ids) != 8 {
 		t.Errorf("%d request traces, want 8", len(ids))
+	}
+}
+
+// startServe starts ovrun serve on a free loopback port and waits until it
+// is ready; lines carries its standard error from then on.
+func startServe(t *testing.T, env []string, args ...string) (*exec.Cmd, string, chan string) {
+	t.Helper()
+	cmd := exec.Command(ovrunBin, append([]string{"serve", "--addr", "127.0.0.1:0"}, args...)...)
+	cmd.Env = append(os.Environ(), env...)
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	lines := make(chan string, 64)
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+		close(lines)
+	}()
+	var base string
+	addr := regexp.MustCompile(`listening on (http://\S+)`)
+	for {
+		select {
+		case l, ok := <-lines:
+			if !ok {
+				t.Fatalf("ovrun serve exited before it was ready")
+			}
+			if m := addr.FindStringSubmatch(l); m != nil {
+				base = m[1]
+			}
+			if strings.Contains(l, "ready after") {
+				return cmd, base, lines
+			}
+		case <-time.After(2 * time.Minute):
+			t.Fatal("ovrun serve was not ready within 2 minutes")
+		}
+	}
+}
+
+// chatOnce sends one greedy chat request and returns the status and the
+// answer (or the error message).
+func chatOnce(t *testing.T, base, question string, maxTokens int) (int, string) {
+	t.Helper()
+	body := fmt.Sprintf(`{"temperature":0,"max_tokens":%d,"messages":[{"role":"user","content":%q}]}`, maxTokens, question)
+	resp, err := http.Post(base+"/v1/chat/completions", "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var r struct {
+		Choices []struct{ Message struct{ Content string } }
+		Error   struct{ Message string }
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&r); err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Choices) == 1 {
+		return resp.StatusCode, r.Choices[0].Message.Content
+	}
+	return resp.StatusCode, r.Error.Message
+}
+
+// Faults while serving: a rung whose compile fails (twice: in the
+// background and in the foreground retry) fails only the request that
+// needs it, with a clear error, and the server goes on; SIGTERM lets a
+// request in flight finish before the process exits 0.
+func TestServeFaults(t *testing.T) {
+	g := testenv.SmolLM2(t)
+	long := "Explain in a few paragraphs how a compiler turns source code into machine code."
+	cmd, base, lines := startServe(t, []string{"OVRUN_FAIL_COMPILE=128x2"}, "--model", g, "--precision", "f32",
+		"--ladder", "64,128,256", "--max-seqs", "2")
+	if code, ans := chatOnce(t, base, colorsQuestion, 20); code != 200 || ans != colorsAnswer {
+		t.Fatalf("a request within rung 64: %d %q", code, ans)
+	}
+	if code, msg := chatOnce(t, base, long, 150); code != http.StatusInternalServerError || !strings.Contains(msg, "compile") {
+		t.Errorf("a request that needs the failing rung 128: %d %q, want 500 naming the compile", code, msg)
+	}
+	if code, ans := chatOnce(t, base, colorsQuestion, 20); code != 200 || ans != colorsAnswer {
+		t.Errorf("after the failed compile: %d %q", code, ans)
+	}
+	// SIGTERM while a long answer streams: it finishes, then the process exits 0.
+	body := fmt.Sprintf(`{"temperature":0,"max_tokens":60,"stream":true,"messages":[{"role":"user","content":%q}]}`, long)
+	resp, err := http.Post(base+"/v1/chat/completions", "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Scan() // the first event: the request is in flight
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	last := ""
+	for sc.Scan() {
+		if sc.Text() != "" {
+			last = sc.Text()
+		}
+	}
+	resp.Body.Close()
+	if last != "data: [DONE]" {
+		t.Errorf("the stream in flight at SIGTERM ended with %q, want data: [DONE]", last)
+	}
+	go func() {
+		for range lines {
+		}
+	}()
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("exit after SIGTERM: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Error("no exit within 30 s of SIGTERM")
 	}
 }
