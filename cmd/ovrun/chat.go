@@ -82,14 +82,9 @@ func chatAction(c *cli.Context) error {
 	}
 	defer ck.Close()
 	defer comp.Close()
-	tok, err := ck.Tokenizer()
+	tok, tmpl, err := textModel(ck)
 	if err != nil {
 		return err
-	}
-	src, bos, eos := ck.ChatTemplate()
-	tmpl, err := chat.Compile(src, bos, eos)
-	if err != nil {
-		return fmt.Errorf("%s: %w", modelFlag.Get(c), err)
 	}
 	var msgs []chat.Message
 	if s := systemFlag.Get(c); s != "" {

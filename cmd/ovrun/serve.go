@@ -13,7 +13,6 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/ovtoolkit/ovrun/chat"
 	"github.com/ovtoolkit/ovrun/runtime"
 	"github.com/ovtoolkit/ovrun/serve"
 	"github.com/ovtoolkit/ovrun/tokenizer"
@@ -85,12 +84,7 @@ func serveAction(c *cli.Context) error {
 	}
 	defer ck.Close()
 	defer comp.Close()
-	tok, err := ck.Tokenizer()
-	if err != nil {
-		return err
-	}
-	src, bos, eos := ck.ChatTemplate()
-	tmpl, err := chat.Compile(src, bos, eos)
+	tok, tmpl, err := textModel(ck)
 	if err != nil {
 		return err
 	}

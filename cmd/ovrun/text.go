@@ -9,6 +9,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/ovtoolkit/ovrun/chat"
 	"github.com/ovtoolkit/ovrun/model"
 	"github.com/ovtoolkit/ovrun/runtime"
 	"github.com/ovtoolkit/ovrun/tokenizer"
@@ -163,3 +164,18 @@ func (s *textStream) token(id int64) {
 }
 
 func (s *textStream) flush() { fmt.Fprint(s.w, s.dec.Flush()) }
+
+// textModel is the checkpoint's tokenizer and chat template, for the
+// commands that talk (chat, serve).
+func textModel(ck *model.Checkpoint) (*tokenizer.Tokenizer, *chat.Template, error) {
+	tok, err := ck.Tokenizer()
+	if err != nil {
+		return nil, nil, err
+	}
+	src, bos, eos := ck.ChatTemplate()
+	tmpl, err := chat.Compile(src, bos, eos)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%s: %w", ck.Dir, err)
+	}
+	return tok, tmpl, nil
+}
