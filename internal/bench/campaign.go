@@ -119,6 +119,14 @@ func Run(ctx context.Context, cfg *Config, opt Options) (*Report, error) {
 		start := time.Now()
 		err := opt.Runner.Run(ctx, cfg, spec)
 		if ctx.Err() != nil {
+			// A run that wrote its complete summary before the interrupt
+			// reached it (it was exporting or exiting) is finished: keep it.
+			if sum, why := loadRun(spec.JSONPath, cfg, sl.Arm); why == "" {
+				rec.Summary, rec.Error = sum, ""
+				stopErr = fmt.Errorf("interrupted after run %d/%d (%s); finished runs kept in %s, continue with --resume: %w",
+					i+1, len(plan), sl.ID(), opt.Dir, context.Canceled)
+				break
+			}
 			rec.Error = "interrupted"
 			os.Remove(spec.JSONPath)
 			stopErr = fmt.Errorf("interrupted during run %d/%d (%s); finished runs kept in %s, continue with --resume: %w",

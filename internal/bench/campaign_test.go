@@ -23,6 +23,9 @@ type fakeRunner struct {
 	failAt   int
 	cancelAt int
 	cancel   context.CancelFunc
+	// cancelAfterAt interrupts run n after it wrote its complete summary
+	// (Ctrl-C while the run process exports its trace or exits).
+	cancelAfterAt int
 }
 
 var _ Runner = (*fakeRunner)(nil)
@@ -53,7 +56,14 @@ func (f *fakeRunner) Run(ctx context.Context, cfg *Config, spec RunSpec) error {
 	if err != nil {
 		return err
 	}
-	return os.WriteFile(spec.JSONPath, b, 0o644)
+	if err := os.WriteFile(spec.JSONPath, b, 0o644); err != nil {
+		return err
+	}
+	if n == f.cancelAfterAt {
+		f.cancel()
+		return ctx.Err()
+	}
+	return nil
 }
 
 func testConfig() *Config {
@@ -252,5 +262,28 @@ func TestCampaignKeepGoing(t *testing.T) {
 	c := rep.comparison("grow-one-ahead", "critical_path_s")
 	if !rep.Partial || c == nil || c.N != 5 || !slices.Equal(c.Pairs, []int{2, 3, 4, 5, 6}) {
 		t.Errorf("partial %v, comparison %+v: want pairs 2-6", rep.Partial, c)
+	}
+}
+
+// A run whose complete summary was written before the interrupt reached it
+// is kept as finished, and --resume does not run it again.
+func TestCampaignKeepsARunFinishedBeforeTheInterrupt(t *testing.T) {
+	dir := t.TempDir()
+	cfg := testConfig()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	_, err := Run(ctx, cfg, Options{Dir: dir, Runner: &fakeRunner{cancelAfterAt: 2, cancel: cancel}})
+	if !errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), "after run 2/") {
+		t.Fatalf("interrupted campaign returned %v", err)
+	}
+	if r := readReport(t, dir); !r.Partial || r.Runs[1].Error != "" || r.Runs[1].Summary == nil {
+		t.Errorf("run 2: error %q, summary kept %v", r.Runs[1].Error, r.Runs[1].Summary != nil)
+	}
+	second := &fakeRunner{}
+	if _, err := Run(context.Background(), cfg, Options{Dir: dir, Runner: second, Resume: true}); err != nil {
+		t.Fatal(err)
+	}
+	if want := planIDs(cfg)[2:]; !slices.Equal(second.calls, want) {
+		t.Errorf("resume ran %v, want only %v", second.calls, want)
 	}
 }
