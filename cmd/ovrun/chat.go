@@ -13,8 +13,6 @@ import (
 
 	"github.com/ovtoolkit/ovrun/chat"
 	"github.com/ovtoolkit/ovrun/internal/cliutil"
-	"github.com/ovtoolkit/ovrun/model"
-	"github.com/ovtoolkit/ovrun/ov"
 	"github.com/ovtoolkit/ovrun/runtime"
 	"github.com/ovtoolkit/ovrun/runtime/ovexec"
 	"github.com/ovtoolkit/ovrun/tokenizer"
@@ -34,7 +32,8 @@ tokenizer.chat_template, or tokenizer_config.json next to a safetensors
 checkpoint; ChatML when the model has none), then decodes the answer on the
 --ladder under --policy, growing the KV cache and compiling the next rung in
 the background while the answer streams, and stops at the model's
-end-of-generation token.
+end-of-generation token. The turns of a conversation share the ladder: a
+rung is compiled once and kept.
 
 With standard input not a terminal, reads one user message from it, prints
 the assistant's answer and exits:
@@ -42,9 +41,7 @@ the assistant's answer and exits:
    echo "What is the capital of France?" | ovrun chat --model SmolLM2-135M-Instruct.Q4_1.gguf
 
 On a terminal it is a conversation: each line is a message, an empty line or
-Ctrl-D ends it. Later turns reuse the compiled rungs through OpenVINO's model
-cache (--cache-dir, a temporary folder by default). Greedy unless
---temperature > 0.`,
+Ctrl-D ends it. Greedy unless --temperature > 0.`,
 		Flags: append(append(compileFlags(),
 			systemFlag, chatLadderFlag, chatPolicyFlag, chatMaxNewFlag, seedFlag, prefillChunkFlag,
 			chatStatsFlag, jsonFlag, quietFlag,
@@ -65,18 +62,7 @@ func chatAction(c *cli.Context) error {
 		return fmt.Errorf("--max-new-tokens %d: want at least 1", n)
 	}
 	interactive := cliutil.IsTerminal(os.Stdin)
-	var tmpCache string
-	if interactive && cacheDirFlag.Get(c) == "" {
-		if tmpCache, err = os.MkdirTemp("", "ovrun-chat-cache-"); err != nil {
-			return err
-		}
-		defer os.RemoveAll(tmpCache)
-	}
-	ck, comp, err := openModelWith(c, func(o *ovexec.Options) {
-		if tmpCache != "" {
-			o.CacheDir = tmpCache
-		}
-	})
+	ck, comp, err := openModel(c)
 	if err != nil {
 		return err
 	}
@@ -86,6 +72,14 @@ func chatAction(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
+	// One ladder for the whole conversation: later turns reuse its rungs.
+	l, err := runtime.NewCompiledLadder(c.Context, comp, runtime.LadderConfig{Ladder: ladder, Policy: policy,
+		Shape: runtime.ShapeOf(ck.Config), PrefillChunk: prefillChunkFlag.Get(c), KeepRungs: true,
+		Background: runtime.BackgroundOptions{Nice: defaultCompileNice}})
+	if err != nil {
+		return err
+	}
+	defer l.Close()
 	var msgs []chat.Message
 	if s := systemFlag.Get(c); s != "" {
 		msgs = append(msgs, chat.Message{Role: "system", Content: s})
@@ -119,7 +113,7 @@ func chatAction(c *cli.Context) error {
 			start = time.Now() // later turns: from the message, not the user's typing
 		}
 		turn++
-		answer, err := chatTurn(c, ck, comp, tok, tmpl, ladder, policy, msgs, start)
+		answer, err := chatTurn(c, l, comp, tok, tmpl, msgs, start)
 		if err != nil || !interactive {
 			return err
 		}
@@ -129,8 +123,8 @@ func chatAction(c *cli.Context) error {
 
 // chatTurn renders the conversation, decodes one answer on the ladder while
 // streaming it to standard output, and returns the answer's text.
-func chatTurn(c *cli.Context, ck *model.Checkpoint, comp *ovexec.Compiler, tok *tokenizer.Tokenizer, tmpl *chat.Template,
-	ladder runtime.Ladder, policy runtime.Policy, msgs []chat.Message, start time.Time) (string, error) {
+func chatTurn(c *cli.Context, l *runtime.CompiledLadder, comp *ovexec.Compiler, tok *tokenizer.Tokenizer, tmpl *chat.Template,
+	msgs []chat.Message, start time.Time) (string, error) {
 	text, err := tmpl.Render(msgs, true)
 	if err != nil {
 		return "", err
@@ -145,24 +139,21 @@ func chatTurn(c *cli.Context, ck *model.Checkpoint, comp *ovexec.Compiler, tok *
 	}
 	stream := newTextStream(os.Stdout, tok)
 	dec.OnToken = stream.token
-	top := ladder[len(ladder)-1]
+	top := l.Rungs().Max()
 	if len(in.ids) >= top {
 		return "", fmt.Errorf("the conversation is %d tokens, the largest rung holds %d: start a new one or give a longer --ladder", len(in.ids), top)
 	}
 	steps := min(chatMaxNewFlag.Get(c), top-len(in.ids)) - 1
-	sum, runErr := runtime.Run(c.Context, comp, runtime.ShapeOf(ck.Config), runtime.RunConfig{
-		Ladder: ladder, Policy: policy, Prompt: in.ids, DecodeTokens: steps, Decoding: dec,
-		PrefillChunk: prefillChunkFlag.Get(c), ProcessStart: start,
-		Background: runtime.BackgroundOptions{Nice: defaultCompileNice},
-	})
+	q, err := l.NewSequence(runtime.SequenceConfig{Prompt: in.ids, DecodeTokens: steps, Decoding: dec, ProcessStart: start})
+	if err != nil {
+		return "", err
+	}
+	runErr := q.Run(c.Context)
 	stream.flush()
 	fmt.Println()
-	sum.Model = modelFlag.Get(c)
-	sum.Device = comp.Options().Device
-	sum.Precision = comp.Options().Precision
-	sum.PrecisionUsed = comp.EffectivePrecision()
-	sum.Seed = seedFlag.Get(c)
-	sum.OpenVINOVersion, _ = ov.Version()
+	sum := q.Finish(runErr)
+	runErr = errors.Join(runErr, q.Close())
+	describeRun(c, comp, sum)
 	sum.Text = generatedText(tok, sum.Predictions)
 	if chatStatsFlag.Get(c) && !quietFlag.Get(c) {
 		printSummary(os.Stderr, sum)

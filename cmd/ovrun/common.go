@@ -62,17 +62,9 @@ func ovOptions(c *cli.Context) (ovexec.Options, error) {
 // openModel loads OpenVINO and the checkpoint, in that order, so a missing
 // library is reported before any work.
 func openModel(c *cli.Context) (*model.Checkpoint, *ovexec.Compiler, error) {
-	return openModelWith(c, nil)
-}
-
-// openModelWith is openModel with the compile options adjusted by edit.
-func openModelWith(c *cli.Context, edit func(*ovexec.Options)) (*model.Checkpoint, *ovexec.Compiler, error) {
 	opts, err := ovOptions(c)
 	if err != nil {
 		return nil, nil, err
-	}
-	if edit != nil {
-		edit(&opts)
 	}
 	if err := ov.Load(); err != nil {
 		return nil, nil, err
@@ -131,4 +123,15 @@ func ladderAndPolicy(c *cli.Context, ladderF, policyF *cli.StringFlag) (runtime.
 	}
 	policy, err := runtime.ParsePolicy(policyF.Get(c))
 	return ladder, policy, err
+}
+
+// describeRun stamps a run summary with what the run was given and ran on:
+// model, device, precision asked and in effect, seed, OpenVINO version.
+func describeRun(c *cli.Context, comp *ovexec.Compiler, sum *runtime.Summary) {
+	sum.Model = modelFlag.Get(c)
+	sum.Device = comp.Options().Device
+	sum.Precision = comp.Options().Precision
+	sum.PrecisionUsed = comp.EffectivePrecision()
+	sum.Seed = seedFlag.Get(c)
+	sum.OpenVINOVersion, _ = ov.Version()
 }

@@ -11,7 +11,6 @@ import (
 
 	"github.com/ovtoolkit/ovrun/compilecost"
 	"github.com/ovtoolkit/ovrun/internal/cliutil"
-	"github.com/ovtoolkit/ovrun/ov"
 	"github.com/ovtoolkit/ovrun/runtime"
 )
 
@@ -155,12 +154,7 @@ func runAction(c *cli.Context) error {
 	}
 	sum, runErr := runtime.Run(c.Context, comp, runtime.ShapeOf(ck.Config), cfg)
 	prog.done()
-	sum.Model = modelFlag.Get(c)
-	sum.Device = comp.Options().Device
-	sum.Precision = comp.Options().Precision
-	sum.PrecisionUsed = comp.EffectivePrecision()
-	sum.Seed = seedFlag.Get(c)
-	sum.OpenVINOVersion, _ = ov.Version()
+	describeRun(c, comp, sum)
 	if in.isText() {
 		sum.Text = generatedText(in.tok, sum.Predictions)
 	}

@@ -90,26 +90,21 @@ func (m *engineMetrics) sequence(shape runtime.KVShape, prompt int) (func(runtim
 	m.next++
 	m.mu.Unlock()
 	update := func(p runtime.Progress) {
-		m.set(id, kvLevel{reserved: shape.BufferBytes(p.Capacity), live: int64(prompt+p.Step) * shape.TokenBytes()})
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		m.seqs[id] = kvLevel{reserved: shape.BufferBytes(p.Capacity), live: int64(prompt+p.Step) * shape.TokenBytes()}
+		m.publish()
 	}
 	return update, func() {
 		m.mu.Lock()
+		defer m.mu.Unlock()
 		delete(m.seqs, id)
-		m.mu.Unlock()
 		m.publish()
 	}
 }
 
-func (m *engineMetrics) set(id int64, l kvLevel) {
-	m.mu.Lock()
-	m.seqs[id] = l
-	m.mu.Unlock()
-	m.publish()
-}
-
+// publish sets the KV gauges to the sums over open sequences; m.mu is held.
 func (m *engineMetrics) publish() {
-	m.mu.Lock()
-	defer m.mu.Unlock()
 	var r, l int64
 	for _, s := range m.seqs {
 		r += s.reserved
