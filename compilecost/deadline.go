@@ -47,7 +47,7 @@ func (p *plan) deadlines() ([]Deadline, error) {
 	var out []Deadline
 	for j := p.r0 + 1; j <= p.rEnd; j++ {
 		prev := j - 1
-		lead := p.cfg.PrefillS
+		lead := p.prefillS
 		if prev > p.r0 {
 			m, err := p.migrate(prev - 1)
 			if err != nil {

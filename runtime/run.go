@@ -14,10 +14,11 @@ type RunConfig struct {
 	Ladder       Ladder
 	Policy       Policy
 	Prompt       []int64
-	DecodeTokens int     // decode steps
-	Forced       []int64 // teacher-forced inputs, one per decode step; nil decodes greedily
-	Verify       bool    // compare the first step after every switch with a control that never switched
-	PrefillChunk int     // tokens per prefill call; <= 1 prefills through the decode graph
+	DecodeTokens int         // decode steps
+	Forced       []int64     // teacher-forced inputs, one per decode step; nil decodes greedily
+	Verify       bool        // compare the first step after every switch with a control that never switched
+	PrefillChunk int         // tokens per prefill call; <= 1 prefills through the decode graph
+	Prefill      PrefillMode // auto, graph or decode; "" is graph when PrefillChunk > 1
 	Background   BackgroundOptions
 	Decoding     // token choice, end-of-generation and streaming; greedy by default
 
@@ -58,7 +59,7 @@ func Run(ctx context.Context, comp Compiler, shape KVShape, cfg RunConfig) (*Sum
 		return s, err
 	}
 	l, err := NewCompiledLadder(ctx, comp, LadderConfig{Ladder: cfg.Ladder, Policy: cfg.Policy, Shape: shape,
-		PrefillChunk: cfg.PrefillChunk, Background: cfg.Background, CompileCost: cfg.CompileCost, Clock: cfg.Clock,
+		PrefillChunk: cfg.PrefillChunk, Prefill: cfg.Prefill, Background: cfg.Background, CompileCost: cfg.CompileCost, Clock: cfg.Clock,
 		Note: func(n string) { s.Notes = append(s.Notes, n) }})
 	if err != nil {
 		return fail(err)

@@ -17,8 +17,19 @@ type Summary struct {
 	TeacherForced   bool   `json:"teacher_forced"`
 	Seed            uint64 `json:"seed"`
 
-	ForegroundCompileS          float64 `json:"foreground_compile_s"`
-	PrefillS                    float64 `json:"prefill_s"`
+	ForegroundCompileS float64 `json:"foreground_compile_s"`
+	PrefillS           float64 `json:"prefill_s"`
+	// TTFTS is process start to the first token (the prediction after the
+	// prompt): loading, foreground compiles and prefill.
+	TTFTS float64 `json:"ttft_s"`
+	// PrefillMode is the mode asked for (auto, graph, decode), PrefillUsed
+	// what the prompt went through (graph, decode, decode+graph) and
+	// PrefillReason why; PrefillDecodeTokens counts the prompt tokens fed
+	// through the decode graph.
+	PrefillMode                 string  `json:"prefill_mode,omitempty"`
+	PrefillUsed                 string  `json:"prefill_used,omitempty"`
+	PrefillReason               string  `json:"prefill_reason,omitempty"`
+	PrefillDecodeTokens         int     `json:"prefill_decode_tokens"`
 	CriticalPathS               float64 `json:"critical_path_s"`
 	DecodeS                     float64 `json:"decode_s"`
 	BoundaryWaitS               float64 `json:"boundary_wait_s"`
