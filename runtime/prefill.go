@@ -104,6 +104,9 @@ func (q *Sequence) startPrefill() (compileFirst bool) {
 	}
 	if len(q.cfg.Prompt) == 1 {
 		q.choosePrefill(PrefillUsedDecode, "a one-token prompt is one decode step")
+		if q.l.cfg.KeepRungs {
+			q.l.launchPrefill(capacity)
+		}
 		return false
 	}
 	q.auto = true
