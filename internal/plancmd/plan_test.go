@@ -64,7 +64,7 @@ func TestPlanReproducesTheSeed(t *testing.T) {
 	}
 	i1, i2 := rep.Results[0], rep.Results[1]
 	for _, c := range []struct {
-		name       string
+		name      string
 		got, want float64
 	}{
 		{"I1 foreground compile", i1.ForegroundCompileS, 84.29},
