@@ -121,6 +121,10 @@ func (p Profile) Kinds() []Kind {
 	return out
 }
 
+// KindRungs are the measured medians of a kind, one rung per capacity
+// measured (MedianS set).
+func (p Profile) KindRungs(k Kind) []Rung { return p.kindRungs(k) }
+
 // kindRungs are the measured medians of a kind as rungs to fit.
 func (p Profile) kindRungs(k Kind) []Rung {
 	var out []Rung

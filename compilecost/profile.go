@@ -186,6 +186,10 @@ func (p *Profile) Validate() error {
 	return nil
 }
 
+// FillDerived sets missing rung medians, a missing fit and the missing
+// fits of the other kinds (Load and Save do it).
+func (p *Profile) FillDerived() { p.fillDerived() }
+
 // fillDerived sets missing rung medians and a missing fit.
 func (p *Profile) fillDerived() {
 	for i := range p.Rungs {
