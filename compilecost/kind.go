@@ -268,3 +268,24 @@ func (p *Profile) fillKinds() {
 		p.Fits[k.String()] = FitProfile(p.kindRungs(k))
 	}
 }
+
+// PredictSuccessor is the predicted compile time of a capacity's decode
+// graph compiled after other graphs in the same process, as every
+// background compile is: the measured successor median (measured true),
+// else the successor fit, else Predict's first-compile time (a profile
+// without successor kinds).
+func (p Profile) PredictSuccessor(capacity int) (seconds float64, measured bool) {
+	k := Kind{Graph: GraphDecode, Chunk: 1, Successor: true}
+	if !p.HasKind(k) {
+		return p.Predict(capacity)
+	}
+	for _, r := range p.Rungs {
+		if r.Capacity == capacity {
+			if m := r.kindMedian(k); m > 0 {
+				return m, true
+			}
+		}
+	}
+	s, _ := p.PredictKind(k, capacity)
+	return s, false
+}
