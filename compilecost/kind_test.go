@@ -69,8 +69,8 @@ func TestKindsRoundTrip(t *testing.T) {
 	if s, measured := q.PredictSuccessor(2048); s != 4 || !measured {
 		t.Errorf("PredictSuccessor(2048) = %v, %v; want the measured 4", s, measured)
 	}
-	old, _ := Load("testdata/cost.json")
-	if s, measured := old.PredictSuccessor(2048); s != 6 || !measured {
+	older, _ := Load("testdata/cost.json")
+	if s, measured := older.PredictSuccessor(2048); s != 6 || !measured {
 		t.Errorf("older profile: PredictSuccessor(2048) = %v, %v; want its one number, 6", s, measured)
 	}
 	if s, ok := q.PredictKind(Kind{Graph: GraphPrefill, Chunk: 128}, 1024); ok {
