@@ -48,6 +48,9 @@ func (p *plan) deadlines() ([]Deadline, error) {
 	for j := p.r0 + 1; j <= p.rEnd; j++ {
 		prev := j - 1
 		lead := p.prefillS
+		if p.cfg.Prefill == PrefillAuto {
+			lead = 0 // the successor launches after the prompt
+		}
 		if prev > p.r0 {
 			m, err := p.migrate(prev - 1)
 			if err != nil {

@@ -124,8 +124,9 @@ type SimResult struct {
 // first rung, then decode. Background compiles (grow-one-ahead, grow-remap)
 // run one at a time, in launch order: rung j+1 is launched when rung j is
 // bound (the first background compile when the first rung is bound, so it
-// overlaps prefill), and rung j+2 at once, two ahead, when the rule says so
-// after ladder.RateSteps steps of rung j (SimConfig.Lookahead = k >= 1
+// overlaps prefill; in auto prefill mode after the prompt), and rung j+2 at
+// once, two ahead, when the rule says so after ladder.RateSteps steps of
+// rung j (SimConfig.Lookahead = k >= 1
 // replaces the rule: rung j is launched when rung j-k is bound). At a
 // boundary the step waits until the successor's graph is ready, the
 // successor is bound, KV is migrated (MigrateS; none for grow-remap) and
@@ -442,6 +443,9 @@ func (p *plan) run(res *SimResult) error {
 	rungs[p.r0].ReadyAtBoundary = true
 	t += p.prefillS
 	res.TTFTS = t
+	if cfg.Prefill == PrefillAuto {
+		bind[p.r0] = t // auto binds the first rung once the prompt is done
+	}
 	decodeStart := t
 	var reservedInt, liveInt float64
 	peak := p.reserved(p.r0)

@@ -206,3 +206,25 @@ func TestPrefillChoiceInSpans(t *testing.T) {
 		t.Errorf("run span attributes %v", root)
 	}
 }
+
+// TestPrefillAutoLaunchesTheNextRungAfterThePrompt: in auto mode the first
+// token may still wait for the prefill graph's compile, so binding the
+// first rung (which launches the next rung's background compile) waits for
+// the prompt instead of competing with it for the cores.
+func TestPrefillAutoLaunchesTheNextRungAfterThePrompt(t *testing.T) {
+	for _, prompt := range []int{5, 40} {
+		clock := newFakeClock()
+		f := newFakeCompiler(testShape, 97, clock)
+		f.compileT, f.stepT = 10*time.Millisecond, time.Millisecond
+		s, err := fakeRun(t, f, RunConfig{Ladder: Ladder{64, 128}, Policy: GrowOneAhead, Prompt: SeededTokens(3, prompt, 97),
+			DecodeTokens: 80, PrefillChunk: 16, Prefill: PrefillAuto})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range s.Compiles {
+			if c.Capacity == 128 && c.StartS < s.PrefillEndS {
+				t.Errorf("prompt %d: rung 128 compiled from %.3f s, before the prompt ended at %.3f s", prompt, c.StartS, s.PrefillEndS)
+			}
+		}
+	}
+}

@@ -153,9 +153,17 @@ func (q *Sequence) Start(ctx context.Context) error {
 	if err := q.allocate(); err != nil {
 		return err
 	}
-	q.l.bound(q.cur)
+	// Binding the first rung launches the next one's background compile.
+	// It overlaps the prompt, except in auto mode, which may still compile
+	// the prefill graph for the prompt: there the first token comes first.
+	if !q.auto {
+		q.l.bound(q.cur)
+	}
 	if err := q.prefill(ctx); err != nil {
 		return err
+	}
+	if q.auto {
+		q.l.bound(q.cur)
 	}
 	if q.stopped {
 		q.s.FinishReason, q.done = "stop", true
