@@ -22,9 +22,12 @@ const (
 	PrefillDecode PrefillMode = "decode"
 )
 
-// The defaults of the commands' --prefill and --prefill-chunk.
+// The defaults of the commands' --prefill and --prefill-chunk. auto is the
+// default because the paired campaigns in README.md ("Prefill and decode
+// compiled apart") measured it cutting the time to first token of 16-token
+// prompts by 43-46% with no measurable loss for 512-token prompts.
 const (
-	DefaultPrefill      = PrefillGraph
+	DefaultPrefill      = PrefillAuto
 	DefaultPrefillChunk = 64
 )
 
