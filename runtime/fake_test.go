@@ -40,6 +40,7 @@ type fakeCompiler struct {
 	started  map[int]chan struct{} // capacity -> closed when its compile starts
 	compileT time.Duration         // simulated compile time
 	prefillT time.Duration         // simulated compile time of prefill graphs, when set
+	failPre  bool                  // every prefill graph's compile fails
 	stepT    time.Duration         // simulated time per step
 	open     atomic.Int64          // executables not yet closed
 	poison   map[int]bool          // last positions whose logits are NaN
@@ -61,6 +62,7 @@ func (f *fakeCompiler) Compile(ctx context.Context, spec model.GraphSpec) (Execu
 	if failing {
 		f.fail[spec.Capacity]--
 	}
+	failing = failing || (spec.Chunk > 1 && f.failPre)
 	f.mu.Unlock()
 	if started != nil && spec.Chunk == 1 {
 		closeOnce(started)

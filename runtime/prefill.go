@@ -146,6 +146,7 @@ func (q *Sequence) prefillAuto(ctx context.Context) (compileS float64, err error
 	est, source := q.prefillEstimate()
 	var stepSum float64
 	var steps int
+	failed := false // the prefill graph failed to compile: the decode graph takes the rest
 	for k := range prompt {
 		if err := ctx.Err(); err != nil {
 			return 0, err
@@ -167,7 +168,7 @@ func (q *Sequence) prefillAuto(ctx context.Context) (compileS float64, err error
 			steps++
 		}
 		rest := len(prompt) - k - 1
-		if rest == 0 || steps == 0 {
+		if rest == 0 || steps == 0 || failed {
 			continue
 		}
 		step := stepSum / float64(steps)
@@ -180,9 +181,17 @@ func (q *Sequence) prefillAuto(ctx context.Context) (compileS float64, err error
 			k+1, 1000*step, rest, feed, graph, est, source)
 		t0 := q.now()
 		pr, pexe, err := q.l.prefillGraph(q.l.caps[q.cur])
-		compileS = q.now().Sub(t0).Seconds()
+		compileS += q.now().Sub(t0).Seconds()
 		if err != nil {
-			return compileS, err
+			if ctx.Err() != nil {
+				return compileS, err
+			}
+			// The decode graph can take the rest: a failed prefill graph
+			// costs time, not the run.
+			failed = true
+			q.note("prefill graph failed to compile (%v); the rest of the prompt goes through the decode graph", err)
+			q.choosePrefill(PrefillUsedDecode, "the prefill graph failed to compile after %d prompt tokens; the decode graph took the rest", k+1)
+			continue
 		}
 		q.pre = pr
 		err = pr.run(pexe, q.kv, func() error {
@@ -191,6 +200,9 @@ func (q *Sequence) prefillAuto(ctx context.Context) (compileS float64, err error
 			return err
 		})
 		return compileS, err
+	}
+	if failed {
+		return compileS, nil
 	}
 	q.choosePrefill(PrefillUsedDecode, "the %d prompt tokens went through the decode graph (%.1f ms each) in less time than the prefill graph would take to compile (%.2f s, %s)",
 		len(prompt), 1000*stepSum/float64(max(steps, 1)), est, source)

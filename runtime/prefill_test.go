@@ -228,3 +228,28 @@ func TestPrefillAutoLaunchesTheNextRungAfterThePrompt(t *testing.T) {
 		}
 	}
 }
+
+// TestPrefillAutoSurvivesAFailedPrefillGraph: when the prefill graph auto
+// switches to fails to compile, the decode graph takes the rest of the
+// prompt and the run gives the tokens a run without it gives.
+func TestPrefillAutoSurvivesAFailedPrefillGraph(t *testing.T) {
+	run := func(failPre bool, mode PrefillMode) *Summary {
+		clock := newFakeClock()
+		f := newFakeCompiler(testShape, 97, clock)
+		f.compileT, f.stepT, f.failPre = 10*time.Millisecond, time.Millisecond, failPre
+		s, err := fakeRun(t, f, RunConfig{Ladder: Ladder{64}, Policy: GrowOneAhead, Prompt: SeededTokens(3, 40, 97),
+			DecodeTokens: 4, PrefillChunk: 16, Prefill: mode})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	want := run(false, PrefillDecode).Predictions
+	s := run(true, PrefillAuto)
+	if !slices.Equal(s.Predictions, want) || s.PrefillUsed != PrefillUsedDecode || s.PrefillDecodeTokens != 40 {
+		t.Errorf("used %q for %d tokens (%s), predictions %v; want the decode graph for all 40 and %v", s.PrefillUsed, s.PrefillDecodeTokens, s.PrefillReason, s.Predictions, want)
+	}
+	if fg, _ := prefillCompiles(s); fg != 1 || len(s.Notes) == 0 {
+		t.Errorf("%d prefill compiles recorded, notes %v; want the failed one and a note", fg, s.Notes)
+	}
+}
