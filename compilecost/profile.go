@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 
@@ -167,11 +168,12 @@ func (p *Profile) Validate() error {
 			return bad("capacity %d: peak_rss_bytes %d is negative", r.Capacity, r.PeakRSSBytes)
 		}
 	}
-	fits := map[string]Fit{"fit": p.Fit}
-	for k, f := range p.Fits {
-		fits["fits["+k+"]"] = f
+	names, fits := []string{"fit"}, []Fit{p.Fit}
+	for _, k := range slices.Sorted(maps.Keys(p.Fits)) {
+		names, fits = append(names, "fits["+k+"]"), append(fits, p.Fits[k])
 	}
-	for name, f := range fits {
+	for i, f := range fits {
+		name := names[i]
 		switch f.Model {
 		case "", FitNone, FitConstant, FitLinear, FitPower:
 		default:

@@ -107,7 +107,7 @@ func (q *Sequence) startPrefill() (compileFirst bool) {
 	}
 	if len(q.cfg.Prompt) == 1 {
 		q.choosePrefill(PrefillUsedDecode, "a one-token prompt is one decode step")
-		q.prefillLater = q.l.cfg.KeepRungs
+		q.bgPre = q.l.cfg.KeepRungs
 		return false
 	}
 	q.auto = true
@@ -138,7 +138,7 @@ func (q *Sequence) prefillEstimate() (float64, string) {
 // compiled (in the foreground: the first token waits for it) and takes the
 // rest of the prompt. A short prompt never waits for a prefill graph; on a
 // shared ladder (KeepRungs) the prefill graph is then compiled in the
-// background for the prompts to come (prefillLater, after the next rung's
+// background for the prompts to come (bgPre, after the next rung's
 // compile, which has a deadline). It returns the compile time spent.
 func (q *Sequence) prefillAuto(ctx context.Context) (compileS float64, err error) {
 	prompt, chunk := q.cfg.Prompt, q.l.cfg.PrefillChunk
@@ -206,7 +206,7 @@ func (q *Sequence) prefillAuto(ctx context.Context) (compileS float64, err error
 	}
 	q.choosePrefill(PrefillUsedDecode, "the %d prompt tokens went through the decode graph (%.1f ms each) in less time than the prefill graph would take to compile (%.2f s, %s)",
 		len(prompt), 1000*stepSum/float64(max(steps, 1)), est, source)
-	q.prefillLater = q.l.cfg.KeepRungs
+	q.bgPre = q.l.cfg.KeepRungs
 	return 0, nil
 }
 

@@ -14,13 +14,15 @@ type RunConfig struct {
 	Ladder       Ladder
 	Policy       Policy
 	Prompt       []int64
-	DecodeTokens int         // decode steps
-	Forced       []int64     // teacher-forced inputs, one per decode step; nil decodes greedily
-	Verify       bool        // compare the first step after every switch with a control that never switched
-	PrefillChunk int         // tokens per prefill call; <= 1 prefills through the decode graph
-	Prefill      PrefillMode // auto, graph or decode; "" is graph when PrefillChunk > 1
+	DecodeTokens int     // decode steps
+	Forced       []int64 // teacher-forced inputs, one per decode step; nil decodes greedily
+	Verify       bool    // compare the first step after every switch with a control that never switched
+	PrefillChunk int     // tokens per prefill call; <= 1 prefills through the decode graph
 	Background   BackgroundOptions
 	Decoding     // token choice, end-of-generation and streaming; greedy by default
+	// Prefill is how the prompt is processed: auto, graph or decode; "" is
+	// graph when PrefillChunk > 1.
+	Prefill PrefillMode
 
 	// ProcessStart is the origin of every *_start_s / *_end_s offset.
 	ProcessStart time.Time

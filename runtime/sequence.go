@@ -44,21 +44,19 @@ type Sequence struct {
 	s     *Summary
 	clock func() time.Time
 
-	store KVStore
-	cur   int // rung index
-	kv    *KV
-	exe   Executable
-	pre   *rung // prefill graph while the prompt is processed
-	auto  bool  // prefill mode auto, decided while the prompt runs
-	// prefillLater queues the prefill graph's compile behind the first
-	// token, for the prompts to come (auto mode on a shared ladder).
-	prefillLater bool
-	fed          []int64
-	logits       []float32 // the last step's logits (a copy: the graph is shared)
-	step         int       // decode steps done
-	stopped      bool      // the last prediction ended the generation
-	started      bool
-	done         bool
+	store   KVStore
+	cur     int // rung index
+	kv      *KV
+	exe     Executable
+	pre     *rung // prefill graph while the prompt is processed
+	auto    bool  // prefill mode auto: decided while the prompt runs
+	bgPre   bool  // queue the prefill graph's compile after the first token, for later prompts
+	fed     []int64
+	logits  []float32 // the last step's logits (a copy: the graph is shared)
+	step    int       // decode steps done
+	stopped bool      // the last prediction ended the generation
+	started bool
+	done    bool
 
 	meter         kvMeter
 	lastSample    time.Time
@@ -168,7 +166,7 @@ func (q *Sequence) Start(ctx context.Context) error {
 	if q.auto {
 		q.l.bound(q.cur)
 	}
-	if q.prefillLater {
+	if q.bgPre {
 		q.l.launchPrefill(q.l.caps[q.cur])
 	}
 	if q.stopped {

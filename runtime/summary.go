@@ -17,19 +17,8 @@ type Summary struct {
 	TeacherForced   bool   `json:"teacher_forced"`
 	Seed            uint64 `json:"seed"`
 
-	ForegroundCompileS float64 `json:"foreground_compile_s"`
-	PrefillS           float64 `json:"prefill_s"`
-	// TTFTS is process start to the first token (the prediction after the
-	// prompt): loading, foreground compiles and prefill.
-	TTFTS float64 `json:"ttft_s"`
-	// PrefillMode is the mode asked for (auto, graph, decode), PrefillUsed
-	// what the prompt went through (graph, decode, decode+graph) and
-	// PrefillReason why; PrefillDecodeTokens counts the prompt tokens fed
-	// through the decode graph.
-	PrefillMode                 string  `json:"prefill_mode,omitempty"`
-	PrefillUsed                 string  `json:"prefill_used,omitempty"`
-	PrefillReason               string  `json:"prefill_reason,omitempty"`
-	PrefillDecodeTokens         int     `json:"prefill_decode_tokens"`
+	ForegroundCompileS          float64 `json:"foreground_compile_s"`
+	PrefillS                    float64 `json:"prefill_s"`
 	CriticalPathS               float64 `json:"critical_path_s"`
 	DecodeS                     float64 `json:"decode_s"`
 	BoundaryWaitS               float64 `json:"boundary_wait_s"`
@@ -50,6 +39,18 @@ type Summary struct {
 	PrefillStartS float64 `json:"prefill_start_s"`
 	PrefillEndS   float64 `json:"prefill_end_s"`
 	EndS          float64 `json:"end_s"`
+
+	// TTFTS is process start to the first token (the prediction after the
+	// prompt): loading, foreground compiles and prefill.
+	TTFTS float64 `json:"ttft_s"`
+	// PrefillMode is the mode asked for (auto, graph, decode), PrefillUsed
+	// what the prompt went through (graph, decode, decode+graph) and
+	// PrefillReason why; PrefillDecodeTokens counts the prompt tokens fed
+	// through the decode graph.
+	PrefillMode         string `json:"prefill_mode,omitempty"`
+	PrefillUsed         string `json:"prefill_used,omitempty"`
+	PrefillReason       string `json:"prefill_reason,omitempty"`
+	PrefillDecodeTokens int    `json:"prefill_decode_tokens"`
 
 	Rungs       []RungSummary     `json:"rungs"`
 	Compiles    []CompileRecord   `json:"compiles"`

@@ -31,33 +31,26 @@ const EventKV = "kv"
 // Attribute keys. Durations are seconds, sizes bytes.
 const (
 	// run (root span)
-	AttrPolicy         = attribute.Key("ovrun.policy")
-	AttrModel          = attribute.Key("ovrun.model")
-	AttrDevice         = attribute.Key("ovrun.device")
-	AttrPrecision      = attribute.Key("ovrun.precision")
-	AttrOpenVINO       = attribute.Key("ovrun.openvino_version")
-	AttrLadder         = attribute.Key("ovrun.ladder")
-	AttrPromptTokens   = attribute.Key("ovrun.prompt_tokens")
-	AttrDecodeTokens   = attribute.Key("ovrun.decode_tokens")
-	AttrDecodedTokens  = attribute.Key("ovrun.decoded_tokens")
-	AttrFinishReason   = attribute.Key("ovrun.finish_reason")
-	AttrCriticalPathS  = attribute.Key("ovrun.critical_path_s")
-	AttrForegroundS    = attribute.Key("ovrun.foreground_compile_s")
-	AttrBoundaryWaitS  = attribute.Key("ovrun.boundary_wait_s")
-	AttrOverlappedS    = attribute.Key("ovrun.successor_compile_overlapped_s")
-	AttrKVReservedAvg  = attribute.Key("ovrun.kv_reserved_avg_bytes")
-	AttrKVReservedPeak = attribute.Key("ovrun.kv_reserved_peak_bytes")
-	AttrKVLiveAvg      = attribute.Key("ovrun.kv_live_avg_bytes")
-	AttrPeakRSS        = attribute.Key("ovrun.peak_rss_bytes")
-	AttrTTFTS          = attribute.Key("ovrun.ttft_s")
-
-	// run and prefill: --prefill, what the prompt went through and why
-	AttrPrefillMode         = attribute.Key("ovrun.prefill.mode")          // auto, graph, decode
-	AttrPrefillUsed         = attribute.Key("ovrun.prefill.used")          // graph, decode, decode+graph
-	AttrPrefillReason       = attribute.Key("ovrun.prefill.reason")        // the choice, in words
-	AttrPrefillDecodeTokens = attribute.Key("ovrun.prefill.decode_tokens") // prompt tokens through the decode graph
-	AttrKVReservedBytes     = attribute.Key("ovrun.reserved_bytes")        // kv events
-	AttrKVLiveBytes         = attribute.Key("ovrun.live_bytes")            // kv events
+	AttrPolicy          = attribute.Key("ovrun.policy")
+	AttrModel           = attribute.Key("ovrun.model")
+	AttrDevice          = attribute.Key("ovrun.device")
+	AttrPrecision       = attribute.Key("ovrun.precision")
+	AttrOpenVINO        = attribute.Key("ovrun.openvino_version")
+	AttrLadder          = attribute.Key("ovrun.ladder")
+	AttrPromptTokens    = attribute.Key("ovrun.prompt_tokens")
+	AttrDecodeTokens    = attribute.Key("ovrun.decode_tokens")
+	AttrDecodedTokens   = attribute.Key("ovrun.decoded_tokens")
+	AttrFinishReason    = attribute.Key("ovrun.finish_reason")
+	AttrCriticalPathS   = attribute.Key("ovrun.critical_path_s")
+	AttrForegroundS     = attribute.Key("ovrun.foreground_compile_s")
+	AttrBoundaryWaitS   = attribute.Key("ovrun.boundary_wait_s")
+	AttrOverlappedS     = attribute.Key("ovrun.successor_compile_overlapped_s")
+	AttrKVReservedAvg   = attribute.Key("ovrun.kv_reserved_avg_bytes")
+	AttrKVReservedPeak  = attribute.Key("ovrun.kv_reserved_peak_bytes")
+	AttrKVLiveAvg       = attribute.Key("ovrun.kv_live_avg_bytes")
+	AttrPeakRSS         = attribute.Key("ovrun.peak_rss_bytes")
+	AttrKVReservedBytes = attribute.Key("ovrun.reserved_bytes") // kv events
+	AttrKVLiveBytes     = attribute.Key("ovrun.live_bytes")     // kv events
 
 	// compile, decode, boundary.wait
 	AttrCapacity          = attribute.Key("ovrun.capacity")
@@ -82,6 +75,16 @@ const (
 	AttrBytes        = attribute.Key("ovrun.bytes")
 	AttrMigrateS     = attribute.Key("ovrun.migrate_s")
 	AttrStep         = attribute.Key("ovrun.step")
+)
+
+// Attribute keys of the prefill schedule (--prefill), on the run span and
+// the prefill span, and the time to first token on the run span.
+const (
+	AttrTTFTS               = attribute.Key("ovrun.ttft_s")
+	AttrPrefillMode         = attribute.Key("ovrun.prefill.mode")          // auto, graph, decode
+	AttrPrefillUsed         = attribute.Key("ovrun.prefill.used")          // graph, decode, decode+graph
+	AttrPrefillReason       = attribute.Key("ovrun.prefill.reason")        // the choice, in words
+	AttrPrefillDecodeTokens = attribute.Key("ovrun.prefill.decode_tokens") // prompt tokens through the decode graph
 )
 
 // Outcomes of a compile span.
