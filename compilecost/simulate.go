@@ -220,6 +220,9 @@ func (p *plan) choosePrefill() {
 		} else {
 			p.used, p.prefillS, p.prefillCompile = PrefillGraph, cfg.PrefillS, succ
 			p.reason = fmt.Sprintf("auto: %d prompt tokens through the decode graph would take %.2f s, compiling the prefill graph after the first rung and running them through it %.2f s", cfg.PromptTokens, viaDecode, graph)
+			if succ == 0 {
+				p.reason = "auto: the prefill graph, its compile not modelled (none given: an older profile)"
+			}
 		}
 	default:
 		p.used, p.prefillS, p.prefillCompile, p.prefillFirst = PrefillGraph, cfg.PrefillS, cfg.PrefillCompileS, true
