@@ -47,7 +47,10 @@ func (p *plan) deadlines() ([]Deadline, error) {
 	var out []Deadline
 	for j := p.r0 + 1; j <= p.rEnd; j++ {
 		prev := j - 1
-		lead := p.cfg.PrefillS
+		lead := p.prefillS
+		if p.cfg.Prefill == PrefillAuto {
+			lead = 0 // the successor launches after the prompt
+		}
 		if prev > p.r0 {
 			m, err := p.migrate(prev - 1)
 			if err != nil {

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 
@@ -30,15 +31,23 @@ type Profile struct {
 	Precision string `json:"precision,omitempty"`
 	// Rungs holds one entry per measured capacity, ascending.
 	Rungs []Rung `json:"rungs"`
-	// Fit is the model of median compile time against capacity.
+	// Fit is the model of median compile time against capacity of the
+	// decode graph compiled first in a fresh process (CompileS).
 	Fit Fit `json:"fit"`
+	// Fits holds a fit for every other kind measured, keyed by Kind.String
+	// ("decode.successor", "prefill64.first", "prefill64.successor").
+	Fits map[string]Fit `json:"fits,omitempty"`
 }
 
-// Rung is the measured cost of compiling the graph of one capacity.
+// Rung is the measured cost of compiling the graphs of one capacity. The
+// fields an older ovtrace wrote (compile_s, median_s, ...) are the decode
+// graph compiled first in a fresh process; the successor and prefill fields
+// are the other kinds (see Kind), absent from older profiles.
 type Rung struct {
 	// Capacity is the KV capacity (tokens) of the graph.
 	Capacity int `json:"capacity"`
-	// CompileS holds the wall time of each repeated compile, seconds.
+	// CompileS holds the wall time of each repeated compile of the decode
+	// graph as the first compile of a fresh process, seconds.
 	CompileS []float64 `json:"compile_s"`
 	// CompileCPUS holds the CPU time of each compile, seconds, when measured.
 	CompileCPUS []float64 `json:"compile_cpu_s,omitempty"`
@@ -48,6 +57,14 @@ type Rung struct {
 	IRBuildS []float64 `json:"ir_build_s"`
 	// PeakRSSBytes is the peak resident set size seen while compiling.
 	PeakRSSBytes int64 `json:"peak_rss_bytes"`
+	// SuccessorS holds the wall time of each compile of the decode graph
+	// after another graph in the same process (the rung below it, or for the
+	// first rung the prefill graph: the runtime's order), seconds;
+	// SuccessorMedianS is their median.
+	SuccessorS       []float64 `json:"successor_s,omitempty"`
+	SuccessorMedianS float64   `json:"successor_median_s,omitempty"`
+	// Prefill holds the costs of this capacity's prefill graphs, one per chunk.
+	Prefill []PrefillCost `json:"prefill,omitempty"`
 }
 
 // median returns the rung's median compile time: MedianS when set, else
@@ -87,7 +104,7 @@ func (p Profile) Predict(capacity int) (seconds float64, measured bool) {
 	}
 	f := p.Fit
 	if f.Model == "" {
-		f = FitProfile(p.Rungs)
+		f = FitProfile(p.firstRungs())
 	}
 	return f.At(capacity), false
 }
@@ -141,25 +158,39 @@ func (p *Profile) Validate() error {
 				}
 			}
 		}
-		if len(r.CompileS) == 0 && r.MedianS <= 0 {
+		if !r.measuredAny() {
 			return bad("capacity %d: no compile times and no median", r.Capacity)
+		}
+		if err := r.validateKinds(bad); err != nil {
+			return err
 		}
 		if r.PeakRSSBytes < 0 {
 			return bad("capacity %d: peak_rss_bytes %d is negative", r.Capacity, r.PeakRSSBytes)
 		}
 	}
-	switch p.Fit.Model {
-	case "", FitNone, FitConstant, FitLinear, FitPower:
-	default:
-		return bad("fit model %q is not one of %q, %q, %q", p.Fit.Model, FitConstant, FitLinear, FitPower)
+	names, fits := []string{"fit"}, []Fit{p.Fit}
+	for _, k := range slices.Sorted(maps.Keys(p.Fits)) {
+		names, fits = append(names, "fits["+k+"]"), append(fits, p.Fits[k])
 	}
-	for _, v := range []float64{p.Fit.A, p.Fit.B, p.Fit.R2, p.Fit.MaxRelErr} {
-		if math.IsNaN(v) || math.IsInf(v, 0) {
-			return bad("fit holds a non-finite number")
+	for i, f := range fits {
+		name := names[i]
+		switch f.Model {
+		case "", FitNone, FitConstant, FitLinear, FitPower:
+		default:
+			return bad("%s model %q is not one of %q, %q, %q", name, f.Model, FitConstant, FitLinear, FitPower)
+		}
+		for _, v := range []float64{f.A, f.B, f.R2, f.MaxRelErr} {
+			if math.IsNaN(v) || math.IsInf(v, 0) {
+				return bad("%s holds a non-finite number", name)
+			}
 		}
 	}
 	return nil
 }
+
+// FillDerived sets missing rung medians, a missing fit and the missing
+// fits of the other kinds (Load and Save do it).
+func (p *Profile) FillDerived() { p.fillDerived() }
 
 // fillDerived sets missing rung medians and a missing fit.
 func (p *Profile) fillDerived() {
@@ -169,8 +200,9 @@ func (p *Profile) fillDerived() {
 		}
 	}
 	if p.Fit.Model == "" {
-		p.Fit = FitProfile(p.Rungs)
+		p.Fit = FitProfile(p.firstRungs())
 	}
+	p.fillKinds()
 }
 
 // Load reads and validates a profile (cost.json). Missing medians are

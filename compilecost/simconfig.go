@@ -38,6 +38,13 @@ const (
 	PolicyGrowRemap = string(ladder.GrowRemap)
 )
 
+// Prefill modes (SimConfig.Prefill), as `ovrun run --prefill`.
+const (
+	PrefillAuto   = "auto"
+	PrefillGraph  = "graph"
+	PrefillDecode = "decode"
+)
+
 // Policies returns the policy names Simulate accepts.
 func Policies() []string { return ladder.Names() }
 
@@ -64,8 +71,30 @@ type SimConfig struct {
 	CompileS func(capacity int) float64
 	// DecodeStepS returns the time of one decode step on a capacity's graph, seconds.
 	DecodeStepS func(capacity int) float64
-	// PrefillS is the prefill time, seconds, on the first rung's graph.
+	// PrefillS is the time of the prompt through the prefill graph, seconds
+	// (with Prefill "decode" the prompt goes through the first rung's decode
+	// graph instead, PromptTokens steps of DecodeStepS).
 	PrefillS float64
+	// CompileSuccessorS, when set, is the compile time of a capacity's
+	// decode graph compiled after another graph in the same process; only
+	// the first compile of the process takes CompileS. Nil: every compile
+	// takes CompileS (one number per rung, as older profiles have it).
+	CompileSuccessorS func(capacity int) float64
+	// Prefill is how the prompt is processed, as `ovrun run --prefill`:
+	// PrefillGraph ("" too) compiles the prefill graph first, before the
+	// first rung; PrefillDecode feeds the prompt through the first rung's
+	// decode graph; PrefillAuto does what is faster for this prompt: the
+	// decode graph when its PromptTokens steps take no longer than compiling
+	// the prefill graph after the first rung and running the prompt through
+	// it, else that.
+	Prefill string
+	// PrefillCompileS is the compile time of the prefill graph (of the
+	// first rung's capacity) as the first compile of the process, and
+	// PrefillCompileSuccessorS after the first rung's decode graph (0: as
+	// PrefillCompileS). A zero PrefillCompileS leaves the prefill graph's
+	// compile out of the model: counted in the first rung's, as a profile
+	// without prefill graphs has it.
+	PrefillCompileS, PrefillCompileSuccessorS float64
 	// MigrateS returns the time to move liveTokens of KV from the fromCap
 	// graph to the toCap graph, seconds; nil means free.
 	MigrateS func(fromCap, toCap, liveTokens int) float64
@@ -111,6 +140,14 @@ func (c SimConfig) Validate() error {
 	if !finiteNonNeg(c.PrefillS) {
 		return bad("prefill time %v is not a finite non-negative time", c.PrefillS)
 	}
+	if !slices.Contains([]string{"", PrefillGraph, PrefillDecode, PrefillAuto}, c.Prefill) {
+		return bad("unknown prefill mode %q (want %s, %s or %s)", c.Prefill, PrefillAuto, PrefillGraph, PrefillDecode)
+	}
+	for _, v := range []float64{c.PrefillCompileS, c.PrefillCompileSuccessorS} {
+		if !finiteNonNeg(v) {
+			return bad("prefill compile time %v is not a finite non-negative time", v)
+		}
+	}
 	if c.Lookahead < 0 {
 		return bad("lookahead %d < 0", c.Lookahead)
 	}
@@ -123,6 +160,11 @@ func (c SimConfig) Validate() error {
 	for _, capacity := range c.Ladder {
 		if v := c.CompileS(capacity); !finiteNonNeg(v) {
 			return bad("compile time %v for capacity %d is not a finite non-negative time", v, capacity)
+		}
+		if c.CompileSuccessorS != nil {
+			if v := c.CompileSuccessorS(capacity); !finiteNonNeg(v) {
+				return bad("successor compile time %v for capacity %d is not a finite non-negative time", v, capacity)
+			}
 		}
 		if v := c.DecodeStepS(capacity); !finiteNonNeg(v) {
 			return bad("decode step time %v for capacity %d is not a finite non-negative time", v, capacity)

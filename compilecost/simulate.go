@@ -73,6 +73,17 @@ type SimResult struct {
 	CriticalPathS float64 `json:"critical_path_s"`
 	// PrefillS is the prefill time.
 	PrefillS float64 `json:"prefill_s"`
+	// Prefill echoes SimConfig.Prefill; PrefillUsed is what the prompt
+	// goes through (graph or decode) and PrefillReason why.
+	Prefill       string `json:"prefill,omitempty"`
+	PrefillUsed   string `json:"prefill_used,omitempty"`
+	PrefillReason string `json:"prefill_reason,omitempty"`
+	// PrefillCompileS is the prefill graph's compile, part of
+	// ForegroundCompileS (0 when it is not compiled or not modelled).
+	PrefillCompileS float64 `json:"prefill_compile_s"`
+	// TTFTS is the time to the first token: the foreground compiles and the
+	// prefill (the model's loading is not modelled).
+	TTFTS float64 `json:"ttft_s"`
 	// DecodeS is the time inside decode steps.
 	DecodeS float64 `json:"decode_s"`
 	// BoundaryWaitS is the total time steps waited at boundaries for graphs.
@@ -113,8 +124,9 @@ type SimResult struct {
 // first rung, then decode. Background compiles (grow-one-ahead, grow-remap)
 // run one at a time, in launch order: rung j+1 is launched when rung j is
 // bound (the first background compile when the first rung is bound, so it
-// overlaps prefill), and rung j+2 at once, two ahead, when the rule says so
-// after ladder.RateSteps steps of rung j (SimConfig.Lookahead = k >= 1
+// overlaps prefill; in auto prefill mode after the prompt), and rung j+2 at
+// once, two ahead, when the rule says so after ladder.RateSteps steps of
+// rung j (SimConfig.Lookahead = k >= 1
 // replaces the rule: rung j is launched when rung j-k is bound). At a
 // boundary the step waits until the successor's graph is ready, the
 // successor is bound, KV is migrated (MigrateS; none for grow-remap) and
@@ -146,13 +158,19 @@ func Simulate(cfg SimConfig) SimResult {
 
 // plan holds the derived quantities of a validated config.
 type plan struct {
-	cfg        SimConfig
-	row        ladder.Row // the policy's schedule and store
-	ladder     []int      // the rungs decode may use (just the largest for direct)
-	compile    []float64  // compile time per ladder index
-	decodeStep []float64  // decode step time per ladder index
-	steps      int        // tokens decoded
-	r0, rEnd   int        // first and last rung decoded on
+	cfg          SimConfig
+	row          ladder.Row // the policy's schedule and store
+	ladder       []int      // the rungs decode may use (just the largest for direct)
+	compile      []float64  // compile time per ladder index, compiled after another graph
+	firstCompile []float64  // compile time per ladder index as the first compile of the process
+	decodeStep   []float64  // decode step time per ladder index
+	steps        int        // tokens decoded
+
+	used, reason   string  // what the prompt goes through, and why
+	prefillS       float64 // the prompt's time through it
+	prefillCompile float64 // the prefill graph's compile, 0 when not compiled
+	prefillFirst   bool    // the prefill graph compiles before the first rung
+	r0, rEnd       int     // first and last rung decoded on
 }
 
 func newPlan(cfg SimConfig) (*plan, error) {
@@ -169,10 +187,50 @@ func newPlan(cfg SimConfig) (*plan, error) {
 		p.rEnd, _ = RungFor(p.ladder, cfg.PromptTokens+p.steps)
 	}
 	for _, c := range p.ladder {
-		p.compile = append(p.compile, cfg.CompileS(c))
+		p.firstCompile = append(p.firstCompile, cfg.CompileS(c))
+		succ := cfg.CompileS
+		if cfg.CompileSuccessorS != nil {
+			succ = cfg.CompileSuccessorS
+		}
+		p.compile = append(p.compile, succ(c))
 		p.decodeStep = append(p.decodeStep, cfg.DecodeStepS(c))
 	}
+	p.choosePrefill()
 	return p, nil
+}
+
+// choosePrefill resolves the prefill mode: what the prompt goes through,
+// how long it takes, and whether the prefill graph compiles first or after
+// the first rung.
+func (p *plan) choosePrefill() {
+	cfg := p.cfg
+	viaDecode := float64(cfg.PromptTokens) * p.decodeStep[p.r0]
+	succ := cfg.PrefillCompileSuccessorS
+	if succ == 0 {
+		succ = cfg.PrefillCompileS
+	}
+	switch cfg.Prefill {
+	case PrefillDecode:
+		p.used, p.prefillS = PrefillDecode, viaDecode
+		p.reason = "prefill mode decode"
+	case PrefillAuto:
+		if graph := succ + cfg.PrefillS; viaDecode <= graph {
+			p.used, p.prefillS = PrefillDecode, viaDecode
+			p.reason = fmt.Sprintf("auto: %d prompt tokens through the decode graph take %.2f s, compiling the prefill graph and running them through it %.2f s", cfg.PromptTokens, viaDecode, graph)
+		} else {
+			p.used, p.prefillS, p.prefillCompile = PrefillGraph, cfg.PrefillS, succ
+			p.reason = fmt.Sprintf("auto: %d prompt tokens through the decode graph would take %.2f s, compiling the prefill graph after the first rung and running them through it %.2f s", cfg.PromptTokens, viaDecode, graph)
+			if succ == 0 {
+				p.reason = "auto: the prefill graph, its compile not modelled (none given: an older profile)"
+			}
+		}
+	default:
+		p.used, p.prefillS, p.prefillCompile, p.prefillFirst = PrefillGraph, cfg.PrefillS, cfg.PrefillCompileS, true
+		p.reason = "prefill mode graph: the prefill graph compiles before the first rung"
+		if cfg.PrefillCompileS == 0 {
+			p.reason += " (its compile is not modelled: none given)"
+		}
+	}
 }
 
 // first and last return the decode steps run on rung j; count their number.
@@ -271,7 +329,8 @@ func (p *plan) run(res *SimResult) error {
 	if p.steps < cfg.DecodeTokens {
 		res.FinishReason = "capacity"
 	}
-	res.PrefillS = cfg.PrefillS
+	res.PrefillS = p.prefillS
+	res.Prefill, res.PrefillUsed, res.PrefillReason, res.PrefillCompileS = cfg.Prefill, p.used, p.reason, p.prefillCompile
 
 	rungs := map[int]*SimRung{} // by ladder index
 	newRung := func(j int) *SimRung {
@@ -290,11 +349,26 @@ func (p *plan) run(res *SimResult) error {
 			upFront = append(upFront, j)
 		}
 	}
+	// The first compile of the process costs its first-compile time; every
+	// later one its successor time. The prefill graph compiles first in
+	// graph mode, after the first rung when auto chooses it.
+	firstDone := false
+	if p.prefillFirst && p.prefillCompile > 0 {
+		t += p.prefillCompile
+		firstDone = true
+	}
 	for _, j := range upFront {
 		r := newRung(j)
 		r.Foreground = true
-		r.CompileStartS, r.CompileEndS = t, t+p.compile[j]
+		if !firstDone {
+			r.CompileS = p.firstCompile[j]
+			firstDone = true
+		}
+		r.CompileStartS, r.CompileEndS = t, t+r.CompileS
 		t = r.CompileEndS
+	}
+	if !p.prefillFirst {
+		t += p.prefillCompile
 	}
 	res.ForegroundCompileS = t
 
@@ -370,7 +444,11 @@ func (p *plan) run(res *SimResult) error {
 
 	// Prefill, then decode rung by rung.
 	rungs[p.r0].ReadyAtBoundary = true
-	t += cfg.PrefillS
+	t += p.prefillS
+	res.TTFTS = t
+	if cfg.Prefill == PrefillAuto {
+		bind[p.r0] = t // auto binds the first rung once the prompt is done
+	}
 	decodeStart := t
 	var reservedInt, liveInt float64
 	peak := p.reserved(p.r0)

@@ -74,8 +74,8 @@ func (b *Budgeted) Stepped(l Launcher, cur int, st float64, pos int) {
 		caps[i] = l.Capacity(i)
 	}
 	nextCap := caps[cur+1]
-	nextPred, _ := b.profile.Predict(nextCap)
-	pred, _ := b.profile.Predict(caps[two])
+	nextPred, _ := b.profile.PredictSuccessor(nextCap)
+	pred, _ := b.profile.PredictSuccessor(caps[two])
 	// One ahead, rung two would start when the next rung begins decoding and
 	// would have that rung's whole window.
 	if !ladder.LaunchTwoAhead(caps, cur, st, pred) {
@@ -106,7 +106,7 @@ func (b *Budgeted) Compiled(l Launcher, i int, seconds float64) {
 // open records the budget of a rung launched lookahead rungs ahead with a
 // predicted decode window (0: not known yet).
 func (b *Budgeted) open(capacity, lookahead int, window float64) {
-	pred, measured := b.profile.Predict(capacity)
+	pred, measured := b.profile.PredictSuccessor(capacity)
 	bu := &Budget{Capacity: capacity, PredictedS: pred, Measured: measured, WindowS: window, Lookahead: lookahead}
 	if miss := pred - window; window != 0 && miss > 0 {
 		bu.MissedS = miss

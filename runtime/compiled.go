@@ -25,7 +25,10 @@ type LadderConfig struct {
 	// PrefillChunk is the static chunk of the prefill graphs (tokens per
 	// prefill call); <= 1 prefills through the decode graph.
 	PrefillChunk int
-	Background   BackgroundOptions
+	// Prefill is how prompts are processed (see PrefillMode); "" is graph
+	// when PrefillChunk > 1 and decode otherwise.
+	Prefill    PrefillMode
+	Background BackgroundOptions
 	// CompileCost, when set, gives per-rung compile budgets to a one-ahead
 	// schedule (see Budgeted).
 	CompileCost *compilecost.Profile
@@ -56,6 +59,8 @@ type CompiledLadder struct {
 	caps     Ladder     // the rungs: the whole ladder, or only its largest capacity
 	fallback bool
 	work     *compileWorker
+
+	prefillMode PrefillMode // resolved from cfg.Prefill and cfg.PrefillChunk
 
 	mu      sync.Mutex
 	sched   Schedule
@@ -103,7 +108,11 @@ func NewCompiledLadder(ctx context.Context, comp Compiler, cfg LadderConfig) (*C
 	if err := ladder.Validate(cfg.Ladder); err != nil {
 		return nil, err
 	}
-	l := &CompiledLadder{comp: comp, cfg: cfg, row: cfg.Policy.Row(), prefill: map[int]*rung{}, seqs: map[*Sequence]int{}}
+	mode, err := resolvePrefill(cfg.Prefill, cfg.PrefillChunk)
+	if err != nil {
+		return nil, err
+	}
+	l := &CompiledLadder{comp: comp, cfg: cfg, row: cfg.Policy.Row(), prefill: map[int]*rung{}, seqs: map[*Sequence]int{}, prefillMode: mode}
 	if l.row.Store == ladder.StoreRemap && !hostViews(comp) {
 		l.row.Store = ladder.StoreCopy
 		l.fallback = true
@@ -166,6 +175,11 @@ func (l *CompiledLadder) Close() error {
 	// Background compiles that finished after every sequence still belong
 	// in the record.
 	for _, r := range l.rungs {
+		if j := r.job; j != nil && j.background && j.ready() {
+			l.observe(r, j)
+		}
+	}
+	for _, r := range l.prefill {
 		if j := r.job; j != nil && j.background && j.ready() {
 			l.observe(r, j)
 		}
@@ -305,11 +319,57 @@ func (l *CompiledLadder) prefillGraph(capacity int) (*rung, Executable, error) {
 	} else {
 		l.mu.Unlock()
 		<-j.done
+		l.mu.Lock()
+		l.observe(r, j) // a background compile nobody recorded yet
+		l.mu.Unlock()
 	}
 	if j.err != nil {
 		return r, nil, errors.Join(compileFailed(j.err), l.releasePrefill(r))
 	}
 	return r, j.exe, nil
+}
+
+// readyPrefill returns the prefill graph of a capacity, for the caller to
+// release with releasePrefill, when it is compiled and ready; nil otherwise.
+func (l *CompiledLadder) readyPrefill(capacity int) *rung {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	r := l.prefill[capacity]
+	if r == nil || r.job == nil || !r.job.ready() || r.job.err != nil || r.job.exe == nil {
+		return nil
+	}
+	l.observe(r, r.job)
+	r.users++
+	return r
+}
+
+// launchPrefill queues a background compile of a capacity's prefill graph,
+// unless one is compiled or compiling, for the prompts to come.
+func (l *CompiledLadder) launchPrefill(capacity int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	r := l.prefill[capacity]
+	if r == nil {
+		r = &rung{index: -1, spec: model.GraphSpec{Capacity: capacity, Chunk: l.cfg.PrefillChunk}}
+		l.prefill[capacity] = r
+	}
+	if j := r.job; j != nil && !(j.ready() && j.err != nil) {
+		return
+	}
+	j := l.work.background(r.spec)
+	j.attempt = 1
+	r.job = j
+	l.notef("prefill graph of capacity %d: compiling in the background for the prompts to come", capacity)
+}
+
+// compileSeconds is how long rung i's latest compile took, 0 when unknown.
+func (l *CompiledLadder) compileSeconds(i int) float64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if j := l.rungs[i].job; j != nil && j.ready() {
+		return j.seconds()
+	}
+	return 0
 }
 
 // releasePrefill ends a sequence's use of a prefill graph; the last user

@@ -39,6 +39,8 @@ type fakeCompiler struct {
 	gate     map[int]chan struct{} // capacity -> compile blocks until closed
 	started  map[int]chan struct{} // capacity -> closed when its compile starts
 	compileT time.Duration         // simulated compile time
+	prefillT time.Duration         // simulated compile time of prefill graphs, when set
+	failPre  bool                  // every prefill graph's compile fails
 	stepT    time.Duration         // simulated time per step
 	open     atomic.Int64          // executables not yet closed
 	poison   map[int]bool          // last positions whose logits are NaN
@@ -60,6 +62,7 @@ func (f *fakeCompiler) Compile(ctx context.Context, spec model.GraphSpec) (Execu
 	if failing {
 		f.fail[spec.Capacity]--
 	}
+	failing = failing || (spec.Chunk > 1 && f.failPre)
 	f.mu.Unlock()
 	if started != nil && spec.Chunk == 1 {
 		closeOnce(started)
@@ -72,7 +75,11 @@ func (f *fakeCompiler) Compile(ctx context.Context, spec model.GraphSpec) (Execu
 		}
 	}
 	if f.clock != nil {
-		f.clock.Advance(f.compileT)
+		if d := f.prefillT; d > 0 && spec.Chunk > 1 {
+			f.clock.Advance(d)
+		} else {
+			f.clock.Advance(f.compileT)
+		}
 	}
 	if failing {
 		return nil, fmt.Errorf("compile %s: %w", spec.Name(), errFakeCompile)

@@ -44,15 +44,23 @@ func (l *CompiledLadder) record(s *Summary, origin time.Time) {
 func overlap(jobs []*compileJob, windows [][2]time.Time, now time.Time) float64 {
 	var total float64
 	for _, j := range jobs {
-		if j.start.IsZero() {
+		// A job still running is read through its atomic start time only:
+		// its other fields belong to the worker until done is closed.
+		var start, end time.Time
+		switch ns := j.startNS.Load(); {
+		case j.ready():
+			start, end = j.start, j.end
+		case ns != 0:
+			start, end = time.Unix(0, ns), now
+		}
+		if start.IsZero() {
 			continue
 		}
-		end := j.end
 		if end.IsZero() {
 			end = now
 		}
 		for _, w := range windows {
-			a, b := maxTime(j.start, w[0]), minTime(end, w[1])
+			a, b := maxTime(start, w[0]), minTime(end, w[1])
 			if b.After(a) {
 				total += b.Sub(a).Seconds()
 			}

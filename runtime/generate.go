@@ -128,16 +128,7 @@ func Generate(ctx context.Context, comp Compiler, shape KVShape, cfg GenerateCon
 // Prefill feeds the prompt through exe in chunks of its spec and returns the
 // logits after the last prompt token.
 func Prefill(exe Executable, prompt []int64) ([]float32, error) {
-	chunk := exe.Spec().Chunk
-	var logits []float32
-	for start := 0; start < len(prompt); start += chunk {
-		end := min(start+chunk, len(prompt))
-		var err error
-		if logits, err = exe.Step(prompt[start:end], start); err != nil {
-			return nil, err
-		}
-	}
-	return logits, nil
+	return PrefillFrom(exe, prompt, 0)
 }
 
 // Argmax is the index of the largest value (the first on ties).

@@ -20,6 +20,9 @@ type RunConfig struct {
 	PrefillChunk int     // tokens per prefill call; <= 1 prefills through the decode graph
 	Background   BackgroundOptions
 	Decoding     // token choice, end-of-generation and streaming; greedy by default
+	// Prefill is how the prompt is processed: auto, graph or decode; "" is
+	// graph when PrefillChunk > 1.
+	Prefill PrefillMode
 
 	// ProcessStart is the origin of every *_start_s / *_end_s offset.
 	ProcessStart time.Time
@@ -58,7 +61,7 @@ func Run(ctx context.Context, comp Compiler, shape KVShape, cfg RunConfig) (*Sum
 		return s, err
 	}
 	l, err := NewCompiledLadder(ctx, comp, LadderConfig{Ladder: cfg.Ladder, Policy: cfg.Policy, Shape: shape,
-		PrefillChunk: cfg.PrefillChunk, Background: cfg.Background, CompileCost: cfg.CompileCost, Clock: cfg.Clock,
+		PrefillChunk: cfg.PrefillChunk, Prefill: cfg.Prefill, Background: cfg.Background, CompileCost: cfg.CompileCost, Clock: cfg.Clock,
 		Note: func(n string) { s.Notes = append(s.Notes, n) }})
 	if err != nil {
 		return fail(err)

@@ -49,6 +49,8 @@ type Sequence struct {
 	kv      *KV
 	exe     Executable
 	pre     *rung // prefill graph while the prompt is processed
+	auto    bool  // prefill mode auto: decided while the prompt runs
+	bgPre   bool  // queue the prefill graph's compile after the first token, for later prompts
 	fed     []int64
 	logits  []float32 // the last step's logits (a copy: the graph is shared)
 	step    int       // decode steps done
@@ -152,9 +154,20 @@ func (q *Sequence) Start(ctx context.Context) error {
 	if err := q.allocate(); err != nil {
 		return err
 	}
-	q.l.bound(q.cur)
-	if err := q.prefill(); err != nil {
+	// Binding the first rung launches the next one's background compile.
+	// It overlaps the prompt, except in auto mode, which may still compile
+	// the prefill graph for the prompt: there the first token comes first.
+	if !q.auto {
+		q.l.bound(q.cur)
+	}
+	if err := q.prefill(ctx); err != nil {
 		return err
+	}
+	if q.auto {
+		q.l.bound(q.cur)
+	}
+	if q.bgPre {
+		q.l.launchPrefill(q.l.caps[q.cur])
 	}
 	if q.stopped {
 		q.s.FinishReason, q.done = "stop", true
@@ -167,7 +180,7 @@ func (q *Sequence) Start(ctx context.Context) error {
 func (q *Sequence) compileForeground(ctx context.Context) error {
 	t0 := q.now()
 	defer func() { q.s.ForegroundCompileS = q.now().Sub(t0).Seconds() }()
-	if q.l.cfg.PrefillChunk > 1 {
+	if q.startPrefill() {
 		r, _, err := q.l.prefillGraph(q.l.caps[q.cur])
 		if err != nil {
 			return err
@@ -216,26 +229,39 @@ func (q *Sequence) sample(t time.Time, force bool) {
 	q.s.KVTimeline = append(q.s.KVTimeline, KVSample{TS: q.off(t), ReservedBytes: q.meter.reserved, LiveBytes: q.meter.live})
 }
 
-// prefill runs the prompt through the prefill graph (or the first rung's
-// decode graph) and makes the first prediction.
-func (q *Sequence) prefill() error {
-	r, exe := q.l.rungs[q.cur], q.exe
-	if q.pre != nil {
-		r, exe = q.pre, q.pre.job.exe
-	}
+// prefill runs the prompt through the prefill graph or the first rung's
+// decode graph, or in auto mode through the decode graph until the prefill
+// graph is worth compiling (prefillAuto), and makes the first prediction.
+func (q *Sequence) prefill(ctx context.Context) error {
 	t0 := q.now()
 	q.s.PrefillStartS = q.off(t0)
-	err := r.run(exe, q.kv, func() error {
-		logits, err := Prefill(exe, q.cfg.Prompt)
-		q.logits = append(q.logits[:0], logits...)
-		return err
-	})
+	var compileS float64
+	var err error
+	if q.auto {
+		compileS, err = q.prefillAuto(ctx)
+	} else {
+		r, exe := q.l.rungs[q.cur], q.exe
+		if q.pre != nil {
+			r, exe = q.pre, q.pre.job.exe
+		} else {
+			q.s.PrefillDecodeTokens = len(q.cfg.Prompt)
+		}
+		err = r.run(exe, q.kv, func() error {
+			logits, err := Prefill(exe, q.cfg.Prompt)
+			q.logits = append(q.logits[:0], logits...)
+			return err
+		})
+	}
+	// A prefill graph compiled while the prompt ran is foreground compile:
+	// the first token waited for it.
+	q.s.ForegroundCompileS += compileS
 	if err != nil {
 		return err
 	}
 	t1 := q.now()
 	q.s.PrefillEndS = q.off(t1)
-	q.s.PrefillS = t1.Sub(t0).Seconds()
+	q.s.TTFTS = q.s.PrefillEndS
+	q.s.PrefillS = t1.Sub(t0).Seconds() - compileS
 	if err := checkFinite(q.l.comp, q.logits, "after the prompt"); err != nil {
 		return err
 	}

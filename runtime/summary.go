@@ -40,6 +40,18 @@ type Summary struct {
 	PrefillEndS   float64 `json:"prefill_end_s"`
 	EndS          float64 `json:"end_s"`
 
+	// TTFTS is process start to the first token (the prediction after the
+	// prompt): loading, foreground compiles and prefill.
+	TTFTS float64 `json:"ttft_s"`
+	// PrefillMode is the mode asked for (auto, graph, decode), PrefillUsed
+	// what the prompt went through (graph, decode, decode+graph) and
+	// PrefillReason why; PrefillDecodeTokens counts the prompt tokens fed
+	// through the decode graph.
+	PrefillMode         string `json:"prefill_mode,omitempty"`
+	PrefillUsed         string `json:"prefill_used,omitempty"`
+	PrefillReason       string `json:"prefill_reason,omitempty"`
+	PrefillDecodeTokens int    `json:"prefill_decode_tokens"`
+
 	Rungs       []RungSummary     `json:"rungs"`
 	Compiles    []CompileRecord   `json:"compiles"`
 	KVTimeline  []KVSample        `json:"kv_timeline"`

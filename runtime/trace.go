@@ -67,7 +67,9 @@ func EmitSpans(ctx context.Context, tracer trace.Tracer, s *Summary, processStar
 		if stop < s.PrefillStartS {
 			stop = end
 		}
-		child(tracing.SpanPrefill, s.PrefillStartS, stop, "", tracing.AttrTokens.Int(s.PromptTokens))
+		child(tracing.SpanPrefill, s.PrefillStartS, stop, "", tracing.AttrTokens.Int(s.PromptTokens),
+			tracing.AttrPrefillMode.String(s.PrefillMode), tracing.AttrPrefillUsed.String(s.PrefillUsed),
+			tracing.AttrPrefillReason.String(s.PrefillReason), tracing.AttrPrefillDecodeTokens.Int(s.PrefillDecodeTokens))
 	}
 	for i, r := range s.Rungs {
 		capacity := tracing.AttrCapacity.Int(r.Capacity)
@@ -146,6 +148,7 @@ func runAttrs(s *Summary) []attribute.KeyValue {
 		tracing.AttrBoundaryWaitS.Float64(s.BoundaryWaitS), tracing.AttrOverlappedS.Float64(s.SuccessorCompileOverlappedS),
 		tracing.AttrKVReservedAvg.Float64(s.KVReservedAvgBytes), tracing.AttrKVReservedPeak.Int64(s.KVReservedPeakBytes),
 		tracing.AttrKVLiveAvg.Float64(s.KVLiveAvgBytes), tracing.AttrPeakRSS.Int64(s.PeakRSSBytes),
+		tracing.AttrTTFTS.Float64(s.TTFTS), tracing.AttrPrefillMode.String(s.PrefillMode), tracing.AttrPrefillUsed.String(s.PrefillUsed),
 	}
 }
 

@@ -19,7 +19,7 @@ const ScopeName = "github.com/ovtoolkit/ovrun"
 const (
 	SpanRun          = "ovrun.run"     // the whole run: root of the trace
 	SpanCompile      = "compile"       // one compile attempt of one graph
-	SpanPrefill      = "prefill"       // the prompt through the prefill graph
+	SpanPrefill      = "prefill"       // the prompt, through the prefill graph or the decode graph
 	SpanDecode       = "decode"        // the decode steps of one rung window
 	SpanMigrate      = "migrate"       // moving live KV into the next rung
 	SpanBoundaryWait = "boundary.wait" // a step waiting at a boundary for its graph
@@ -75,6 +75,16 @@ const (
 	AttrBytes        = attribute.Key("ovrun.bytes")
 	AttrMigrateS     = attribute.Key("ovrun.migrate_s")
 	AttrStep         = attribute.Key("ovrun.step")
+)
+
+// Attribute keys of the prefill schedule (--prefill), on the run span and
+// the prefill span, and the time to first token on the run span.
+const (
+	AttrTTFTS               = attribute.Key("ovrun.ttft_s")
+	AttrPrefillMode         = attribute.Key("ovrun.prefill.mode")          // auto, graph, decode
+	AttrPrefillUsed         = attribute.Key("ovrun.prefill.used")          // graph, decode, decode+graph
+	AttrPrefillReason       = attribute.Key("ovrun.prefill.reason")        // the choice, in words
+	AttrPrefillDecodeTokens = attribute.Key("ovrun.prefill.decode_tokens") // prompt tokens through the decode graph
 )
 
 // Outcomes of a compile span.

@@ -20,7 +20,7 @@ import (
 )
 
 var (
-	armsFlag = &cli.StringFlag{Name: "arms", Value: "grow-eager,grow-one-ahead", Usage: "`POLICIES` to compare, the control first (" + strings.Join(runtime.PolicyNames(), ", ") + ")",
+	armsFlag = &cli.StringFlag{Name: "arms", Value: "grow-eager,grow-one-ahead", Usage: "`ARMS` to compare, the control first: policies (" + strings.Join(runtime.PolicyNames(), ", ") + "), each optionally +prefill=MODE (" + strings.Join(runtime.PrefillModes(), ", ") + ")",
 		Action: func(_ *cli.Context, v string) error { _, err := parseArms(v); return err }}
 	pairsFlag             = &cli.IntFlag{Name: "pairs", Value: stats.MinPairs, Usage: "measured blocks `N` (each runs every arm once); default 6, or a whole number of Williams cycles for 3+ arms"}
 	allowSmallFlag        = &cli.BoolFlag{Name: "allow-small", Usage: "accept --pairs below 6, odd, or not a whole number of counterbalancing cycles"}
@@ -58,7 +58,11 @@ Ctrl-C kills the current run, keeps the finished ones, writes a partial
 report and exits non-zero; --resume with the same --out and flags reruns only
 the missing runs. A failed run stops the campaign unless --keep-going.
 Extra "ovrun run" flags go through --run-flag, e.g. --run-flag=--infer-threads=1
---run-flag=--compile-cpus=1 --run-flag=--device=NPU.`,
+--run-flag=--compile-cpus=1 --run-flag=--device=NPU.
+
+An arm may fix the prefill mode as well as the policy, to compare prefill
+schedules: --arms grow-one-ahead+prefill=graph,grow-one-ahead+prefill=auto.
+Every run's ttft_s (process start to the first token) is an endpoint.`,
 	Flags: []cli.Flag{
 		modelFlag, ladderFlag, armsFlag, pairsFlag, allowSmallFlag,
 		promptFlag, promptFileFlag, benchPromptTokensFlag, decodeTokensFlag, teacherFlag, seedFlag, precisionFlag,
@@ -176,7 +180,7 @@ func parseArms(s string) ([]string, error) {
 	var arms []string
 	for _, a := range strings.Split(s, ",") {
 		a = strings.TrimSpace(a)
-		if _, err := runtime.ParsePolicy(a); err != nil {
+		if _, err := bench.ParseArm(a); err != nil {
 			return nil, fmt.Errorf("--arms: %w", err)
 		}
 		arms = append(arms, a)

@@ -43,7 +43,7 @@ the assistant's answer and exits:
 On a terminal it is a conversation: each line is a message, an empty line or
 Ctrl-D ends it. Greedy unless --temperature > 0.`,
 		Flags: append(append(compileFlags(),
-			systemFlag, chatLadderFlag, chatPolicyFlag, chatMaxNewFlag, seedFlag, prefillChunkFlag,
+			systemFlag, chatLadderFlag, chatPolicyFlag, chatMaxNewFlag, seedFlag, prefillChunkFlag, prefillFlag,
 			chatStatsFlag, jsonFlag, quietFlag,
 		), samplingFlags...),
 		Action: chatAction,
@@ -55,6 +55,10 @@ const maxMessageBytes = 1 << 20
 
 func chatAction(c *cli.Context) error {
 	ladder, policy, err := ladderAndPolicy(c, chatLadderFlag, chatPolicyFlag)
+	if err != nil {
+		return err
+	}
+	prefill, err := prefillMode(c)
 	if err != nil {
 		return err
 	}
@@ -74,7 +78,7 @@ func chatAction(c *cli.Context) error {
 	}
 	// One ladder for the whole conversation: later turns reuse its rungs.
 	l, err := runtime.NewCompiledLadder(c.Context, comp, runtime.LadderConfig{Ladder: ladder, Policy: policy,
-		Shape: runtime.ShapeOf(ck.Config), PrefillChunk: prefillChunkFlag.Get(c), KeepRungs: true,
+		Shape: runtime.ShapeOf(ck.Config), PrefillChunk: prefillChunkFlag.Get(c), Prefill: prefill, KeepRungs: true,
 		Background: runtime.BackgroundOptions{Nice: defaultCompileNice}})
 	if err != nil {
 		return err

@@ -29,13 +29,27 @@ var (
 	promptIDsFlag    = &cli.StringFlag{Name: "prompt-ids", Usage: "prompt token ids, comma-separated (`1,2,3`)"}
 	promptTokensFlag = &cli.IntFlag{Name: "prompt-tokens", Usage: "a seeded random prompt of `N` tokens"}
 	seedFlag         = &cli.Uint64Flag{Name: "seed", Value: 1, Usage: "seed of the random prompt (and teacher-forced tokens)"}
-	prefillChunkFlag = &cli.IntFlag{Name: "prefill-chunk", Value: 64, Usage: "tokens per prefill call (static shape of the prefill graph); 0 feeds the prompt through the decode graph"}
+	prefillChunkFlag = &cli.IntFlag{Name: "prefill-chunk", Value: runtime.DefaultPrefillChunk, Usage: "tokens per prefill call (static shape of the prefill graph); 0 feeds the prompt through the decode graph"}
+	prefillFlag      = &cli.StringFlag{Name: "prefill", Value: string(runtime.DefaultPrefill), Usage: "`MODE` of the prompt: graph compiles the prefill graph before the first token, decode feeds the prompt through the first rung's decode graph, auto feeds it there until the measured step time says compiling the prefill graph is faster for the rest",
+		Action: func(_ *cli.Context, v string) error { _, err := runtime.ParsePrefillMode(v); return err }}
 	ladderFlag       = &cli.StringFlag{Name: "ladder", Value: "1024,2048,4096,8192", Usage: "ascending context `CAPACITIES`"}
 	decodeTokensFlag = &cli.IntFlag{Name: "decode-tokens", Value: 256, Usage: "decode `STEPS`"}
 	teacherFlag      = &cli.BoolFlag{Name: "teacher-forced", Usage: "feed a seeded token stream (identical for every policy) instead of the model's own predictions"}
 	compileCostFlag  = &cli.StringFlag{Name: "compile-cost", Usage: "compile-cost profile `FILE` from ovtrace compile: per-rung budgets, predicted deadlines, two-ahead launches when one ahead cannot make it"}
 	outDirFlag       = &cli.StringFlag{Name: "out", Usage: "output `DIR`", Required: true}
 )
+
+// prefillMode reads --prefill; a prefill graph needs --prefill-chunk above 1.
+func prefillMode(c *cli.Context) (runtime.PrefillMode, error) {
+	m, err := runtime.ParsePrefillMode(prefillFlag.Get(c))
+	if err != nil {
+		return "", fmt.Errorf("--prefill: %w", err)
+	}
+	if m == runtime.PrefillGraph && prefillChunkFlag.Get(c) <= 1 {
+		return "", fmt.Errorf("--prefill graph needs a prefill graph: --prefill-chunk %d is not above 1", prefillChunkFlag.Get(c))
+	}
+	return m, nil
+}
 
 func compileFlags() []cli.Flag {
 	return []cli.Flag{modelFlag, deviceFlag, precisionFlag, weightsFlag, threadsFlag, cacheDirFlag, propFlag}

@@ -43,8 +43,11 @@ func (p *progress) done() { p.st.Clear() }
 func printSummary(w io.Writer, s *runtime.Summary) {
 	fmt.Fprintf(w, "%s on %s: %d prompt + %d/%d decode tokens, finish %s\n",
 		s.Policy, s.Device, s.PromptTokens, s.DecodedTokens, s.DecodeTokens, s.FinishReason)
-	fmt.Fprintf(w, "foreground compile %.2f s  critical path %.2f s  decode %.2f s  boundary wait %.2f s  overlapped compile %.2f s\n",
-		s.ForegroundCompileS, s.CriticalPathS, s.DecodeS, s.BoundaryWaitS, s.SuccessorCompileOverlappedS)
+	fmt.Fprintf(w, "first token %.2f s  foreground compile %.2f s  critical path %.2f s  decode %.2f s  boundary wait %.2f s  overlapped compile %.2f s\n",
+		s.TTFTS, s.ForegroundCompileS, s.CriticalPathS, s.DecodeS, s.BoundaryWaitS, s.SuccessorCompileOverlappedS)
+	if s.PrefillUsed != "" {
+		fmt.Fprintf(w, "prefill %s (%s): %.3f s; %s\n", s.PrefillUsed, s.PrefillMode, s.PrefillS, s.PrefillReason)
+	}
 	fmt.Fprintf(w, "KV reserved avg %s peak %s (%s), live avg %s; migrated %s in %.3f s; peak RSS %s\n",
 		mib(s.KVReservedAvgBytes), mib(float64(s.KVReservedPeakBytes)), s.KVMeasured, mib(s.KVLiveAvgBytes),
 		mib(float64(s.MigrateBytes)), s.MigrateS, mib(float64(s.PeakRSSBytes)))

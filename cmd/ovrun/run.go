@@ -53,11 +53,22 @@ its predicted compile time against the decode window before its boundary,
 measured as the run goes; a rung that cannot make it one ahead is launched
 two ahead. budgets[] in the summary holds prediction, window and actual.
 
+--prefill says how the prompt is processed. graph compiles the prefill graph
+(--prefill-chunk tokens per call) before the first token; decode feeds the
+prompt through the first rung's decode graph, one token per call, and never
+compiles a prefill graph; auto starts on the decode graph and, after every
+prompt token, compares the rest of the prompt at the measured step time with
+compiling the prefill graph (its time from --compile-cost, else taken to be
+at least the decode graph's) and running the rest through it, switching when
+that is faster. All three give the same tokens; the summary records the mode,
+what the prompt went through and why (prefill_mode, prefill_used,
+prefill_reason) and the time to first token (ttft_s).
+
 On a CPU both decode and background compiles use the same cores; see
 --compile-cpus, --compile-nice and --infer-threads.`,
 	Flags: append(append(compileFlags(),
 		ladderFlag, policyFlag,
-		promptFlag, promptFileFlag, promptIDsFlag, promptTokensFlag, seedFlag, prefillChunkFlag,
+		promptFlag, promptFileFlag, promptIDsFlag, promptTokensFlag, seedFlag, prefillChunkFlag, prefillFlag,
 		decodeTokensFlag, teacherFlag, verifyFlag, compileCostFlag,
 		compileCPUsFlag, compileNiceFlag,
 		jsonFlag, quietFlag,
@@ -81,6 +92,10 @@ func runAction(c *cli.Context) error {
 	if n >= ladder.Max() {
 		return fmt.Errorf("%w: a prompt of %d tokens plus one decoded token needs %d slots; the largest rung holds %d",
 			runtime.ErrCapacity, n, n+1, ladder.Max())
+	}
+	prefill, err := prefillMode(c)
+	if err != nil {
+		return err
 	}
 	for _, err := range []error{
 		runtime.CheckNice(compileNiceFlag.Name, compileNiceFlag.Get(c)),
@@ -133,7 +148,7 @@ func runAction(c *cli.Context) error {
 	}
 	cfg := runtime.RunConfig{
 		Ladder: ladder, Policy: policy, Prompt: in.ids, DecodeTokens: decodeTokensFlag.Get(c), Decoding: dec,
-		Verify: verifyFlag.Get(c), PrefillChunk: prefillChunkFlag.Get(c),
+		Verify: verifyFlag.Get(c), PrefillChunk: prefillChunkFlag.Get(c), Prefill: prefill,
 		Background:   runtime.BackgroundOptions{CPUs: cpus, Nice: compileNiceFlag.Get(c)},
 		ProcessStart: processStart,
 	}

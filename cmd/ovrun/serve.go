@@ -53,7 +53,7 @@ the largest rung is a 400; a client that disconnects cancels its sequence.
 decode per rung, boundary waits, KV), flushed at shutdown.`,
 		Flags: append(append(compileFlags(),
 			addrFlag, serveLadderFlag, servePolicyFlag, maxSeqsFlag, queueFlag, timeoutFlag, defaultMaxFlag,
-			modelNameFlag, graceFlag, prefillChunkFlag, quietFlag,
+			modelNameFlag, graceFlag, prefillChunkFlag, prefillFlag, quietFlag,
 		), traceFlags...),
 		Action: serveAction,
 	}
@@ -61,6 +61,10 @@ decode per rung, boundary waits, KV), flushed at shutdown.`,
 
 func serveAction(c *cli.Context) error {
 	ladder, policy, err := ladderAndPolicy(c, serveLadderFlag, servePolicyFlag)
+	if err != nil {
+		return err
+	}
+	prefill, err := prefillMode(c)
 	if err != nil {
 		return err
 	}
@@ -93,7 +97,7 @@ func serveAction(c *cli.Context) error {
 		name = strings.TrimSuffix(filepath.Base(modelFlag.Get(c)), ".gguf")
 	}
 	l, err := runtime.NewCompiledLadder(c.Context, comp, runtime.LadderConfig{Ladder: ladder, Policy: policy,
-		Shape: runtime.ShapeOf(ck.Config), PrefillChunk: prefillChunkFlag.Get(c), KeepRungs: true,
+		Shape: runtime.ShapeOf(ck.Config), PrefillChunk: prefillChunkFlag.Get(c), Prefill: prefill, KeepRungs: true,
 		Background: runtime.BackgroundOptions{Nice: defaultCompileNice}})
 	if err != nil {
 		return err
@@ -163,8 +167,9 @@ var _ serve.Engine = (*ladderEngine)(nil)
 func (e *ladderEngine) MaxContext() int { return e.ladder.Max() }
 func (e *ladderEngine) Ready() bool     { return e.ready.Load() }
 
-// warm runs a one-token sequence so the first rung (and its prefill
-// graph) is compiled before the server says it is ready.
+// warm runs a one-token sequence so the first rung (and, with --prefill
+// graph, its prefill graph; with auto it compiles in the background) is
+// compiled before the server says it is ready.
 func (e *ladderEngine) warm(ctx context.Context) error {
 	q, err := e.l.NewSequence(runtime.SequenceConfig{Prompt: []int64{0}, DecodeTokens: 1})
 	if err != nil {

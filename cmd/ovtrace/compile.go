@@ -9,14 +9,20 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/ovtoolkit/ovrun/compilecost"
 	"github.com/ovtoolkit/ovrun/internal/abtest"
 	"github.com/ovtoolkit/ovrun/internal/cliutil"
 	"github.com/ovtoolkit/ovrun/internal/safefile"
+	"github.com/ovtoolkit/ovrun/model"
+	"github.com/ovtoolkit/ovrun/runtime"
 )
 
 var (
 	ladderFlag = &cli.StringFlag{Name: "ladder", Value: "1024,2048,4096,8192", Usage: "ascending `CAPACITIES` to measure"}
 	repsFlag   = &cli.IntFlag{Name: "reps", Value: 3, Usage: "compiles per capacity"}
+	// The runtime's default chunk: the prefill graph ovrun run compiles.
+	compilePrefillChunkFlag = &cli.IntFlag{Name: "prefill-chunk", Value: runtime.DefaultPrefillChunk, Usage: "also measure the prefill graph of `N` tokens per call at every capacity of at least N (0: decode graphs only)"}
+	successorsFlag          = &cli.BoolFlag{Name: "successors", Value: true, Usage: "also measure every graph compiled after its predecessor in the same process (the runtime's order), not only first in a fresh process"}
 )
 
 var compileCommand = &cli.Command{
@@ -29,17 +35,55 @@ and read), the compile wall and CPU time (user+sys of all threads) and the
 peak RSS, and fits compile time against capacity (line or power law, the one
 with the higher R²).
 
+Then it measures the other kinds of compile the runtime makes, each --reps
+times in a fresh process: the prefill graph of --prefill-chunk tokens per
+call compiled first, and with --successors every graph compiled after the
+graph the runtime compiles before it, held in the same process (a decode
+rung after the rung below it, the first rung after its prefill graph, a
+prefill graph after its capacity's decode graph). The two differ: an NPU
+pays one-time set-up in the first compile, a CPU pays for faulting in fresh
+memory in later ones.
+
 --json writes the compile-cost profile (cost.json: model, device,
 openvino_version, rungs[{capacity, compile_s[], compile_cpu_s[], median_s,
-ir_build_s[], peak_rss_bytes}], fit{model, a, b, r2, max_rel_err, n}) that
-"ovrun run --compile-cost" and "ovtrace plan" read. A failed compile or Ctrl-C
-still writes what was measured, and exits non-zero.`,
+ir_build_s[], peak_rss_bytes, successor_s[], successor_median_s,
+prefill[{chunk, first_s[], first_median_s, successor_s[],
+successor_median_s, peak_rss_bytes}]}], fit{model, a, b, r2, max_rel_err, n}
+for the decode graph compiled first, fits{KIND: fit} for the others) that
+"ovrun run --compile-cost", "ovrun plan" and "ovtrace plan" read; readers of
+the older profile (one number per rung) see the fields they knew. A failed
+compile or Ctrl-C still writes what was measured, and exits non-zero.`,
 	Flags: append(compileFlags(),
 		ladderFlag,
 		repsFlag,
+		compilePrefillChunkFlag,
+		successorsFlag,
 		jsonFlag, quietFlag,
 	),
 	Action: compileAction,
+}
+
+// compileKinds are the kinds measured after the decode graphs compiled
+// first: the prefill graph (unless --prefill-chunk 0) and, with
+// --successors, each kind as a successor.
+func compileKinds(c *cli.Context) ([]compilecost.Kind, error) {
+	chunk := compilePrefillChunkFlag.Get(c)
+	if chunk != 0 {
+		if err := cliutil.CheckInt(compilePrefillChunkFlag.Name, chunk, 2, maxCapacity); err != nil {
+			return nil, fmt.Errorf("%w (0 measures decode graphs only)", err)
+		}
+	}
+	var kinds []compilecost.Kind
+	if successorsFlag.Get(c) {
+		kinds = append(kinds, compilecost.Kind{Graph: compilecost.GraphDecode, Chunk: 1, Successor: true})
+	}
+	if chunk > 1 {
+		kinds = append(kinds, compilecost.Kind{Graph: compilecost.GraphPrefill, Chunk: chunk})
+		if successorsFlag.Get(c) {
+			kinds = append(kinds, compilecost.Kind{Graph: compilecost.GraphPrefill, Chunk: chunk, Successor: true})
+		}
+	}
+	return kinds, nil
 }
 
 func compileAction(c *cli.Context) error {
@@ -59,6 +103,10 @@ func compileAction(c *cli.Context) error {
 	if err := cliutil.CheckInt("reps", repsFlag.Get(c), 1, 1000); err != nil {
 		return err
 	}
+	kinds, err := compileKinds(c)
+	if err != nil {
+		return err
+	}
 	if p := jsonFlag.Get(c); p != "" {
 		if err := safefile.Check(p); err != nil {
 			return fmt.Errorf("--json: %w", err)
@@ -76,6 +124,17 @@ func compileAction(c *cli.Context) error {
 		left := p.Elapsed / time.Duration(p.Done) * time.Duration(p.Total-p.Done)
 		st.Show("compile %d/%d done: capacity %d in %.2f s  ETA %s", p.Done, p.Total, p.Capacity, p.Last.CompileS, eta(left))
 	})
+	if prof != nil && err == nil && len(kinds) > 0 {
+		run := func(ctx context.Context, capacity int, k compilecost.Kind, after []model.GraphSpec) (*abtest.Measurement, error) {
+			once := cfg
+			once.Capacity, once.Chunk, once.After = capacity, k.Chunk, after
+			return runOnce(ctx, once, abtest.Variant{})
+		}
+		err = abtest.SweepKinds(c.Context, sweep, prof, kinds, compilePrefillChunkFlag.Get(c), run, func(p abtest.KindsSweepProgress) {
+			left := p.Elapsed / time.Duration(p.Done) * time.Duration(p.Total-p.Done)
+			st.Show("other kinds %d/%d done: capacity %d %s in %.2f s  ETA %s", p.Done, p.Total, p.Capacity, p.Kind, p.Last.CompileS, eta(left))
+		})
+	}
 	st.Clear()
 	if prof != nil {
 		if path := jsonFlag.Get(c); path != "" {

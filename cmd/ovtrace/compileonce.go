@@ -27,6 +27,7 @@ var (
 	promptTokensFlag = &cli.IntFlag{Name: "prompt-tokens", Value: 8, Usage: "prompt length for --dump-logits"}
 	seedFlag         = &cli.Uint64Flag{Name: "seed", Value: 1, Usage: "prompt seed for --dump-logits"}
 	exportHashFlag   = &cli.BoolFlag{Name: "export-hash", Usage: "after measuring, export the compiled model and print the SHA-256 of its bytes"}
+	afterFlag        = &cli.StringFlag{Name: "after", Usage: "compile these graphs first, untimed (`CAPACITY:CHUNK`, comma-separated): the measured compile is a successor"}
 )
 
 var compileOnceCommand = &cli.Command{
@@ -38,6 +39,7 @@ var compileOnceCommand = &cli.Command{
 		promptTokensFlag,
 		seedFlag,
 		exportHashFlag,
+		afterFlag,
 	),
 	Action: func(c *cli.Context) error {
 		cfg, err := onceConfig(c, capacityFlag.Get(c))
@@ -51,6 +53,9 @@ var compileOnceCommand = &cli.Command{
 		cfg.PromptTokens = promptTokensFlag.Get(c)
 		cfg.Seed = seedFlag.Get(c)
 		cfg.ExportHash = exportHashFlag.Get(c)
+		if cfg.After, err = abtest.ParseSpecs(afterFlag.Get(c), maxCapacity); err != nil {
+			return fmt.Errorf("--after: %w", err)
+		}
 		m, err := abtest.MeasureCompile(c.Context, cfg)
 		if err != nil {
 			return err
@@ -85,6 +90,9 @@ func onceArgs(cfg abtest.OnceConfig, v abtest.Variant) []string {
 	}
 	if cfg.ExportHash {
 		args = append(args, "--export-hash")
+	}
+	if len(cfg.After) > 0 {
+		args = append(args, "--after", abtest.FormatSpecs(cfg.After))
 	}
 	return args
 }

@@ -44,6 +44,25 @@ func TestCompileEndToEnd(t *testing.T) {
 	if !strings.Contains(out, "fit: t = ") || !strings.Contains(out, "R²") {
 		t.Errorf("table lacks the fit:\n%s", out)
 	}
+	// The other kinds: rung 64 after rung 32, the 64-token prefill graph of
+	// capacity 64 first and after its decode graph; capacity 32 holds no
+	// 64-token prefill graph, so its decode graph has no predecessor.
+	r32, r64 := p.Rungs[0], p.Rungs[1]
+	if len(r32.SuccessorS) != 0 || len(r32.Prefill) != 0 {
+		t.Errorf("rung 32 = %+v, want no other kinds", r32)
+	}
+	if len(r64.SuccessorS) != 2 || len(r64.Prefill) != 1 || r64.Prefill[0].Chunk != 64 ||
+		len(r64.Prefill[0].FirstS) != 2 || len(r64.Prefill[0].SuccessorS) != 2 || r64.Prefill[0].PeakRSSBytes < 1<<20 {
+		t.Errorf("rung 64 = %+v, want 2 successor decode compiles and 2+2 prefill compiles", r64)
+	}
+	for _, k := range []string{"decode.successor", "prefill64.first", "prefill64.successor"} {
+		if f, ok := p.Fits[k]; !ok || f.Model != compilecost.FitConstant {
+			t.Errorf("fits[%s] = %+v (%v), want a constant (one capacity)", k, f, ok)
+		}
+	}
+	if !strings.Contains(out, "prefill64.successor") {
+		t.Errorf("table lacks the kinds:\n%s", out)
+	}
 }
 
 func TestCompileErrors(t *testing.T) {

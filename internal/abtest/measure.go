@@ -43,6 +43,10 @@ type OnceConfig struct {
 	DumpLogits   string
 	PromptTokens int
 	Seed         uint64
+	// After are graphs compiled (untimed, and kept until the measurement
+	// is done) before the measured one: the measured compile is then a
+	// successor, as the runtime compiles its later graphs.
+	After []model.GraphSpec
 	// ExportHash, when set, exports the compiled model after the
 	// measurement (ov_compiled_model_export_model, outside the timed
 	// window) and records the SHA-256 and size of its bytes: what the
@@ -56,6 +60,9 @@ type Measurement struct {
 	Device   string `json:"device"`
 	Capacity int    `json:"capacity"`
 	Chunk    int    `json:"chunk"`
+	// After names the graphs compiled before this one in the process
+	// (CAPACITY:CHUNK), empty for a first compile.
+	After string `json:"after,omitempty"`
 	// GraphNodes is the number of layers (nodes) of the emitted IR.
 	GraphNodes int `json:"graph_nodes"`
 	// PluginLoadS is loading the device plugin (asking it for a property)
@@ -151,7 +158,7 @@ func MeasureCompile(ctx context.Context, cfg OnceConfig) (*Measurement, error) {
 	defer ck.Close()
 	ver, _ := ov.Version()
 	m := &Measurement{Model: cfg.Model, Device: cfg.Device, Capacity: cfg.Capacity, Chunk: cfg.Chunk,
-		OpenVINOVersion: ver, Library: ov.LibraryPath()}
+		After: FormatSpecs(cfg.After), OpenVINOVersion: ver, Library: ov.LibraryPath()}
 	props := cfg.properties()
 	for _, p := range props {
 		m.Properties = append(m.Properties, p.Key+"="+p.Value)
@@ -203,6 +210,24 @@ func measure(ctx context.Context, ck *model.Checkpoint, cfg OnceConfig, props []
 		return fmt.Errorf("load the %s plugin: %w", cfg.Device, err)
 	}
 	m.PluginLoadS = time.Since(tp).Seconds()
+
+	// The predecessors of a successor compile, held until the end.
+	for _, spec := range cfg.After {
+		xml, err := model.BuildIR(w, spec)
+		if err != nil {
+			return err
+		}
+		om, err := core.ReadModel(xml, wt)
+		if err != nil {
+			return fmt.Errorf("read graph %s: %w", spec.Name(), err)
+		}
+		cm, err := core.CompileModel(om, cfg.Device, props...)
+		om.Close()
+		if err != nil {
+			return fmt.Errorf("compile the predecessor %s on %s: %w", spec.Name(), cfg.Device, err)
+		}
+		defer cm.Close()
+	}
 
 	spec := model.GraphSpec{Capacity: cfg.Capacity, Chunk: cfg.Chunk}
 	t0 := time.Now()

@@ -172,7 +172,45 @@ func WriteProfile(w io.Writer, p *compilecost.Profile) error {
 		fmt.Fprintf(w, "; %s", f.Note)
 	}
 	fmt.Fprintln(w)
-	return nil
+	return writeKinds(w, p)
+}
+
+// writeKinds prints the median compile time of every other kind the
+// profile measured, per capacity, next to the decode graph compiled first.
+func writeKinds(w io.Writer, p *compilecost.Profile) error {
+	kinds := p.Kinds()
+	if len(kinds) < 2 {
+		return nil
+	}
+	fmt.Fprintln(w, "median compile s by kind (first: in a fresh process; successor: after the graph the runtime compiles before it)")
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprint(tw, "capacity\t")
+	for _, k := range kinds {
+		fmt.Fprintf(tw, "%s\t", k)
+	}
+	fmt.Fprintln(tw)
+	for _, r := range p.Rungs {
+		fmt.Fprintf(tw, "%d\t", r.Capacity)
+		for _, k := range kinds {
+			if s, ok := p.PredictKind(k, r.Capacity); ok && measuredKind(p, r.Capacity, k) {
+				fmt.Fprintf(tw, "%.3f\t", s)
+			} else {
+				fmt.Fprint(tw, "-\t")
+			}
+		}
+		fmt.Fprintln(tw)
+	}
+	return tw.Flush()
+}
+
+// measuredKind reports whether kind k was measured at a capacity.
+func measuredKind(p *compilecost.Profile, capacity int, k compilecost.Kind) bool {
+	for _, x := range p.KindRungs(k) {
+		if x.Capacity == capacity {
+			return true
+		}
+	}
+	return false
 }
 
 func minMax(xs []float64) (lo, hi float64) {

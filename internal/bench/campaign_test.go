@@ -45,8 +45,12 @@ func (f *fakeRunner) Run(ctx context.Context, cfg *Config, spec RunSpec) error {
 	if spec.Arm != cfg.Control() {
 		fg -= 1
 	}
+	arm, err := ParseArm(spec.Arm)
+	if err != nil {
+		return err
+	}
 	s := runtime.Summary{
-		Policy: spec.Arm, Model: cfg.Model, Ladder: cfg.Ladder, PromptTokens: cfg.PromptTokens, DecodeTokens: cfg.DecodeTokens,
+		Policy: string(arm.Policy), PrefillMode: string(arm.Prefill), TTFTS: fg + 0.5, Model: cfg.Model, Ladder: cfg.Ladder, PromptTokens: cfg.PromptTokens, DecodeTokens: cfg.DecodeTokens,
 		DecodedTokens: cfg.DecodeTokens, TeacherForced: cfg.TeacherForced, Seed: cfg.Seed, Precision: cfg.Precision,
 		ForegroundCompileS: fg, CriticalPathS: fg + 1, DecodeS: 1, KVReservedPeakBytes: 1 << 20, PeakRSSBytes: 100 << 20,
 		OpenVINOVersion: "fake", FinishReason: "length",

@@ -22,7 +22,8 @@ type Config struct {
 	Model string `json:"model"`
 	// Ladder is the capacity ladder every run uses.
 	Ladder []int `json:"ladder"`
-	// Arms are run policies; Arms[0] is the control.
+	// Arms are run policies, each optionally with a prefill mode
+	// (POLICY+prefill=MODE, see Arm); Arms[0] is the control.
 	Arms []string `json:"arms"`
 	// Pairs is the number of measured blocks; each holds every arm once.
 	Pairs int `json:"pairs"`
@@ -64,10 +65,13 @@ func (c *Config) Validate(allowSmall bool) error {
 	if len(c.Arms) < 2 {
 		return fmt.Errorf("--arms %q: want at least two arms, the control first", strings.Join(c.Arms, ","))
 	}
+	prefillArms := false
 	for i, a := range c.Arms {
-		if _, err := runtime.ParsePolicy(a); err != nil {
+		arm, err := ParseArm(a)
+		if err != nil {
 			return fmt.Errorf("--arms: %w", err)
 		}
+		prefillArms = prefillArms || arm.Prefill != ""
 		if slices.Index(c.Arms, a) != i {
 			return fmt.Errorf("--arms: %s appears twice", a)
 		}
@@ -90,7 +94,7 @@ func (c *Config) Validate(allowSmall bool) error {
 		if !strings.HasPrefix(f, "-") {
 			return fmt.Errorf("--run-flag %q: want a flag such as --infer-threads=1", f)
 		}
-		if slices.Contains(reservedRunFlags, name) {
+		if slices.Contains(reservedRunFlags, name) || (prefillArms && name == "prefill") {
 			return fmt.Errorf("--run-flag %q: the bench sets --%s itself", f, name)
 		}
 	}
@@ -106,11 +110,11 @@ func (c *Config) Validate(allowSmall bool) error {
 // RunArgs are the arguments of `ovrun run` (after the program name) for one
 // run of arm writing its summary to jsonPath.
 func (c *Config) RunArgs(arm, jsonPath string) []string {
-	args := []string{"run",
+	a, _ := ParseArm(arm) // checked by Validate
+	args := append([]string{"run",
 		"--model", c.Model,
 		"--ladder", joinInts(c.Ladder),
-		"--policy", arm,
-	}
+	}, a.args()...)
 	if c.Prompt != "" {
 		args = append(args, "--prompt", c.Prompt)
 	} else {
@@ -161,9 +165,14 @@ func (c *Config) Diff(other *Config) []string {
 // matches reports whether a run summary was made by this campaign for arm
 // and is complete; the reason says why not.
 func (c *Config) matches(s *runtime.Summary, arm string) (bool, string) {
+	a, err := ParseArm(arm)
+	if err != nil {
+		return false, err.Error()
+	}
+	if ok, why := a.made(s); !ok {
+		return false, why
+	}
 	switch {
-	case s.Policy != arm:
-		return false, fmt.Sprintf("policy %s, want %s", s.Policy, arm)
 	case s.Model != c.Model:
 		return false, fmt.Sprintf("model %s, want %s", s.Model, c.Model)
 	case !slices.Equal(s.Ladder, c.Ladder):

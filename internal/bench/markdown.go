@@ -152,7 +152,7 @@ func (r *Report) writePlots(b *strings.Builder) {
 }
 
 func (r *Report) writeRuns(b *strings.Builder) {
-	b.WriteString("## Runs\n\n| pair | pos | arm | foreground compile s | critical path s | decode s | boundary wait s | status |\n|---:|---:|---|---:|---:|---:|---:|---|\n")
+	b.WriteString("## Runs\n\n| pair | pos | arm | foreground compile s | first token s | critical path s | decode s | boundary wait s | status |\n|---:|---:|---|---:|---:|---:|---:|---:|---|\n")
 	for _, rr := range r.Runs {
 		pair := fmt.Sprint(rr.Pair)
 		if rr.Warmup {
@@ -166,10 +166,10 @@ func (r *Report) writeRuns(b *strings.Builder) {
 			status = "ok (reused)"
 		}
 		if s := rr.Summary; s != nil {
-			fmt.Fprintf(b, "| %s | %d | %s | %.3f | %.3f | %.3f | %.3f | %s |\n", pair, rr.Position, rr.Arm,
-				s.ForegroundCompileS, s.CriticalPathS, s.DecodeS, s.BoundaryWaitS, mdEscape(status))
+			fmt.Fprintf(b, "| %s | %d | %s | %.3f | %.3f | %.3f | %.3f | %.3f | %s |\n", pair, rr.Position, rr.Arm,
+				s.ForegroundCompileS, s.TTFTS, s.CriticalPathS, s.DecodeS, s.BoundaryWaitS, mdEscape(status))
 		} else {
-			fmt.Fprintf(b, "| %s | %d | %s | | | | | %s |\n", pair, rr.Position, rr.Arm, mdEscape(status))
+			fmt.Fprintf(b, "| %s | %d | %s | | | | | | %s |\n", pair, rr.Position, rr.Arm, mdEscape(status))
 		}
 	}
 	b.WriteString("\n")

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/ovtoolkit/ovrun/internal/stats"
+	"github.com/ovtoolkit/ovrun/runtime"
 )
 
 func TestPlanTwoArmsAlternatesABBA(t *testing.T) {
@@ -184,5 +185,50 @@ func TestRunArgsTextPromptAndCompileCost(t *testing.T) {
 		if err := c.Validate(false); err == nil {
 			t.Errorf("--run-flag %s accepted; the campaign sets it itself", f)
 		}
+	}
+}
+
+func TestArms(t *testing.T) {
+	for _, tc := range []struct {
+		in      string
+		want    Arm
+		wantErr string
+	}{
+		{in: "grow-one-ahead", want: Arm{Policy: runtime.GrowOneAhead}},
+		{in: "grow-eager+prefill=auto", want: Arm{Policy: runtime.GrowEager, Prefill: runtime.PrefillAuto}},
+		{in: "grow-eager+prefill=eager", wantErr: "prefill mode"},
+		{in: "grow-eager+chunk=4", wantErr: "POLICY+prefill=MODE"},
+		{in: "eager", wantErr: "eager"},
+	} {
+		got, err := ParseArm(tc.in)
+		if tc.wantErr != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Errorf("ParseArm(%q) = %v, %v; want an error containing %q", tc.in, got, err, tc.wantErr)
+			}
+			continue
+		}
+		if err != nil || got != tc.want {
+			t.Errorf("ParseArm(%q) = %+v, %v; want %+v", tc.in, got, err, tc.want)
+		}
+	}
+	cfg := Config{Model: "/m", Ladder: []int{64}, Arms: []string{"grow-one-ahead+prefill=graph", "grow-one-ahead+prefill=auto"},
+		Pairs: 6, PromptTokens: 4, DecodeTokens: 4, RunFlags: []string{"--prefill=decode"}}
+	if err := cfg.Validate(false); err == nil || !strings.Contains(err.Error(), "sets --prefill itself") {
+		t.Errorf("Validate with --run-flag=--prefill and prefill arms: %v", err)
+	}
+	cfg.RunFlags = nil
+	if err := cfg.Validate(false); err != nil {
+		t.Fatal(err)
+	}
+	args := strings.Join(cfg.RunArgs(cfg.Arms[1], "x.json"), " ")
+	if !strings.Contains(args, "--policy grow-one-ahead --prefill auto") {
+		t.Errorf("run args %q", args)
+	}
+	s := &runtime.Summary{Policy: "grow-one-ahead", PrefillMode: "graph", Model: "/m", Ladder: []int{64}, PromptTokens: 4, DecodeTokens: 4, FinishReason: "length"}
+	if ok, why := cfg.matches(s, cfg.Arms[1]); ok || !strings.Contains(why, "prefill graph, want auto") {
+		t.Errorf("a graph run matched the auto arm (%q)", why)
+	}
+	if ok, why := cfg.matches(s, cfg.Arms[0]); !ok {
+		t.Errorf("a graph run did not match the graph arm: %s", why)
 	}
 }

@@ -100,6 +100,7 @@ type Endpoint struct {
 // every one but successor_compile_overlapped_s.
 var Endpoints = []Endpoint{
 	{"foreground_compile_s", "Foreground compile wall", false, func(s *runtime.Summary) float64 { return s.ForegroundCompileS }, false},
+	{"ttft_s", "Time to first token", false, func(s *runtime.Summary) float64 { return s.TTFTS }, false},
 	{"critical_path_s", "Critical path", false, func(s *runtime.Summary) float64 { return s.CriticalPathS }, false},
 	{"decode_s", "Decode inference", false, func(s *runtime.Summary) float64 { return s.DecodeS }, false},
 	{"boundary_wait_s", "Boundary wait", false, func(s *runtime.Summary) float64 { return s.BoundaryWaitS }, false},

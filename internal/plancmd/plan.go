@@ -16,6 +16,7 @@ import (
 	"github.com/ovtoolkit/ovrun/internal/cliutil"
 	"github.com/ovtoolkit/ovrun/internal/safefile"
 	"github.com/ovtoolkit/ovrun/ladder"
+	"github.com/ovtoolkit/ovrun/runtime"
 )
 
 // Command is the plan subcommand.
@@ -32,6 +33,9 @@ var (
 	lookaheadFlag          = &cli.IntFlag{Name: "lookahead", Usage: "rungs ahead a background compile may run (0: the runtime's rule: one ahead, two when after 8 steps the compile would not fit the next rung's window)"}
 	policyFlag             = &cli.StringFlag{Name: "policy", Value: "all", Usage: "`POLICIES`, comma-separated, or all",
 		Action: func(_ *cli.Context, v string) error { _, err := parsePolicies(v); return err }}
+	prefillFlag = &cli.StringFlag{Name: "prefill", Value: string(runtime.DefaultPrefill), Usage: "prefill `MODES` as ovrun run --prefill (auto, graph, decode), comma-separated, or all",
+		Action: func(_ *cli.Context, v string) error { _, err := parsePrefill(v); return err }}
+	prefillChunkFlag = &cli.IntFlag{Name: "prefill-chunk", Value: runtime.DefaultPrefillChunk, Usage: "tokens per prefill call `N`: which prefill graph of the profile to model"}
 )
 
 var Command = &cli.Command{
@@ -39,9 +43,19 @@ var Command = &cli.Command{
 	Usage: "predict the timeline of every run policy from a compile-cost profile (no compiling)",
 	Description: `Simulates one request per policy with compile times from --compile-cost (the
 measured median of a capacity, else the profile's fit) and a constant decode
-rate, and prints foreground compile, critical path, decode, boundary waits,
-background compile overlapped with decode and, with --kv-bytes-per-token,
-the time-weighted average and peak reserved KV. Notes name missed one-ahead
+rate, and prints time to first token, foreground compile, critical path,
+decode, boundary waits, background compile overlapped with decode and, with
+--kv-bytes-per-token, the time-weighted average and peak reserved KV.
+
+Compiles are modelled by kind when the profile measured them (ovtrace
+compile): the first compile of the process at its first-compile cost, every
+later one at its successor cost, and the prefill graph (--prefill-chunk) as
+--prefill says: compiled before the first rung (graph), not at all, the
+prompt going through the first rung's decode graph at --decode-rate
+(decode), or whichever makes the first token sooner for this prompt (auto).
+--prefill-s is the prompt's time through the prefill graph. A profile from an
+older ovtrace (one number per rung) charges every compile that number and
+leaves the prefill graph's compile out. Notes name missed one-ahead
 deadlines and compiles launched two rungs ahead. Use a cost profile measured
 on the target device (an NPU, say) to size a ladder before running there.`,
 	Flags: []cli.Flag{
@@ -56,6 +70,8 @@ on the target device (an NPU, say) to size a ladder before running there.`,
 		migrateGibPerSFlag,
 		lookaheadFlag,
 		policyFlag,
+		prefillFlag,
+		prefillChunkFlag,
 		jsonFlag,
 	},
 	Action: planAction,
@@ -80,6 +96,7 @@ func checkFlags(c *cli.Context) error {
 		cliutil.CheckFloat("prefill-s", prefillSFlag.Get(c), 0, 1e9),
 		cliutil.CheckFloat("migrate-gib-per-s", migrateGibPerSFlag.Get(c), 0, 1e9),
 		cliutil.CheckInt("lookahead", lookaheadFlag.Get(c), 0, 64),
+		cliutil.CheckInt("prefill-chunk", prefillChunkFlag.Get(c), 2, maxTokens),
 	}
 	if s := backgroundSlowdownFlag.Get(c); s != 0 {
 		checks = append(checks, cliutil.CheckFloat("background-slowdown", s, 1, 1e6))
@@ -129,29 +146,47 @@ func planAction(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
+	prefills, err := parsePrefill(prefillFlag.Get(c))
+	if err != nil {
+		return err
+	}
 	kvPerToken := kvBytesPerTokenFlag.Get(c)
 	cfg := compilecost.SimConfig{
 		Ladder:             ladder,
 		PromptTokens:       promptTokensFlag.Get(c),
 		DecodeTokens:       decodeTokensFlag.Get(c),
 		CompileS:           prof.CompileFunc(),
+		CompileSuccessorS:  prof.KindFunc(compilecost.Kind{Graph: compilecost.GraphDecode, Chunk: 1, Successor: true}),
 		DecodeStepS:        func(int) float64 { return 1 / rate },
 		PrefillS:           prefillSFlag.Get(c),
 		Lookahead:          lookaheadFlag.Get(c),
 		KVBytesPerToken:    kvPerToken,
 		BackgroundSlowdown: backgroundSlowdownFlag.Get(c),
 	}
+	// The prefill graph is the first rung's: the smallest holding the
+	// prompt and one token.
+	if r0, ok := compilecost.RungFor(ladder, cfg.PromptTokens+1); ok {
+		first := compilecost.Kind{Graph: compilecost.GraphPrefill, Chunk: prefillChunkFlag.Get(c)}
+		succ := first
+		succ.Successor = true
+		cfg.PrefillCompileS, _ = prof.PredictKind(first, ladder[r0])
+		if prof.HasKind(succ) {
+			cfg.PrefillCompileSuccessorS, _ = prof.PredictKind(succ, ladder[r0])
+		}
+	}
 	if bw := migrateGibPerSFlag.Get(c); bw > 0 {
 		cfg.MigrateS = func(_, _, live int) float64 { return float64(int64(live)*kvPerToken) / (bw * (1 << 30)) }
 	}
 	rep := Report{CompileCost: compileCostFlag.Get(c), DecodeRate: rate}
 	for _, p := range policies {
-		cfg.Policy = p
-		res := compilecost.Simulate(cfg)
-		if res.Error != "" {
-			return fmt.Errorf("plan %s: %s", p, res.Error)
+		for _, pre := range prefills {
+			cfg.Policy, cfg.Prefill = p, pre
+			res := compilecost.Simulate(cfg)
+			if res.Error != "" {
+				return fmt.Errorf("plan %s: %s", p, res.Error)
+			}
+			rep.Results = append(rep.Results, res)
 		}
-		rep.Results = append(rep.Results, res)
 	}
 	if path := jsonFlag.Get(c); path != "" {
 		if err := cliutil.WriteJSON(path, rep); err != nil {
@@ -165,13 +200,17 @@ func planAction(c *cli.Context) error {
 
 func writePlan(w io.Writer, results []compilecost.SimResult, kv bool) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	head := "policy\tforeground compile s\tcritical path s\tdecode s\tboundary wait s\tbackground compile s\toverlapped s\t"
+	head := "policy\tprefill\tTTFT s\tforeground compile s\tcritical path s\tdecode s\tboundary wait s\tbackground compile s\toverlapped s\t"
 	if kv {
 		head += "KV avg MiB\tKV peak MiB\t"
 	}
 	fmt.Fprintln(tw, head+"finish\t")
 	for _, r := range results {
-		line := fmt.Sprintf("%s\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t", r.Policy, r.ForegroundCompileS, r.CriticalPathS,
+		prefill := r.PrefillUsed
+		if r.Prefill == compilecost.PrefillAuto {
+			prefill = "auto: " + prefill
+		}
+		line := fmt.Sprintf("%s\t%s\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t", r.Policy, prefill, r.TTFTS, r.ForegroundCompileS, r.CriticalPathS,
 			r.DecodeS, r.BoundaryWaitS, r.BackgroundCompileS, r.OverlappedS)
 		if kv {
 			line += fmt.Sprintf("%.1f\t%.1f\t", r.KVReservedAvgBytes/(1<<20), float64(r.KVReservedPeakBytes)/(1<<20))
@@ -190,6 +229,20 @@ func writePlan(w io.Writer, results []compilecost.SimResult, kv bool) error {
 }
 
 var jsonFlag = &cli.StringFlag{Name: "json", Usage: "write the machine-readable result to `FILE`"}
+
+// parsePrefill reads --prefill: "all" or a comma-separated list of modes.
+func parsePrefill(s string) ([]string, error) {
+	if s == "all" {
+		return runtime.PrefillModes(), nil
+	}
+	modes := strings.Split(s, ",")
+	for _, m := range modes {
+		if _, err := runtime.ParsePrefillMode(m); err != nil {
+			return nil, fmt.Errorf("--prefill: %w", err)
+		}
+	}
+	return modes, nil
+}
 
 // parsePolicies reads --policy: "all" or a comma-separated list of policies.
 func parsePolicies(s string) ([]string, error) {
