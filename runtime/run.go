@@ -3,6 +3,7 @@ package runtime
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/ovtoolkit/ovrun/compilecost"
@@ -59,6 +60,9 @@ func Run(ctx context.Context, comp Compiler, shape KVShape, cfg RunConfig) (*Sum
 	fail := func(err error) (*Summary, error) {
 		s.FinishReason, s.Error = "error", err.Error()
 		return s, err
+	}
+	if cfg.DecodeTokens < 1 { // a run measures decoding
+		return fail(fmt.Errorf("decode tokens must be at least 1, got %d", cfg.DecodeTokens))
 	}
 	l, err := NewCompiledLadder(ctx, comp, LadderConfig{Ladder: cfg.Ladder, Policy: cfg.Policy, Shape: shape,
 		PrefillChunk: cfg.PrefillChunk, Prefill: cfg.Prefill, Background: cfg.Background, CompileCost: cfg.CompileCost, Clock: cfg.Clock,

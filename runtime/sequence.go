@@ -12,7 +12,7 @@ import (
 // SequenceConfig is one generation on a CompiledLadder.
 type SequenceConfig struct {
 	Prompt       []int64
-	DecodeTokens int     // decode steps
+	DecodeTokens int     // decode steps after the prompt's prediction (0: that prediction only)
 	Forced       []int64 // teacher-forced inputs, one per decode step; nil decodes with Decoding
 	Verify       bool    // compare the first step after every switch with a control that never switched
 	Decoding             // token choice, end-of-generation and streaming; greedy by default
@@ -85,8 +85,8 @@ func (l *CompiledLadder) newSequence(cfg SequenceConfig, s *Summary) (*Sequence,
 	if len(cfg.Prompt) == 0 {
 		return nil, errors.New("the prompt is empty")
 	}
-	if cfg.DecodeTokens < 1 {
-		return nil, fmt.Errorf("decode tokens must be at least 1, got %d", cfg.DecodeTokens)
+	if cfg.DecodeTokens < 0 {
+		return nil, fmt.Errorf("decode tokens must not be negative, got %d", cfg.DecodeTokens)
 	}
 	if cfg.Forced != nil && len(cfg.Forced) < cfg.DecodeTokens {
 		return nil, fmt.Errorf("%d teacher-forced tokens for %d decode steps", len(cfg.Forced), cfg.DecodeTokens)
@@ -169,8 +169,11 @@ func (q *Sequence) Start(ctx context.Context) error {
 	if q.bgPre {
 		q.l.launchPrefill(q.l.caps[q.cur])
 	}
-	if q.stopped {
+	switch {
+	case q.stopped:
 		q.s.FinishReason, q.done = "stop", true
+	case q.cfg.DecodeTokens == 0: // the prompt's prediction was all that was asked for
+		q.s.FinishReason, q.done = "length", true
 	}
 	return nil
 }

@@ -191,3 +191,44 @@ func TestConcurrentSequencesRetryAFailedCompileOnce(t *testing.T) {
 		t.Errorf("rung 32 record %+v, want compiled on the foreground retry (attempt 2); notes %s", got, notes)
 	}
 }
+
+// TestSequenceOfThePromptsPredictionOnly asks for no decode step: the
+// sequence ends after the prompt with its one prediction (a chat or server
+// request for one new token), the same token a longer run predicts first;
+// a negative count is refused, and Run, which measures decoding, still
+// wants at least one step.
+func TestSequenceOfThePromptsPredictionOnly(t *testing.T) {
+	prompt := SeededTokens(3, 10, 97)
+	long, err := fakeRun(t, newFakeCompiler(testShape, 97, nil), RunConfig{Ladder: Ladder{32, 64}, Policy: "grow-one-ahead",
+		Prompt: prompt, DecodeTokens: 5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := NewCompiledLadder(context.Background(), newFakeCompiler(testShape, 97, nil),
+		LadderConfig{Ladder: Ladder{32, 64}, Policy: "grow-one-ahead", Shape: testShape})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	if _, err := l.NewSequence(SequenceConfig{Prompt: prompt, DecodeTokens: -1}); err == nil {
+		t.Error("a negative number of decode steps was accepted")
+	}
+	q, err := l.NewSequence(SequenceConfig{Prompt: prompt})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := q.Run(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	s := q.Finish(nil)
+	if err := q.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if s.FinishReason != "length" || s.DecodedTokens != 0 || !slices.Equal(s.Predictions, long.Predictions[:1]) {
+		t.Errorf("finish %q after %d steps, predictions %v; want length after 0 with %v", s.FinishReason, s.DecodedTokens, s.Predictions, long.Predictions[:1])
+	}
+	if _, err := fakeRun(t, newFakeCompiler(testShape, 97, nil), RunConfig{Ladder: Ladder{32, 64}, Policy: "grow-one-ahead",
+		Prompt: prompt}); err == nil {
+		t.Error("Run accepted 0 decode steps")
+	}
+}

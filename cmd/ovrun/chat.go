@@ -147,7 +147,7 @@ func chatTurn(c *cli.Context, l *runtime.CompiledLadder, comp *ovexec.Compiler, 
 	if len(in.ids) >= top {
 		return "", fmt.Errorf("the conversation is %d tokens, the largest rung holds %d: start a new one or give a longer --ladder", len(in.ids), top)
 	}
-	steps := min(chatMaxNewFlag.Get(c), top-len(in.ids)) - 1
+	steps := min(chatMaxNewFlag.Get(c), top-len(in.ids)) - 1 // the prompt's prediction is the first new token
 	q, err := l.NewSequence(runtime.SequenceConfig{Prompt: in.ids, DecodeTokens: steps, Decoding: dec, ProcessStart: start})
 	if err != nil {
 		return "", err

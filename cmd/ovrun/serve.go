@@ -209,7 +209,7 @@ func (e *ladderEngine) Generate(ctx context.Context, prompt []int64, o serve.Opt
 		}
 	}
 	dec.Stop = func(id int64) bool { return halted || e.tok.IsEOG(int(id)) }
-	steps := max(1, min(o.MaxTokens, e.ladder.Max()-len(prompt)))
+	steps := min(o.MaxTokens, e.ladder.Max()-len(prompt)) - 1 // the prompt's prediction is the first token
 	progress, done := e.sequence(e.shape, len(prompt))
 	defer done()
 	start := time.Now()

@@ -62,6 +62,16 @@ func TestChatAnswersInText(t *testing.T) {
 	if answers[0] != answers[1] {
 		t.Errorf("compressed weights answered %q, f32 weights %q", answers[0], answers[1])
 	}
+	// One new token is the prompt's prediction alone: the answer's first word.
+	js := filepath.Join(t.TempDir(), "one.json")
+	out, stderr, code := ovrunWith(t, nil, strings.NewReader(colorsQuestion+"\n"), "chat", "--model", g, "--precision", "f32",
+		"--ladder", "64,128", "--max-new-tokens", "1", "--json", js, "-q")
+	if code != 0 || strings.TrimSpace(out) != "The" {
+		t.Fatalf("chat --max-new-tokens 1: exit %d, %q (%s)", code, out, stderr)
+	}
+	if s := readSummary(t, js); s.FinishReason != "length" || s.DecodedTokens != 0 || len(s.Predictions) != 1 {
+		t.Errorf("chat --max-new-tokens 1: finish %q after %d steps, %d predictions", s.FinishReason, s.DecodedTokens, len(s.Predictions))
+	}
 }
 
 func TestGeneratePromptJSON(t *testing.T) {
