@@ -95,6 +95,39 @@ type WeightExplainer interface {
 	NonFiniteWeight() string
 }
 
+// Origin says where a compiled graph came from and what moving it as a
+// compiled blob cost: compiled here, compiled in a worker process and
+// imported, or imported from the compiled-rung cache.
+type Origin struct {
+	Source  string  // OriginCompiled or OriginImported
+	ImportS float64 // seconds importing a compiled blob; 0 when none was imported
+	ExportS float64 // seconds exporting the compiled model (worker result, cache entry); 0 when none was
+}
+
+// The sources of a compiled graph: a rung imported from a worker's result
+// was still compiled for this run, so only a cache hit is "imported".
+const (
+	OriginCompiled = "compiled"
+	OriginImported = "imported"
+)
+
+// OriginReporter is an Executable that knows its Origin.
+type OriginReporter interface {
+	Origin() Origin
+}
+
+// originOf is exe's origin; an Executable that does not say was compiled.
+func originOf(exe Executable) Origin {
+	if x, ok := exe.(OriginReporter); ok {
+		o := x.Origin()
+		if o.Source == "" {
+			o.Source = OriginCompiled
+		}
+		return o
+	}
+	return Origin{Source: OriginCompiled}
+}
+
 // hostViews reports whether comp's graphs read host memory in place.
 func hostViews(comp Compiler) bool {
 	v, ok := comp.(HostViewer)

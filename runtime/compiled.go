@@ -93,6 +93,7 @@ type compileAttempt struct {
 	kind    string
 	attempt int
 	irBytes int
+	origin  Origin
 }
 
 // NewCompiledLadder checks the policy and the ladder and starts the
@@ -207,7 +208,11 @@ func (l *CompiledLadder) observe(r *rung, j *compileJob) {
 	if r.index < 0 {
 		kind = "prefill"
 	}
-	l.records = append(l.records, compileAttempt{rung: r.index, job: j, kind: kind, attempt: j.attempt, irBytes: irBytes(j.exe)})
+	a := compileAttempt{rung: r.index, job: j, kind: kind, attempt: j.attempt, irBytes: irBytes(j.exe)}
+	if j.err == nil {
+		a.origin = originOf(j.exe)
+	}
+	l.records = append(l.records, a)
 	if r.index >= 0 && j.background && j.err == nil {
 		l.sched.Compiled(launcher{l}, r.index, j.seconds())
 	}

@@ -22,7 +22,8 @@ func (l *CompiledLadder) record(s *Summary, origin time.Time) {
 	for _, a := range l.records {
 		j := a.job
 		c := CompileRecord{Capacity: j.spec.Capacity, Chunk: j.spec.Chunk, Kind: a.kind, Foreground: !j.background,
-			Attempt: a.attempt, StartS: off(j.start), EndS: off(j.end), CompileS: j.seconds(), IRBytes: a.irBytes}
+			Attempt: a.attempt, StartS: off(j.start), EndS: off(j.end), CompileS: j.seconds(), IRBytes: a.irBytes,
+			Source: a.origin.Source, ImportS: a.origin.ImportS, ExportS: a.origin.ExportS}
 		if j.err != nil {
 			c.Error = j.err.Error()
 		}
@@ -36,6 +37,7 @@ func (l *CompiledLadder) record(s *Summary, origin time.Time) {
 		rs.Foreground = !j.background
 		rs.CompileAttempts = a.attempt
 		rs.CompileError = c.Error
+		rs.CompileSource, rs.ImportS, rs.ExportS = c.Source, c.ImportS, c.ExportS
 	}
 }
 

@@ -3,6 +3,7 @@ package runtime
 import (
 	"context"
 	"errors"
+	"github.com/ovtoolkit/ovrun/model"
 	"os"
 	"slices"
 	"strings"
@@ -361,5 +362,53 @@ func TestCompileCostLaunchesTwoAheadWhenOneAheadCannotMakeIt(t *testing.T) {
 	}
 	if !slices.ContainsFunc(s.Notes, func(n string) bool { return strings.Contains(n, "launching it two ahead") }) {
 		t.Errorf("notes %q do not say the rung was launched two ahead", s.Notes)
+	}
+}
+
+// originCompiler reports an Origin for the graphs of some capacities, as a
+// compiled-rung cache or a compile worker would.
+type originCompiler struct {
+	*fakeCompiler
+	origins map[int]Origin
+}
+
+type originExecutable struct {
+	Executable
+	o Origin
+}
+
+func (e originExecutable) Origin() Origin { return e.o }
+
+func (c originCompiler) Compile(ctx context.Context, spec model.GraphSpec) (Executable, error) {
+	exe, err := c.fakeCompiler.Compile(ctx, spec)
+	if o, ok := c.origins[spec.Capacity]; ok && err == nil && spec.Chunk == 1 {
+		return originExecutable{exe, o}, nil
+	}
+	return exe, err
+}
+
+func TestSummaryRecordsWhereEachRungCameFrom(t *testing.T) {
+	f := newFakeCompiler(testShape, 50, nil)
+	comp := originCompiler{f, map[int]Origin{64: {Source: OriginImported, ImportS: 0.25},
+		128: {Source: OriginCompiled, ImportS: 0.5, ExportS: 0.75}}}
+	s, err := Run(context.Background(), comp, testShape, RunConfig{Ladder: Ladder{32, 64, 128}, Policy: GrowOneAhead,
+		Prompt: SeededTokens(1, 10, 50), DecodeTokens: 80, PrefillChunk: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []struct {
+		source          string
+		import_, export float64
+	}{{OriginCompiled, 0, 0}, {OriginImported, 0.25, 0}, {OriginCompiled, 0.5, 0.75}}
+	for i, w := range want {
+		r := s.Rungs[i]
+		if r.CompileSource != w.source || r.ImportS != w.import_ || r.ExportS != w.export {
+			t.Errorf("rung %d: source %q import %v export %v, want %+v", r.Capacity, r.CompileSource, r.ImportS, r.ExportS, w)
+		}
+	}
+	for _, c := range s.Compiles {
+		if c.Capacity == 64 && c.Source != OriginImported {
+			t.Errorf("compile record of 64 says %q, want imported", c.Source)
+		}
 	}
 }

@@ -65,6 +65,10 @@ type Summary struct {
 
 	FinishReason string `json:"finish_reason"` // length, stop, capacity, compile_error, interrupted, error
 	Error        string `json:"error,omitempty"`
+
+	// CompileIn is where compiles ran: "process" (this process's threads)
+	// or "worker" (a child process per compile, its result imported).
+	CompileIn string `json:"compile_in,omitempty"`
 }
 
 // RungSummary is what one capacity cost and did.
@@ -77,6 +81,9 @@ type RungSummary struct {
 	Foreground      bool    `json:"foreground"`
 	CompileAttempts int     `json:"compile_attempts"`
 	CompileError    string  `json:"compile_error,omitempty"`
+	CompileSource   string  `json:"compile_source,omitempty"` // compiled or imported; empty when never compiled
+	ImportS         float64 `json:"import_s"`
+	ExportS         float64 `json:"export_s"`
 	ReadyAtBoundary bool    `json:"ready_at_boundary"`
 	WaitS           float64 `json:"wait_s"`
 	MigrateS        float64 `json:"migrate_s"`
@@ -101,7 +108,10 @@ type CompileRecord struct {
 	StartS     float64 `json:"start_s"`
 	EndS       float64 `json:"end_s"`
 	CompileS   float64 `json:"compile_s"`
-	IRBytes    int     `json:"ir_bytes,omitempty"` // size of the emitted IR XML
+	IRBytes    int     `json:"ir_bytes,omitempty"`       // size of the emitted IR XML
+	Source     string  `json:"compile_source,omitempty"` // compiled or imported (Origin); empty when it failed
+	ImportS    float64 `json:"import_s,omitempty"`
+	ExportS    float64 `json:"export_s,omitempty"`
 	Error      string  `json:"error,omitempty"`
 }
 

@@ -60,6 +60,15 @@ func EmitSpans(ctx context.Context, tracer trace.Tracer, s *Summary, processStar
 		if c.IRBytes > 0 {
 			attrs = append(attrs, tracing.AttrIRBytes.Int(c.IRBytes))
 		}
+		if c.Source != "" {
+			attrs = append(attrs, tracing.AttrCompileSource.String(c.Source))
+		}
+		if c.ImportS > 0 {
+			attrs = append(attrs, tracing.AttrImportS.Float64(c.ImportS))
+		}
+		if c.ExportS > 0 {
+			attrs = append(attrs, tracing.AttrExportS.Float64(c.ExportS))
+		}
 		child(tracing.SpanCompile, c.StartS, stop, c.Error, attrs...)
 	}
 	if s.PrefillStartS > 0 {
@@ -149,6 +158,7 @@ func runAttrs(s *Summary) []attribute.KeyValue {
 		tracing.AttrKVReservedAvg.Float64(s.KVReservedAvgBytes), tracing.AttrKVReservedPeak.Int64(s.KVReservedPeakBytes),
 		tracing.AttrKVLiveAvg.Float64(s.KVLiveAvgBytes), tracing.AttrPeakRSS.Int64(s.PeakRSSBytes),
 		tracing.AttrTTFTS.Float64(s.TTFTS), tracing.AttrPrefillMode.String(s.PrefillMode), tracing.AttrPrefillUsed.String(s.PrefillUsed),
+		tracing.AttrCompileIn.String(s.CompileIn),
 	}
 }
 

@@ -59,8 +59,12 @@ const (
 	AttrCompileKind       = attribute.Key("ovrun.compile.kind") // decode, prefill, verify
 	AttrCompileAttempt    = attribute.Key("ovrun.compile.attempt")
 	AttrCompileS          = attribute.Key("ovrun.compile_s")
-	AttrIRBytes           = attribute.Key("ovrun.ir_bytes") // when known
-	AttrOutcome           = attribute.Key("ovrun.outcome")  // ok, error
+	AttrIRBytes           = attribute.Key("ovrun.ir_bytes")       // when known
+	AttrCompileSource     = attribute.Key("ovrun.compile.source") // compiled, imported
+	AttrImportS           = attribute.Key("ovrun.import_s")       // when a blob was imported
+	AttrExportS           = attribute.Key("ovrun.export_s")       // when a blob was exported
+	AttrCompileIn         = attribute.Key("ovrun.compile_in")     // process, worker (run span)
+	AttrOutcome           = attribute.Key("ovrun.outcome")        // ok, error
 	AttrTokens            = attribute.Key("ovrun.tokens")
 	AttrFirstStep         = attribute.Key("ovrun.first_step")
 	AttrLastStep          = attribute.Key("ovrun.last_step")

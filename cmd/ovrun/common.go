@@ -148,4 +148,7 @@ func describeRun(c *cli.Context, comp *ovexec.Compiler, sum *runtime.Summary) {
 	sum.PrecisionUsed = comp.EffectivePrecision()
 	sum.Seed = seedFlag.Get(c)
 	sum.OpenVINOVersion, _ = ov.Version()
+	if sum.CompileIn == "" {
+		sum.CompileIn = "process"
+	}
 }
