@@ -1,0 +1,439 @@
+// Package rungcache is the compiled-rung cache: a folder of compiled graph
+// blobs, each named by the key of everything that changes the compiled
+// result (see Parts), with a metadata file that carries the blob's size and
+// SHA-256. Get verifies the blob before handing it out and marks it used;
+// Put writes it atomically and evicts the least recently used entries past
+// the size cap. A corrupt, truncated or foreign entry is discarded with a
+// note, never a crash. Several processes may share one folder: every read
+// and write of an entry happens under an exclusive lock on the folder's lock
+// file, and files appear only by rename. Only files named like entries
+// (64 hex digits, .blob or .json) are ever read or removed.
+//
+// OpenVINO's own CACHE_DIR is not used: it imports a blob with flipped
+// bytes without complaint (TestOpenVINOCacheDirTakesAFlippedBlob in
+// runtime/ovexec), and it has no size cap.
+package rungcache
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/ovtoolkit/ovrun/internal/safefile"
+)
+
+// DefaultMaxBytes is the size cap of a cache folder when none is given.
+const DefaultMaxBytes int64 = 8 << 30
+
+// lockName is the lock file every process sharing the folder locks.
+const lockName = ".rungcache.lock"
+
+// staleTemp is how old a leftover temporary file must be before a Put
+// removes it (a writer that crashed).
+const staleTemp = time.Hour
+
+var entryName = regexp.MustCompile(`^([0-9a-f]{64})\.(blob|json)$`)
+
+// Cache is one cache folder with a size cap.
+type Cache struct {
+	dir string
+	max int64
+	now func() time.Time
+}
+
+// Open uses dir as a cache folder (creating it) with a cap of maxBytes
+// (DefaultMaxBytes when 0 or less).
+func Open(dir string, maxBytes int64) (*Cache, error) {
+	if dir == "" {
+		return nil, errors.New("rung cache: empty folder name")
+	}
+	if maxBytes <= 0 {
+		maxBytes = DefaultMaxBytes
+	}
+	if err := safefile.MkdirAll(dir); err != nil {
+		return nil, fmt.Errorf("rung cache: %w", err)
+	}
+	return &Cache{dir: dir, max: maxBytes, now: time.Now}, nil
+}
+
+// Dir is the cache folder.
+func (c *Cache) Dir() string { return c.dir }
+
+// MaxBytes is the size cap.
+func (c *Cache) MaxBytes() int64 { return c.max }
+
+func (c *Cache) blobPath(k Key) string { return filepath.Join(c.dir, k.String()+".blob") }
+func (c *Cache) metaPath(k Key) string { return filepath.Join(c.dir, k.String()+".json") }
+
+// lock takes the folder's exclusive lock; the returned function releases it.
+func (c *Cache) lock() (func(), error) {
+	f, err := os.OpenFile(filepath.Join(c.dir, lockName), os.O_RDWR|os.O_CREATE|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("rung cache %s: lock: %w", c.dir, err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("rung cache %s: lock: %w", c.dir, err)
+	}
+	return func() { syscall.Flock(int(f.Fd()), syscall.LOCK_UN); f.Close() }, nil
+}
+
+// Has reports whether an entry for k is present (without verifying it).
+func (c *Cache) Has(k Key) bool {
+	fi, err := os.Lstat(c.metaPath(k))
+	return err == nil && fi.Mode().IsRegular()
+}
+
+// Get returns the verified blob of k and its metadata, and marks the entry
+// used. ok is false on a miss; note, when not empty, says why an entry that
+// was there was discarded (corrupt, truncated, foreign, unreadable).
+func (c *Cache) Get(k Key) (blob []byte, m Meta, ok bool, note string) {
+	unlock, err := c.lock()
+	if err != nil {
+		return nil, Meta{}, false, err.Error()
+	}
+	defer unlock()
+	if _, err := os.Lstat(c.metaPath(k)); errors.Is(err, fs.ErrNotExist) {
+		return nil, Meta{}, false, ""
+	}
+	blob, m, err = c.read(k)
+	if err != nil {
+		c.remove(k)
+		return nil, Meta{}, false, fmt.Sprintf("rung cache: discarded entry %s: %v; compiling it again", k.Short(), err)
+	}
+	now := c.now()
+	os.Chtimes(c.metaPath(k), now, now) // last used; a failure only ages the entry
+	return blob, m, true, ""
+}
+
+// read reads and verifies k's metadata and blob; c is locked.
+func (c *Cache) read(k Key) ([]byte, Meta, error) {
+	mb, err := readRegular(c.metaPath(k), maxMetaBytes)
+	if err != nil {
+		return nil, Meta{}, err
+	}
+	m, err := ParseMeta(mb)
+	if err != nil {
+		return nil, Meta{}, err
+	}
+	if m.Key != k.String() {
+		return nil, Meta{}, fmt.Errorf("metadata is for key %s", shortHex(m.Key))
+	}
+	blob, err := readRegular(c.blobPath(k), m.Size+1)
+	if err != nil {
+		return nil, Meta{}, err
+	}
+	if int64(len(blob)) != m.Size {
+		return nil, Meta{}, fmt.Errorf("blob is %d bytes, its metadata says %d (truncated or replaced)", len(blob), m.Size)
+	}
+	if sum := sha256.Sum256(blob); hex.EncodeToString(sum[:]) != m.SHA256 {
+		return nil, Meta{}, errors.New("blob's SHA-256 does not match its metadata (corrupt)")
+	}
+	return blob, m, nil
+}
+
+// Discard removes k's entry (a blob OpenVINO refused to import).
+func (c *Cache) Discard(k Key) error {
+	unlock, err := c.lock()
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	c.remove(k)
+	return nil
+}
+
+// remove deletes k's files, metadata first so that no reader sees a
+// metadata file without its blob; c is locked.
+func (c *Cache) remove(k Key) {
+	os.Remove(c.metaPath(k))
+	os.Remove(c.blobPath(k))
+}
+
+// Put stores an entry for k: write writes the blob to the path it is given
+// (a fresh temporary file in the folder, as OpenVINO's export wants a path),
+// then the blob is hashed, synced and renamed into place and its metadata
+// written after it. Entries past the size cap are then evicted, least
+// recently used first. The notes say what was evicted.
+func (c *Cache) Put(k Key, m Meta, write func(path string) error) (notes []string, err error) {
+	tmp, err := c.tempFile(k.String() + ".blob")
+	if err != nil {
+		return nil, err
+	}
+	defer os.Remove(tmp) // a no-op once renamed
+	if err := write(tmp); err != nil {
+		return nil, fmt.Errorf("rung cache: write entry %s: %w", k.Short(), err)
+	}
+	size, sum, err := syncAndHash(tmp)
+	if err != nil {
+		return nil, fmt.Errorf("rung cache: write entry %s: %w", k.Short(), err)
+	}
+	if size == 0 {
+		return nil, fmt.Errorf("rung cache: write entry %s: the compiled blob is empty", k.Short())
+	}
+	m.Format, m.Key, m.Size, m.SHA256 = FormatVersion, k.String(), size, sum
+	if m.Created.IsZero() {
+		m.Created = c.now().UTC()
+	}
+	mb, err := m.marshal()
+	if err != nil {
+		return nil, err
+	}
+	unlock, err := c.lock()
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	os.Remove(c.metaPath(k)) // an old entry's metadata must not describe the new blob
+	if err := os.Rename(tmp, c.blobPath(k)); err != nil {
+		return nil, fmt.Errorf("rung cache: write entry %s: %w", k.Short(), err)
+	}
+	if err := safefile.WriteFile(c.metaPath(k), mb); err != nil {
+		os.Remove(c.blobPath(k))
+		return nil, fmt.Errorf("rung cache: %w", err)
+	}
+	syncDir(c.dir)
+	return c.evict(c.max, 0, k), nil
+}
+
+// tempFile creates an empty temporary file in the folder and returns its name.
+func (c *Cache) tempFile(base string) (string, error) {
+	f, err := os.CreateTemp(c.dir, "."+base+".*.tmp")
+	if err != nil {
+		return "", fmt.Errorf("rung cache: %w", err)
+	}
+	// Keep the empty file, drop the handle: OpenVINO writes by path.
+	name := f.Name()
+	f.Close()
+	return name, nil
+}
+
+func syncAndHash(path string) (int64, string, error) {
+	f, err := os.OpenFile(path, os.O_RDWR|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		return 0, "", err
+	}
+	defer f.Close()
+	h := sha256.New()
+	n, err := io.Copy(h, f)
+	if err != nil {
+		return 0, "", err
+	}
+	if err := f.Sync(); err != nil {
+		return 0, "", err
+	}
+	return n, hex.EncodeToString(h.Sum(nil)), nil
+}
+
+func syncDir(dir string) {
+	if d, err := os.Open(dir); err == nil {
+		d.Sync()
+		d.Close()
+	}
+}
+
+// readRegular reads a regular file (never through a symlink) of at most limit bytes.
+func readRegular(path string, limit int64) ([]byte, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", filepath.Base(path), unwrap(err))
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s is %s", filepath.Base(path), safefile.Kind(fi.Mode()))
+	}
+	if fi.Size() > limit {
+		return nil, fmt.Errorf("%s is %s, more than the %s expected", filepath.Base(path), safefile.Size(fi.Size()), safefile.Size(limit))
+	}
+	b, err := io.ReadAll(io.LimitReader(f, limit))
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", filepath.Base(path), unwrap(err))
+	}
+	return b, nil
+}
+
+func unwrap(err error) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return pe.Err
+	}
+	return err
+}
+
+// Entry is one cache entry as listed: its metadata, when it was last used,
+// and the bytes it takes (blob and metadata).
+type Entry struct {
+	Meta
+	LastUsed time.Time
+	Bytes    int64
+}
+
+// List returns the entries, most recently used first. Files that are not
+// entries are left alone and not listed; an entry whose metadata cannot be
+// read is listed with its key only.
+func (c *Cache) List() ([]Entry, error) {
+	unlock, err := c.lock()
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	return c.list()
+}
+
+// list scans the folder; c is locked.
+func (c *Cache) list() ([]Entry, error) {
+	des, err := os.ReadDir(c.dir)
+	if err != nil {
+		return nil, fmt.Errorf("rung cache %s: %w", c.dir, unwrap(err))
+	}
+	byKey := map[string]*Entry{}
+	for _, de := range des {
+		sm := entryName.FindStringSubmatch(de.Name())
+		if sm == nil || !de.Type().IsRegular() {
+			continue
+		}
+		fi, err := de.Info()
+		if err != nil {
+			continue
+		}
+		e := byKey[sm[1]]
+		if e == nil {
+			e = &Entry{Meta: Meta{Key: sm[1]}}
+			byKey[sm[1]] = e
+		}
+		e.Bytes += fi.Size()
+		if sm[2] == "json" {
+			e.LastUsed = fi.ModTime()
+			if b, err := readRegular(filepath.Join(c.dir, de.Name()), maxMetaBytes); err == nil {
+				if m, err := ParseMeta(b); err == nil && m.Key == sm[1] {
+					e.Meta = m
+				}
+			}
+		}
+	}
+	out := make([]Entry, 0, len(byKey))
+	for _, e := range byKey {
+		out = append(out, *e)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if !out[i].LastUsed.Equal(out[j].LastUsed) {
+			return out[i].LastUsed.After(out[j].LastUsed)
+		}
+		return out[i].Key < out[j].Key
+	})
+	return out, nil
+}
+
+// Prune removes entries, least recently used first, until the rest take at
+// most maxBytes (no size limit when maxBytes < 0), and every entry not used
+// for olderThan (none when 0). It returns what it removed.
+func (c *Cache) Prune(maxBytes int64, olderThan time.Duration) ([]Entry, error) {
+	unlock, err := c.lock()
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	return c.prune(maxBytes, olderThan, Key{})
+}
+
+// Clear removes every entry (and leftover temporary files of entries);
+// other files in the folder are kept.
+func (c *Cache) Clear() ([]Entry, error) {
+	unlock, err := c.lock()
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	c.removeTemps(0)
+	return c.prune(0, 0, Key{})
+}
+
+// evict applies the cap after a Put, keeping k unless it alone is over the
+// cap; it returns notes on what it removed; c is locked.
+func (c *Cache) evict(maxBytes int64, olderThan time.Duration, keep Key) []string {
+	c.removeTemps(staleTemp)
+	gone, err := c.prune(maxBytes, olderThan, keep)
+	if err != nil {
+		return []string{err.Error()}
+	}
+	var notes []string
+	for _, e := range gone {
+		notes = append(notes, fmt.Sprintf("rung cache: evicted entry %s (%s, %s, last used %s) to stay under %s", e.Short(), e.Graph(), safefile.Size(e.Bytes), e.LastUsed.UTC().Format(time.RFC3339), safefile.Size(maxBytes)))
+	}
+	return notes
+}
+
+// prune is Prune with c locked; keep survives the size cap as long as
+// other entries can go instead.
+func (c *Cache) prune(maxBytes int64, olderThan time.Duration, keep Key) ([]Entry, error) {
+	es, err := c.list()
+	if err != nil {
+		return nil, err
+	}
+	var total int64
+	for _, e := range es {
+		total += e.Bytes
+	}
+	now := c.now()
+	var gone []Entry
+	// es is most recently used first: walk from the back.
+	for i := len(es) - 1; i >= 0; i-- {
+		e := es[i]
+		old := olderThan > 0 && now.Sub(e.LastUsed) > olderThan
+		over := maxBytes >= 0 && total > maxBytes && e.Key != keep.String()
+		if !old && !over {
+			continue
+		}
+		c.removeEntry(e)
+		total -= e.Bytes
+		gone = append(gone, e)
+	}
+	// An entry that alone is over the cap goes too.
+	for _, e := range es {
+		if e.Key == keep.String() && maxBytes >= 0 && total > maxBytes {
+			c.removeEntry(e)
+			gone = append(gone, e)
+		}
+	}
+	return gone, nil
+}
+
+func (c *Cache) removeEntry(e Entry) {
+	if k, err := ParseKey(e.Key); err == nil {
+		c.remove(k)
+	}
+}
+
+// removeTemps removes temporary files of entries older than age; c is locked.
+func (c *Cache) removeTemps(age time.Duration) {
+	des, err := os.ReadDir(c.dir)
+	if err != nil {
+		return
+	}
+	for _, de := range des {
+		n := de.Name()
+		if !strings.HasPrefix(n, ".") || !strings.HasSuffix(n, ".tmp") || !de.Type().IsRegular() {
+			continue
+		}
+		if len(n) < 66 || !entryName.MatchString(strings.SplitN(n[1:], ".", 3)[0]+".blob") {
+			continue
+		}
+		if fi, err := de.Info(); err == nil && c.now().Sub(fi.ModTime()) >= age {
+			os.Remove(filepath.Join(c.dir, n))
+		}
+	}
+}

@@ -1,0 +1,136 @@
+package rungcache
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// FormatVersion is the version of the cache's layout and key recipe; a
+// change of either bumps it, so old entries stop matching.
+const FormatVersion = 1
+
+// Key names an entry: the SHA-256 of its Parts.
+type Key [sha256.Size]byte
+
+// String is the key in hex (the entry's file name).
+func (k Key) String() string { return hex.EncodeToString(k[:]) }
+
+// Short is the first 12 hex digits, for messages.
+func (k Key) Short() string { return k.String()[:12] }
+
+// ParseKey reads a key written by String.
+func ParseKey(s string) (Key, error) {
+	var k Key
+	b, err := hex.DecodeString(s)
+	if err != nil || len(b) != len(k) {
+		return k, fmt.Errorf("rung cache key %q is not %d hex digits", shortHex(s), 2*len(k))
+	}
+	copy(k[:], b)
+	return k, nil
+}
+
+// Parts is everything that changes a compiled graph. Two compiles with
+// equal Parts give interchangeable blobs.
+type Parts struct {
+	OpenVINO   string   `json:"openvino"`   // build number of the loaded library
+	Device     string   `json:"device"`     // CPU, GPU, NPU
+	Precision  string   `json:"precision"`  // asked INFERENCE_PRECISION_HINT ("" for the default)
+	Properties []string `json:"properties"` // every compile property as KEY=VALUE, in the order they are passed
+	WeightsSHA string   `json:"weights"`    // SHA-256 of the weights blob the graph reads
+	IRSHA      string   `json:"ir"`         // SHA-256 of the IR XML
+	Kind       string   `json:"kind"`       // decode or prefill
+	Capacity   int      `json:"capacity"`
+	Chunk      int      `json:"chunk"`
+}
+
+// KeyOf is the key of p under this FormatVersion.
+func KeyOf(p Parts) Key {
+	b, _ := json.Marshal(struct {
+		Format int `json:"format"`
+		Parts
+	}{FormatVersion, p}) // a struct of strings and ints always marshals
+	return sha256.Sum256(b)
+}
+
+// Meta is an entry's metadata file: what the blob must be (size,
+// SHA-256) and, for people, what it is.
+type Meta struct {
+	Format    int       `json:"format"`
+	Key       string    `json:"key"`
+	Size      int64     `json:"size"`   // blob bytes
+	SHA256    string    `json:"sha256"` // of the blob
+	Kind      string    `json:"kind"`
+	Capacity  int       `json:"capacity"`
+	Chunk     int       `json:"chunk"`
+	Device    string    `json:"device"`
+	Precision string    `json:"precision,omitempty"`
+	Model     string    `json:"model,omitempty"`
+	OpenVINO  string    `json:"openvino,omitempty"`
+	CompileS  float64   `json:"compile_s,omitempty"` // what compiling it cost
+	Created   time.Time `json:"created"`
+}
+
+// maxMetaBytes bounds a metadata file read.
+const maxMetaBytes = 64 << 10
+
+// maxBlobBytes bounds a blob's stated size (a hostile metadata file must
+// not make Get allocate without limit).
+const maxBlobBytes = 64 << 30
+
+// Graph is the graph's name as the runtime writes it (decode-c1024).
+func (m Meta) Graph() string {
+	if m.Capacity == 0 {
+		return "?"
+	}
+	if m.Chunk <= 1 {
+		return fmt.Sprintf("decode-c%d", m.Capacity)
+	}
+	return fmt.Sprintf("prefill-c%d-t%d", m.Capacity, m.Chunk)
+}
+
+// Short is the key's first 12 hex digits.
+func (m Meta) Short() string { return shortHex(m.Key) }
+
+func shortHex(s string) string {
+	if len(s) > 12 {
+		return s[:12]
+	}
+	return s
+}
+
+func (m Meta) marshal() ([]byte, error) {
+	b, err := json.MarshalIndent(m, "", "  ")
+	if err != nil {
+		return nil, fmt.Errorf("rung cache: metadata of %s: %w", m.Short(), err)
+	}
+	return append(b, '\n'), nil
+}
+
+// ParseMeta reads and checks a metadata file: our format version, a key,
+// a positive bounded size and a SHA-256 in hex.
+func ParseMeta(b []byte) (Meta, error) {
+	var m Meta
+	if len(b) > maxMetaBytes {
+		return m, fmt.Errorf("metadata is %d bytes, more than %d", len(b), maxMetaBytes)
+	}
+	if err := json.Unmarshal(b, &m); err != nil {
+		return Meta{}, fmt.Errorf("metadata is not valid JSON: %w", err)
+	}
+	switch {
+	case m.Format != FormatVersion:
+		return Meta{}, fmt.Errorf("metadata format %d, this ovrun reads %d", m.Format, FormatVersion)
+	case m.Size <= 0 || m.Size > maxBlobBytes:
+		return Meta{}, fmt.Errorf("metadata states a blob of %d bytes", m.Size)
+	}
+	if _, err := ParseKey(m.Key); err != nil {
+		return Meta{}, err
+	}
+	if s, err := hex.DecodeString(m.SHA256); err != nil || len(s) != sha256.Size {
+		return Meta{}, errors.New("metadata has no valid sha256")
+	}
+	return m, nil
+}
