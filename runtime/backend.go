@@ -116,6 +116,34 @@ type OriginReporter interface {
 	Origin() Origin
 }
 
+// CompileNoter is an Executable with notes on how it was made (a damaged
+// compiled-rung cache entry discarded, an entry evicted); the ladder adds
+// them to the run's notes.
+type CompileNoter interface {
+	CompileNotes() []string
+}
+
+// CacheChecker is a Compiler with a compiled-graph cache that can tell
+// whether a graph is in it: compiling it would be an import. Budgets use
+// the import cost for such graphs.
+type CacheChecker interface {
+	Cached(spec model.GraphSpec) bool
+}
+
+// compileNotes are exe's notes, nil when it has none.
+func compileNotes(exe Executable) []string {
+	if x, ok := exe.(CompileNoter); ok {
+		return x.CompileNotes()
+	}
+	return nil
+}
+
+// cached reports whether comp would import spec's graph from its cache.
+func cached(comp Compiler, spec model.GraphSpec) bool {
+	x, ok := comp.(CacheChecker)
+	return ok && x.Cached(spec)
+}
+
 // originOf is exe's origin; an Executable that does not say was compiled.
 func originOf(exe Executable) Origin {
 	if x, ok := exe.(OriginReporter); ok {

@@ -208,9 +208,9 @@ func (l *CompiledLadder) observe(r *rung, j *compileJob) {
 	if r.index < 0 {
 		kind = "prefill"
 	}
-	a := compileAttempt{rung: r.index, job: j, kind: kind, attempt: j.attempt, irBytes: irBytes(j.exe)}
-	if j.err == nil {
-		a.origin = originOf(j.exe)
+	a := compileAttempt{rung: r.index, job: j, kind: kind, attempt: j.attempt, irBytes: j.irBytes, origin: j.origin}
+	for _, n := range j.notes {
+		l.notef("%s", n)
 	}
 	l.records = append(l.records, a)
 	if r.index >= 0 && j.background && j.err == nil {

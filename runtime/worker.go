@@ -30,6 +30,11 @@ type compileJob struct {
 	exe        Executable
 	err        error
 	start, end time.Time
+	// What the executable said of itself, kept for the record after it
+	// is closed (a background compile no sequence reached).
+	origin  Origin
+	irBytes int
+	notes   []string
 }
 
 func newJob(spec model.GraphSpec, background bool) *compileJob {
@@ -137,6 +142,9 @@ func (w *compileWorker) run(j *compileJob) {
 		j.exe, j.err = w.comp.Compile(w.ctx, j.spec)
 	}
 	j.end = w.now()
+	if j.err == nil {
+		j.origin, j.irBytes, j.notes = originOf(j.exe), irBytes(j.exe), compileNotes(j.exe)
+	}
 }
 
 // track keeps j for close; a job tracked after close is refused.

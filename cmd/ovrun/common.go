@@ -22,7 +22,9 @@ var (
 	deviceFlag       = cliutil.DeviceFlag()
 	precisionFlag    = cliutil.PrecisionFlag()
 	threadsFlag      = &cli.IntFlag{Name: "infer-threads", Usage: "INFERENCE_NUM_THREADS for the compiled graphs (0: OpenVINO decides)"}
-	cacheDirFlag     = &cli.StringFlag{Name: "cache-dir", Usage: "OpenVINO model cache `DIR` (CACHE_DIR); off by default so compile costs are real"}
+	cacheDirFlag     = &cli.StringFlag{Name: "cache-dir", Usage: "compiled-rung cache `DIR`: a graph compiled before with the same weights, graph, device, precision, properties and OpenVINO is imported instead of compiled, and a compiled one is stored there (verified by SHA-256, least recently used evicted past --cache-max); off by default so compile costs are real", EnvVars: []string{"OVRUN_CACHE_DIR"}}
+	cacheMaxFlag     = &cli.StringFlag{Name: "cache-max", Value: "8GiB", Usage: "`SIZE` cap of the --cache-dir folder (e.g. 512MiB, 8GiB); least recently used entries are evicted past it",
+		Action: func(_ *cli.Context, v string) error { _, err := cliutil.ParseSize("cache-max", v); return err }}
 	propFlag         = cliutil.PropFlag()
 	jsonFlag         = &cli.StringFlag{Name: "json", Usage: "write a machine-readable summary to `FILE`"}
 	quietFlag        = cliutil.QuietFlag()
@@ -52,7 +54,7 @@ func prefillMode(c *cli.Context) (runtime.PrefillMode, error) {
 }
 
 func compileFlags() []cli.Flag {
-	return []cli.Flag{modelFlag, deviceFlag, precisionFlag, weightsFlag, threadsFlag, cacheDirFlag, propFlag}
+	return []cli.Flag{modelFlag, deviceFlag, precisionFlag, weightsFlag, threadsFlag, cacheDirFlag, cacheMaxFlag, propFlag}
 }
 
 func ovOptions(c *cli.Context) (ovexec.Options, error) {
@@ -63,6 +65,9 @@ func ovOptions(c *cli.Context) (ovexec.Options, error) {
 		Properties:   map[string]string{},
 	}
 	var err error
+	if o.CacheMax, err = cliutil.ParseSize(cacheMaxFlag.Name, cacheMaxFlag.Get(c)); err != nil {
+		return o, err
+	}
 	if o.Precision, err = cliutil.ParsePrecision(precisionFlag.Get(c)); err != nil {
 		return o, err
 	}

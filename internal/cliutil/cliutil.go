@@ -88,3 +88,22 @@ func OneOf(flag string, allowed ...string) func(*cli.Context, string) error {
 		return fmt.Errorf("--%s %q: want one of %s", flag, v, strings.Join(allowed, ", "))
 	}
 }
+
+// ParseSize reads a byte count given to --flag: a whole number with an
+// optional unit B, KiB, MiB, GiB, TiB (K, M, G, T and KB, MB, GB, TB mean the
+// same powers of 1024).
+func ParseSize(flag, s string) (int64, error) {
+	t := strings.TrimSpace(s)
+	i := strings.IndexFunc(t, func(r rune) bool { return r < '0' || r > '9' })
+	num, unit := t, ""
+	if i >= 0 {
+		num, unit = t[:i], strings.ToUpper(strings.TrimSpace(t[i:]))
+	}
+	shift := map[string]uint{"": 0, "B": 0, "K": 10, "KB": 10, "KIB": 10, "M": 20, "MB": 20, "MIB": 20, "G": 30, "GB": 30, "GIB": 30, "T": 40, "TB": 40, "TIB": 40}
+	sh, ok := shift[unit]
+	v, err := strconv.ParseInt(num, 10, 64)
+	if !ok || err != nil || v < 0 || v > math.MaxInt64>>sh {
+		return 0, fmt.Errorf("--%s %q: want a size such as 512MiB or 8GiB", flag, s)
+	}
+	return v << sh, nil
+}

@@ -46,3 +46,21 @@ func TestWriteJSONLeavesNoTemporary(t *testing.T) {
 		t.Errorf("%d files left, want 1", len(entries))
 	}
 }
+
+func TestParseSize(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want int64
+		ok   bool
+	}{
+		{"0", 0, true}, {"512", 512, true}, {"8GiB", 8 << 30, true}, {"8 GiB", 8 << 30, true}, {"100m", 100 << 20, true}, {"1TB", 1 << 40, true},
+		{"", 0, false}, {"-1", 0, false}, {"1.5G", 0, false}, {"8XB", 0, false}, {"99999999999T", 0, false},
+	} {
+		t.Run(tc.in, func(t *testing.T) {
+			got, err := ParseSize("cache-max", tc.in)
+			if (err == nil) != tc.ok || got != tc.want {
+				t.Fatalf("ParseSize(%q) = %d, %v", tc.in, got, err)
+			}
+		})
+	}
+}

@@ -36,9 +36,10 @@ func TestPutGetRoundTrip(t *testing.T) {
 		t.Fatal("Has is false after Put")
 	}
 	b, m, ok, note := c.Get(k)
-	if !ok || note != "" || string(b) != "compiled blob" || m.Size != 13 || m.Key != k.String() {
-		t.Fatalf("Get = %q %+v %v %q", b, m, ok, note)
+	if !ok || note != "" || string(b.Bytes()) != "compiled blob" || m.Size != 13 || m.Key != k.String() {
+		t.Fatalf("Get = %+v %v %q", m, ok, note)
 	}
+	b.Close()
 	if KeyOf(Parts{Device: "CPU", Capacity: 64, Chunk: 1, Kind: "decode", Precision: "bf16"}) == k {
 		t.Fatal("precision does not change the key")
 	}
@@ -51,7 +52,7 @@ func TestDamagedEntriesAreDiscarded(t *testing.T) {
 		name, want string
 		damage     func(c *Cache, k Key)
 	}{
-		{"flipped byte", "SHA-256", func(c *Cache, k Key) {
+		{"flipped byte", "CRC-32C", func(c *Cache, k Key) {
 			b, _ := os.ReadFile(c.blobPath(k))
 			b[500] ^= 0x40
 			os.WriteFile(c.blobPath(k), b, 0o644)
@@ -96,9 +97,11 @@ func TestDamagedEntriesAreDiscarded(t *testing.T) {
 				t.Fatalf("second Get: ok %v note %q, want a plain miss", ok, note)
 			}
 			putBytes(t, c, k, blob)
-			if b, _, ok, _ := c.Get(k); !ok || !bytes.Equal(b, blob) {
+			b, _, ok, _ := c.Get(k)
+			if !ok || !bytes.Equal(b.Bytes(), blob) {
 				t.Fatal("the entry written again does not read back")
 			}
+			b.Close()
 		})
 	}
 }
@@ -119,9 +122,11 @@ func TestLRUEviction(t *testing.T) {
 	}
 	es, _ := c.List()
 	c.max = 3*es[0].Bytes + es[0].Bytes/2 // three entries fit, four do not
-	if _, _, ok, _ := c.Get(key(1)); !ok { // 1 is now the most recently used: 2 is the oldest
+	b, _, ok, _ := c.Get(key(1))          // 1 is now the most recently used: 2 is the oldest
+	if !ok {
 		t.Fatal("miss")
 	}
+	b.Close()
 	notes := putBytes(t, c, key(4), blob)
 	if len(notes) != 1 || !strings.Contains(notes[0], "evicted entry "+key(2).Short()) {
 		t.Fatalf("notes %q, want the eviction of entry 2", notes)
@@ -193,9 +198,11 @@ func TestConcurrentPutGet(t *testing.T) {
 				if _, err := c.Put(k, Meta{Capacity: 1}, func(p string) error { return os.WriteFile(p, b, 0o644) }); err != nil {
 					errs <- err.Error()
 				}
-				if _, _, _, note := c.Get(key((i + 1) % 5)); note != "" {
+				got, _, _, note := c.Get(key((i + 1) % 5))
+				if note != "" {
 					errs <- note
 				}
+				got.Close()
 			}
 		}()
 	}
@@ -215,18 +222,18 @@ func TestParseKeyRejectsHostileNames(t *testing.T) {
 }
 
 func FuzzParseMeta(f *testing.F) {
-	m := Meta{Format: FormatVersion, Key: key(1).String(), Size: 10, SHA256: strings.Repeat("ab", 32), Capacity: 64, Chunk: 1}
+	m := Meta{Format: FormatVersion, Key: key(1).String(), Size: 10, CRC32C: 7, Capacity: 64, Chunk: 1}
 	b, _ := m.marshal()
 	f.Add(b)
 	f.Add([]byte(`{"format":1,"size":-1}`))
 	f.Add([]byte(`{"format":1,"key":"../x","size":1,"sha256":"00"}`))
-	f.Add([]byte(fmt.Sprintf(`{"format":1,"key":%q,"size":99999999999999,"sha256":%q}`, key(2), strings.Repeat("0", 64))))
+	f.Add([]byte(fmt.Sprintf(`{"format":1,"key":%q,"size":99999999999999,"crc32c":1}`, key(2))))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		m, err := ParseMeta(b)
 		if err != nil {
 			return
 		}
-		if _, err := ParseKey(m.Key); err != nil || m.Size <= 0 || m.Size > maxBlobBytes || len(m.SHA256) != 64 || m.Format != FormatVersion {
+		if _, err := ParseKey(m.Key); err != nil || m.Size <= 0 || m.Size > maxBlobBytes || m.Format != FormatVersion {
 			t.Fatalf("accepted an invalid metadata file: %+v", m)
 		}
 	})

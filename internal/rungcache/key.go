@@ -4,7 +4,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"time"
 )
@@ -57,12 +56,12 @@ func KeyOf(p Parts) Key {
 }
 
 // Meta is an entry's metadata file: what the blob must be (size,
-// SHA-256) and, for people, what it is.
+// CRC-32C) and, for people, what it is.
 type Meta struct {
 	Format    int       `json:"format"`
 	Key       string    `json:"key"`
 	Size      int64     `json:"size"`   // blob bytes
-	SHA256    string    `json:"sha256"` // of the blob
+	CRC32C    uint32    `json:"crc32c"` // of the blob (Castagnoli)
 	Kind      string    `json:"kind"`
 	Capacity  int       `json:"capacity"`
 	Chunk     int       `json:"chunk"`
@@ -111,7 +110,7 @@ func (m Meta) marshal() ([]byte, error) {
 }
 
 // ParseMeta reads and checks a metadata file: our format version, a key,
-// a positive bounded size and a SHA-256 in hex.
+// a positive bounded size.
 func ParseMeta(b []byte) (Meta, error) {
 	var m Meta
 	if len(b) > maxMetaBytes {
@@ -128,9 +127,6 @@ func ParseMeta(b []byte) (Meta, error) {
 	}
 	if _, err := ParseKey(m.Key); err != nil {
 		return Meta{}, err
-	}
-	if s, err := hex.DecodeString(m.SHA256); err != nil || len(s) != sha256.Size {
-		return Meta{}, errors.New("metadata has no valid sha256")
 	}
 	return m, nil
 }

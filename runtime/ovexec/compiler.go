@@ -13,7 +13,9 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
+	"github.com/ovtoolkit/ovrun/internal/rungcache"
 	"github.com/ovtoolkit/ovrun/model"
 	"github.com/ovtoolkit/ovrun/ov"
 	"github.com/ovtoolkit/ovrun/runtime"
@@ -24,7 +26,8 @@ type Options struct {
 	Device         string            // CPU, GPU, NPU
 	Precision      string            // f32, bf16, f16; empty keeps the device default
 	InferThreads   int               // INFERENCE_NUM_THREADS; 0 keeps the default
-	CacheDir       string            // CACHE_DIR; empty disables the model cache
+	CacheDir       string            // compiled-rung cache folder (internal/rungcache); empty: none
+	CacheMax       int64             // its size cap in bytes; 0: rungcache.DefaultMaxBytes
 	Properties     map[string]string // any further key/value
 	DisablePinning bool              // ENABLE_CPU_PINNING=NO (CPU only)
 	// Weights is how checkpoint tensors enter the graphs: "" or
@@ -41,9 +44,6 @@ func (o Options) properties() []ov.Property {
 	}
 	if o.InferThreads > 0 {
 		ps = append(ps, ov.Property{Key: "INFERENCE_NUM_THREADS", Value: fmt.Sprint(o.InferThreads)})
-	}
-	if o.CacheDir != "" {
-		ps = append(ps, ov.Property{Key: "CACHE_DIR", Value: o.CacheDir})
 	}
 	if o.DisablePinning && strings.EqualFold(o.Device, "CPU") {
 		ps = append(ps, ov.Property{Key: "ENABLE_CPU_PINNING", Value: "NO"})
@@ -89,6 +89,7 @@ type Compiler struct {
 	shape   runtime.KVShape
 	vocab   int
 	faults  *faultPlan
+	cache   *rungCache // nil without a cache folder
 
 	mu        sync.Mutex
 	effective string // INFERENCE_PRECISION_HINT the device reports after compiling
@@ -99,6 +100,9 @@ var (
 	_ runtime.Compiler        = (*Compiler)(nil)
 	_ runtime.HostViewer      = (*Compiler)(nil)
 	_ runtime.WeightExplainer = (*Compiler)(nil)
+	_ runtime.CacheChecker    = (*Compiler)(nil)
+	_ runtime.OriginReporter  = (*executable)(nil)
+	_ runtime.CompileNoter    = (*executable)(nil)
 	_ runtime.Executable      = (*executable)(nil)
 	_ runtime.IRSizer         = (*executable)(nil)
 )
@@ -127,6 +131,9 @@ func NewCompiler(ck *model.Checkpoint, opts Options) (*Compiler, error) {
 		return nil, errors.Join(err, c.Close())
 	}
 	if c.wt, err = ov.NewTensorFromPtr(ov.U8, []int64{c.weights.Size()}, c.blob.Ptr()); err != nil {
+		return nil, errors.Join(err, c.Close())
+	}
+	if c.cache, err = openRungCache(core, opts, c.props, c.blob.Bytes()[:c.weights.TensorBytes()]); err != nil {
 		return nil, errors.Join(err, c.Close())
 	}
 	return c, nil
@@ -182,7 +189,8 @@ func (c *Compiler) Compile(ctx context.Context, spec model.GraphSpec) (runtime.E
 	return c.CompileIR(ctx, spec, xml)
 }
 
-// CompileIR compiles an already-emitted graph.
+// CompileIR compiles an already-emitted graph, or imports it from the
+// compiled-rung cache when it is there (and stores it there when not).
 func (c *Compiler) CompileIR(ctx context.Context, spec model.GraphSpec, xml []byte) (runtime.Executable, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -190,6 +198,33 @@ func (c *Compiler) CompileIR(ctx context.Context, spec model.GraphSpec, xml []by
 	if c.faults.fire(spec) {
 		return nil, fmt.Errorf("compile graph %s on %s: injected failure (%s)", spec.Name(), c.opts.Device, FailCompileEnv)
 	}
+	var (
+		cm     *ov.CompiledModel
+		origin runtime.Origin
+		notes  []string
+		key    rungcache.Key
+	)
+	if c.cache != nil {
+		key = c.key(spec, xml)
+		cm, origin, notes = c.imported(spec, key)
+	}
+	if cm == nil {
+		start := time.Now()
+		var err error
+		if cm, err = c.compile(spec, xml); err != nil {
+			return nil, err
+		}
+		if c.cache != nil {
+			var more []string
+			origin, more = c.export(spec, key, cm, time.Since(start).Seconds())
+			notes = append(notes, more...)
+		}
+	}
+	return c.newExecutable(spec, cm, len(xml), origin, notes)
+}
+
+// compile reads and compiles xml with OpenVINO.
+func (c *Compiler) compile(spec model.GraphSpec, xml []byte) (*ov.CompiledModel, error) {
 	m, err := c.core.ReadModel(xml, c.wt)
 	if err != nil {
 		return nil, fmt.Errorf("read graph %s: %w", spec.Name(), err)
@@ -199,12 +234,17 @@ func (c *Compiler) CompileIR(ctx context.Context, spec model.GraphSpec, xml []by
 	if err != nil {
 		return nil, fmt.Errorf("compile graph %s on %s: %w", spec.Name(), c.opts.Device, err)
 	}
+	return cm, nil
+}
+
+// newExecutable prepares a compiled (or imported) graph's infer request.
+func (c *Compiler) newExecutable(spec model.GraphSpec, cm *ov.CompiledModel, irBytes int, origin runtime.Origin, notes []string) (runtime.Executable, error) {
 	if p, err := cm.Property("INFERENCE_PRECISION_HINT"); err == nil {
 		c.mu.Lock()
 		c.effective = p
 		c.mu.Unlock()
 	}
-	e := &executable{spec: spec, compiled: cm, shape: c.shape, vocab: c.vocab, irBytes: len(xml)}
+	e := &executable{spec: spec, compiled: cm, shape: c.shape, vocab: c.vocab, irBytes: irBytes, origin: origin, notes: notes}
 	if err := e.prepare(); err != nil {
 		return nil, errors.Join(fmt.Errorf("prepare graph %s: %w", spec.Name(), err), e.Close())
 	}

@@ -28,7 +28,15 @@ type executable struct {
 	kvTensors     []*ov.Tensor // bound per Bind
 	kv            *runtime.KV
 	irBytes       int
+	origin        runtime.Origin // imported from the compiled-rung cache, or compiled (and exported)
+	notes         []string       // what the cache had to say (a damaged entry discarded, an eviction)
 }
+
+// Origin says whether the graph was compiled or imported from the cache.
+func (e *executable) Origin() runtime.Origin { return e.origin }
+
+// CompileNotes are the cache's notes on this graph.
+func (e *executable) CompileNotes() []string { return e.notes }
 
 // IRBytes is the size of the IR XML the graph was compiled from.
 func (e *executable) IRBytes() int { return e.irBytes }

@@ -1,0 +1,60 @@
+package rungcache
+
+import (
+	"fmt"
+	"hash/crc32"
+	"os"
+	"path/filepath"
+	"syscall"
+
+	"github.com/ovtoolkit/ovrun/internal/safefile"
+)
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+func checksum(b []byte) uint32 { return crc32.Checksum(b, castagnoli) }
+
+// Blob is an entry's compiled blob, mapped read-only from its file: an
+// import reads it without a copy. Entries are only ever replaced by rename
+// and removed by unlink, so the mapped file keeps its contents while mapped.
+type Blob struct {
+	b []byte
+}
+
+// Bytes are the blob's bytes, valid until Close.
+func (b *Blob) Bytes() []byte { return b.b }
+
+// Close unmaps the blob.
+func (b *Blob) Close() error {
+	if b == nil || b.b == nil {
+		return nil
+	}
+	err := syscall.Munmap(b.b)
+	b.b = nil
+	return err
+}
+
+// mapBlob maps the regular file at path (never through a symlink), which
+// must be size bytes long.
+func mapBlob(path string, size int64) (*Blob, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", filepath.Base(path), unwrap(err))
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case !fi.Mode().IsRegular():
+		return nil, fmt.Errorf("%s is %s", filepath.Base(path), safefile.Kind(fi.Mode()))
+	case fi.Size() != size:
+		return nil, fmt.Errorf("blob is %d bytes, its metadata says %d (truncated or replaced)", fi.Size(), size)
+	}
+	b, err := syscall.Mmap(int(f.Fd()), 0, int(size), syscall.PROT_READ, syscall.MAP_SHARED|syscall.MAP_POPULATE)
+	if err != nil {
+		return nil, fmt.Errorf("map %s: %w", filepath.Base(path), err)
+	}
+	return &Blob{b: b}, nil
+}

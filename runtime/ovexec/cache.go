@@ -1,0 +1,179 @@
+package ovexec
+
+import (
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"fmt"
+	"regexp"
+	goruntime "runtime"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/ovtoolkit/ovrun/internal/rungcache"
+	"github.com/ovtoolkit/ovrun/model"
+	"github.com/ovtoolkit/ovrun/ov"
+	"github.com/ovtoolkit/ovrun/runtime"
+)
+
+// The compiled-rung cache sits in front of OpenVINO's compile: a graph
+// whose key is cached is imported, anything else is compiled and exported
+// into the cache. The key (rungcache.Parts) is everything that changes the
+// compiled result: the weights the graph reads (a SHA-256 of the shared
+// blob's checkpoint part, once per Compiler), the IR XML and the small
+// constants it references, the graph's kind and shape, the device, every
+// compile property and OpenVINO's build number.
+
+// rungCache is a Compiler's view of its cache folder.
+type rungCache struct {
+	store   *rungcache.Cache
+	version string // OpenVINO's build number
+	weights string // digest of the checkpoint part of the weights blob (weightsDigest)
+}
+
+// openRungCache opens opts' cache folder, nil when there is none, and
+// sets the compile properties on the core for the device: an import takes
+// no properties, so they must be there for the imported graph to run as
+// compiled.
+func openRungCache(core *ov.Core, opts Options, props []ov.Property, weights []byte) (*rungCache, error) {
+	if opts.CacheDir == "" {
+		return nil, nil
+	}
+	store, err := rungcache.Open(opts.CacheDir, opts.CacheMax)
+	if err != nil {
+		return nil, err
+	}
+	v, err := ov.Version()
+	if err != nil {
+		return nil, err
+	}
+	for _, p := range props {
+		if err := core.SetProperty(opts.Device, p.Key, p.Value); err != nil {
+			return nil, fmt.Errorf("compiled-rung cache: set %s=%s on %s for imports: %w", p.Key, p.Value, opts.Device, err)
+		}
+	}
+	return &rungCache{store: store, version: v, weights: weightsDigest(weights)}, nil
+}
+
+// digestChunk is the piece of the weights hashed by one goroutine.
+const digestChunk = 64 << 20
+
+// weightsDigest is the SHA-256 of the SHA-256s of b's 64 MiB pieces and
+// b's length: every byte counts, and the pieces are hashed on every CPU
+// (about a second for a billion bytes on one core of this machine).
+func weightsDigest(b []byte) string {
+	n := (len(b) + digestChunk - 1) / digestChunk
+	sums := make([][sha256.Size]byte, n)
+	next := make(chan int)
+	var wg sync.WaitGroup
+	for range min(goruntime.GOMAXPROCS(0), n) {
+		wg.Go(func() {
+			for i := range next {
+				sums[i] = sha256.Sum256(b[i*digestChunk : min(len(b), (i+1)*digestChunk)])
+			}
+		})
+	}
+	for i := range n {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	h := sha256.New()
+	h.Write(binary.LittleEndian.AppendUint64(nil, uint64(len(b))))
+	for _, s := range sums {
+		h.Write(s[:])
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// constRef matches a Const's place in the weights blob (model/ir.go
+// writes offset then size).
+var constRef = regexp.MustCompile(`offset="(\d+)" size="(\d+)"`)
+
+// key is the cache key of spec's graph emitted as xml.
+func (c *Compiler) key(spec model.GraphSpec, xml []byte) rungcache.Key {
+	rc := c.cache
+	blob := c.weights.Bytes()
+	tensors := c.weights.TensorBytes()
+	// The IR names constants by place; those in the pool after the
+	// checkpoint part were written by the graph builder and are hashed here.
+	h := sha256.New()
+	h.Write(xml)
+	for _, m := range constRef.FindAllSubmatch(xml, -1) {
+		off, err1 := strconv.ParseInt(string(m[1]), 10, 64)
+		size, err2 := strconv.ParseInt(string(m[2]), 10, 64)
+		if err1 != nil || err2 != nil || off < tensors || off+size > int64(len(blob)) {
+			continue
+		}
+		h.Write(binary.LittleEndian.AppendUint64(nil, uint64(off)))
+		h.Write(blob[off : off+size])
+	}
+	p := rungcache.Parts{
+		OpenVINO:   rc.version,
+		Device:     c.opts.Device,
+		Precision:  c.opts.Precision,
+		WeightsSHA: rc.weights,
+		IRSHA:      hex.EncodeToString(h.Sum(nil)),
+		Kind:       kindOf(spec),
+		Capacity:   spec.Capacity,
+		Chunk:      spec.Chunk,
+	}
+	for _, pr := range c.props {
+		p.Properties = append(p.Properties, pr.Key+"="+pr.Value)
+	}
+	return rungcache.KeyOf(p)
+}
+
+func kindOf(spec model.GraphSpec) string {
+	if spec.Chunk > 1 {
+		return "prefill"
+	}
+	return "decode"
+}
+
+// Cached reports whether spec's graph is in the compiled-rung cache (a
+// compile of it would be an import). Without a cache it is false.
+func (c *Compiler) Cached(spec model.GraphSpec) bool {
+	if c.cache == nil {
+		return false
+	}
+	xml, err := model.BuildIR(c.weights, spec)
+	return err == nil && c.cache.store.Has(c.key(spec, xml))
+}
+
+// imported is spec's graph imported from the cache, nil on a miss; notes
+// say why an entry was discarded.
+func (c *Compiler) imported(spec model.GraphSpec, key rungcache.Key) (*ov.CompiledModel, runtime.Origin, []string) {
+	blob, _, ok, note := c.cache.store.Get(key)
+	var notes []string
+	if note != "" {
+		notes = append(notes, fmt.Sprintf("graph %s: %s", spec.Name(), note))
+	}
+	if !ok {
+		return nil, runtime.Origin{}, notes
+	}
+	start := time.Now()
+	cm, err := c.core.ImportModel(blob.Bytes(), c.opts.Device)
+	blob.Close()
+	if err != nil {
+		c.cache.store.Discard(key)
+		return nil, runtime.Origin{}, append(notes, fmt.Sprintf("graph %s: rung cache: OpenVINO refused entry %s (%v); discarded it, compiling again", spec.Name(), key.Short(), err))
+	}
+	return cm, runtime.Origin{Source: runtime.OriginImported, ImportS: time.Since(start).Seconds()}, notes
+}
+
+// export stores a compiled graph in the cache; a failure is a note, not an
+// error: the graph is compiled and runs all the same.
+func (c *Compiler) export(spec model.GraphSpec, key rungcache.Key, cm *ov.CompiledModel, compileS float64) (runtime.Origin, []string) {
+	start := time.Now()
+	m := rungcache.Meta{Kind: kindOf(spec), Capacity: spec.Capacity, Chunk: spec.Chunk, Device: c.opts.Device,
+		Precision: c.opts.Precision, Model: c.ck.Dir, OpenVINO: c.cache.version, CompileS: compileS}
+	notes, err := c.cache.store.Put(key, m, cm.Export)
+	o := runtime.Origin{Source: runtime.OriginCompiled, ExportS: time.Since(start).Seconds()}
+	if err != nil {
+		notes = append(notes, fmt.Sprintf("graph %s: not cached: %v", spec.Name(), err))
+		o.ExportS = 0
+	}
+	return o, notes
+}
