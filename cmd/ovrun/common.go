@@ -19,11 +19,11 @@ var (
 	modelFlag   = &cli.StringFlag{Name: "model", Usage: "a `.gguf` file (llama.cpp/ollama; F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q6_K) or a checkpoint DIR in Hugging Face layout (config.json, *.safetensors)", Required: true, EnvVars: []string{"OVRUN_MODEL"}}
 	weightsFlag = &cli.StringFlag{Name: "weights", Value: "native", Usage: "`FORMAT` of the weights in the compiled graphs: native keeps quantized and 16-bit weights compressed (decompressed inside the matrix multiplications), f32 expands every weight to f32 constants",
 		Action: func(_ *cli.Context, v string) error { _, err := model.ParseWeightFormat(v); return err }}
-	deviceFlag       = cliutil.DeviceFlag()
-	precisionFlag    = cliutil.PrecisionFlag()
-	threadsFlag      = &cli.IntFlag{Name: "infer-threads", Usage: "INFERENCE_NUM_THREADS for the compiled graphs (0: OpenVINO decides)"}
-	cacheDirFlag     = &cli.StringFlag{Name: "cache-dir", Usage: "compiled-rung cache `DIR`: a graph compiled before with the same weights, graph, device, precision, properties and OpenVINO is imported instead of compiled, and a compiled one is stored there (verified by SHA-256, least recently used evicted past --cache-max); off by default so compile costs are real", EnvVars: []string{"OVRUN_CACHE_DIR"}}
-	cacheMaxFlag     = &cli.StringFlag{Name: "cache-max", Value: "8GiB", Usage: "`SIZE` cap of the --cache-dir folder (e.g. 512MiB, 8GiB); least recently used entries are evicted past it",
+	deviceFlag    = cliutil.DeviceFlag()
+	precisionFlag = cliutil.PrecisionFlag()
+	threadsFlag   = &cli.IntFlag{Name: "infer-threads", Usage: "INFERENCE_NUM_THREADS for the compiled graphs (0: OpenVINO decides)"}
+	cacheDirFlag  = &cli.StringFlag{Name: "cache-dir", Usage: "compiled-rung cache `DIR`: a graph compiled before with the same weights, graph, device, precision, properties and OpenVINO is imported instead of compiled, and a compiled one is stored there (verified by SHA-256, least recently used evicted past --cache-max); off by default so compile costs are real", EnvVars: []string{"OVRUN_CACHE_DIR"}}
+	cacheMaxFlag  = &cli.StringFlag{Name: "cache-max", Value: "8GiB", Usage: "`SIZE` cap of the --cache-dir folder (e.g. 512MiB, 8GiB); least recently used entries are evicted past it",
 		Action: func(_ *cli.Context, v string) error { _, err := cliutil.ParseSize("cache-max", v); return err }}
 	propFlag         = cliutil.PropFlag()
 	jsonFlag         = &cli.StringFlag{Name: "json", Usage: "write a machine-readable summary to `FILE`"}

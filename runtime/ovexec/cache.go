@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"fmt"
+	"path/filepath"
 	"regexp"
 	goruntime "runtime"
 	"strconv"
@@ -167,8 +168,12 @@ func (c *Compiler) imported(spec model.GraphSpec, key rungcache.Key) (*ov.Compil
 // error: the graph is compiled and runs all the same.
 func (c *Compiler) export(spec model.GraphSpec, key rungcache.Key, cm *ov.CompiledModel, compileS float64) (runtime.Origin, []string) {
 	start := time.Now()
+	path, err := filepath.Abs(c.ck.Dir)
+	if err != nil {
+		path = c.ck.Dir
+	}
 	m := rungcache.Meta{Kind: kindOf(spec), Capacity: spec.Capacity, Chunk: spec.Chunk, Device: c.opts.Device,
-		Precision: c.opts.Precision, Model: c.ck.Dir, OpenVINO: c.cache.version, CompileS: compileS}
+		Precision: c.opts.Precision, Model: path, OpenVINO: c.cache.version, CompileS: compileS}
 	notes, err := c.cache.store.Put(key, m, cm.Export)
 	o := runtime.Origin{Source: runtime.OriginCompiled, ExportS: time.Since(start).Seconds()}
 	if err != nil {
