@@ -30,6 +30,8 @@ var (
 	benchOutFlag          = &cli.StringFlag{Name: "out", Required: true, Usage: "campaign `DIR`"}
 	resumeFlag            = &cli.BoolFlag{Name: "resume", Usage: "continue the campaign in --out, reusing its complete runs"}
 	keepGoingFlag         = &cli.BoolFlag{Name: "keep-going", Usage: "record a failed run and go on instead of stopping"}
+	benchCacheFlag        = &cli.StringFlag{Name: "cache", Usage: "compiled-rung cache `MODE` of the runs: cold gives every run a fresh empty --cache-dir (compile and export), warm one campaign --cache-dir that the warm-up runs fill (every measured run imports); unset: no cache",
+		Action: func(_ *cli.Context, v string) error { _, err := bench.ParseCache(v); return err }}
 )
 
 var benchCommand = &cli.Command{
@@ -62,11 +64,16 @@ Extra "ovrun run" flags go through --run-flag, e.g. --run-flag=--infer-threads=1
 
 An arm may fix the prefill mode as well as the policy, to compare prefill
 schedules: --arms grow-one-ahead+prefill=graph,grow-one-ahead+prefill=auto.
-Every run's ttft_s (process start to the first token) is an endpoint.`,
+Every run's ttft_s (process start to the first token) is an endpoint.
+
+--cache cold|warm measures the compiled-rung cache: cold gives every run a
+fresh empty --cache-dir (each rung compiled, then exported into it), warm
+gives every run the campaign's DIR/rung-cache, which the warm-up runs fill,
+so that every measured run imports its rungs.`,
 	Flags: []cli.Flag{
 		modelFlag, ladderFlag, armsFlag, pairsFlag, allowSmallFlag,
 		promptFlag, promptFileFlag, benchPromptTokensFlag, decodeTokensFlag, teacherFlag, seedFlag, precisionFlag,
-		verifyBoundariesFlag, compileCostFlag, runFlagFlag, benchOutFlag, resumeFlag, keepGoingFlag,
+		verifyBoundariesFlag, compileCostFlag, benchCacheFlag, runFlagFlag, benchOutFlag, resumeFlag, keepGoingFlag,
 		quietFlag,
 	},
 	Action: benchAction,
@@ -93,7 +100,7 @@ func benchAction(c *cli.Context) error {
 		Model: model, Ladder: ladder, Arms: arms, Pairs: pairsFlag.Get(c),
 		PromptTokens: benchPromptTokensFlag.Get(c), DecodeTokens: decodeTokensFlag.Get(c),
 		TeacherForced: teacherFlag.Get(c), Seed: seedFlag.Get(c), Precision: precision,
-		VerifyBoundaries: verifyBoundariesFlag.Get(c),
+		VerifyBoundaries: verifyBoundariesFlag.Get(c), Cache: benchCacheFlag.Get(c),
 	}
 	if cfg.Prompt, err = benchPrompt(c); err != nil {
 		return err

@@ -106,7 +106,10 @@ func Run(ctx context.Context, cfg *Config, opt Options) (*Report, error) {
 			continue
 		}
 		spec := RunSpec{Slot: sl, JSONPath: filepath.Join(opt.Dir, rec.SummaryFile),
-			LogPath: filepath.Join(runsDir, sl.ID()+".log")}
+			LogPath: filepath.Join(runsDir, sl.ID()+".log"), CacheDir: cacheDir(cfg, opt.Dir, sl)}
+		if cfg.Cache == CacheCold {
+			os.RemoveAll(spec.CacheDir) // a cold run starts from an empty cache
+		}
 		os.Remove(spec.JSONPath) // a stale or partial summary must not pass for this run
 		if opt.Progress != nil {
 			ev := Event{Slot: sl, Index: i + 1, Total: len(plan), Pairs: cfg.Pairs}
@@ -118,6 +121,9 @@ func Run(ctx context.Context, cfg *Config, opt Options) (*Report, error) {
 		}
 		start := time.Now()
 		err := opt.Runner.Run(ctx, cfg, spec)
+		if cfg.Cache == CacheCold {
+			os.RemoveAll(spec.CacheDir) // compiled blobs are large; nothing reads them again
+		}
 		if ctx.Err() != nil {
 			// A run that wrote its complete summary before the interrupt
 			// reached it (it was exporting or exiting) is finished: keep it.
@@ -167,6 +173,18 @@ func Run(ctx context.Context, cfg *Config, opt Options) (*Report, error) {
 		return rep, errors.Join(stopErr, err)
 	}
 	return rep, stopErr
+}
+
+// cacheDir is the compiled-rung cache of slot's run: the campaign's for a
+// warm campaign, a fresh one per run for a cold one, none otherwise.
+func cacheDir(cfg *Config, dir string, sl Slot) string {
+	switch cfg.Cache {
+	case CacheWarm:
+		return filepath.Join(dir, CacheDirName)
+	case CacheCold:
+		return filepath.Join(dir, "runs", sl.ID()+".cache")
+	}
+	return ""
 }
 
 // loadRun reads a run summary and checks that it is complete and belongs

@@ -291,3 +291,79 @@ func TestCampaignKeepsARunFinishedBeforeTheInterrupt(t *testing.T) {
 		t.Errorf("resume ran %v, want only %v", second.calls, want)
 	}
 }
+
+// cacheRunner is a fakeRunner that records each run's cache folder and
+// leaves a file in it, as a run exporting a rung would.
+type cacheRunner struct {
+	fakeRunner
+	dirs []string
+}
+
+func (f *cacheRunner) Run(ctx context.Context, cfg *Config, spec RunSpec) error {
+	f.dirs = append(f.dirs, spec.CacheDir)
+	if spec.CacheDir != "" {
+		if err := os.MkdirAll(spec.CacheDir, 0o755); err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(spec.CacheDir, spec.ID()+".blob"), []byte("x"), 0o644); err != nil {
+			return err
+		}
+	}
+	return f.fakeRunner.Run(ctx, cfg, spec)
+}
+
+// A warm campaign gives every run the campaign's cache folder (the warm-up
+// runs fill it and it stays); a cold one a fresh folder per run, removed
+// after it; no --cache, none.
+func TestCampaignCacheFolders(t *testing.T) {
+	for _, mode := range []string{"", CacheCold, CacheWarm} {
+		t.Run(orNone(mode), func(t *testing.T) {
+			dir := t.TempDir()
+			cfg := testConfig()
+			cfg.Cache = mode
+			r := &cacheRunner{}
+			if _, err := Run(context.Background(), cfg, Options{Dir: dir, Runner: r}); err != nil {
+				t.Fatal(err)
+			}
+			for i, d := range r.dirs {
+				sl := Plan(cfg)[i]
+				switch mode {
+				case "":
+					if d != "" {
+						t.Fatalf("run %s got cache %s without --cache", sl.ID(), d)
+					}
+				case CacheWarm:
+					if d != filepath.Join(dir, CacheDirName) {
+						t.Fatalf("run %s: cache %s, want the campaign's", sl.ID(), d)
+					}
+				case CacheCold:
+					if d != filepath.Join(dir, "runs", sl.ID()+".cache") {
+						t.Fatalf("run %s: cache %s, want its own", sl.ID(), d)
+					}
+					if _, err := os.Stat(d); err == nil {
+						t.Fatalf("run %s: cold cache %s left behind", sl.ID(), d)
+					}
+				}
+			}
+			if mode == CacheWarm {
+				blobs, _ := filepath.Glob(filepath.Join(dir, CacheDirName, "*.blob"))
+				if len(blobs) != len(r.dirs) {
+					t.Fatalf("warm cache holds %d files, want one per run (%d)", len(blobs), len(r.dirs))
+				}
+			}
+			if got := strings.Join(cfg.RunArgs("lazy", "r.json", "/c"), " "); !strings.Contains(got, "--cache-dir /c") {
+				t.Errorf("run args %q lack the cache folder", got)
+			}
+		})
+	}
+	cfg := testConfig()
+	cfg.Cache = "tepid"
+	if err := cfg.Validate(false); err == nil || !strings.Contains(err.Error(), "--cache") {
+		t.Errorf("--cache tepid: %v", err)
+	}
+	cfg = testConfig()
+	cfg.RunFlags = []string{"--cache-dir=/x"}
+	if err := cfg.Validate(false); err == nil {
+		t.Error("--run-flag=--cache-dir accepted: the bench sets it")
+	}
+}

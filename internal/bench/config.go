@@ -44,6 +44,30 @@ type Config struct {
 	CompileCost string `json:"compile_cost,omitempty"`
 	// RunFlags are extra flags handed verbatim to every `ovrun run`.
 	RunFlags []string `json:"run_flags,omitempty"`
+	// Cache is the compiled-rung cache of the runs: "" none, CacheCold a
+	// fresh empty --cache-dir per run (every rung compiled and exported),
+	// CacheWarm one campaign --cache-dir filled by the warm-up runs (every
+	// measured run imports).
+	Cache string `json:"cache,omitempty"`
+}
+
+// The --cache modes of a campaign.
+const (
+	CacheCold = "cold"
+	CacheWarm = "warm"
+)
+
+// CacheDirName is the campaign's shared compiled-rung cache (CacheWarm),
+// in the output folder; a cold run's is runs/<run>.cache, removed after it.
+const CacheDirName = "rung-cache"
+
+// ParseCache checks a --cache mode.
+func ParseCache(s string) (string, error) {
+	switch s {
+	case "", CacheCold, CacheWarm:
+		return s, nil
+	}
+	return "", fmt.Errorf("--cache %q: want cold (a fresh empty cache per run) or warm (a campaign cache the warm-up runs fill)", s)
 }
 
 // Control is the control arm.
@@ -51,7 +75,7 @@ func (c *Config) Control() string { return c.Arms[0] }
 
 // reservedRunFlags are the run flags the campaign itself sets.
 var reservedRunFlags = []string{"model", "ladder", "policy", "prompt", "prompt-file", "prompt-tokens", "prompt-ids",
-	"decode-tokens", "teacher-forced", "seed", "precision", "verify", "compile-cost", "json", "quiet", "q"}
+	"decode-tokens", "teacher-forced", "seed", "precision", "verify", "compile-cost", "json", "quiet", "q", "cache-dir"}
 
 // Validate checks the campaign. allowSmall admits designs too small or
 // unbalanced for the sign-flip test to reach p < 0.05.
@@ -88,6 +112,9 @@ func (c *Config) Validate(allowSmall bool) error {
 	if err := cliutil.CheckInt("pairs", c.Pairs, 1, maxPairs); err != nil {
 		return err
 	}
+	if _, err := ParseCache(c.Cache); err != nil {
+		return err
+	}
 	for _, f := range c.RunFlags {
 		name := strings.TrimLeft(f, "-")
 		name, _, _ = strings.Cut(name, "=")
@@ -108,8 +135,9 @@ func (c *Config) Validate(allowSmall bool) error {
 }
 
 // RunArgs are the arguments of `ovrun run` (after the program name) for one
-// run of arm writing its summary to jsonPath.
-func (c *Config) RunArgs(arm, jsonPath string) []string {
+// run of arm writing its summary to jsonPath, with the compiled-rung cache
+// cacheDir ("" for none).
+func (c *Config) RunArgs(arm, jsonPath, cacheDir string) []string {
 	a, _ := ParseArm(arm) // checked by Validate
 	args := append([]string{"run",
 		"--model", c.Model,
@@ -132,6 +160,9 @@ func (c *Config) RunArgs(arm, jsonPath string) []string {
 	}
 	if c.CompileCost != "" {
 		args = append(args, "--compile-cost", c.CompileCost)
+	}
+	if cacheDir != "" {
+		args = append(args, "--cache-dir", cacheDir)
 	}
 	args = append(args, c.RunFlags...)
 	return append(args, "--json", jsonPath, "--quiet")
@@ -159,6 +190,7 @@ func (c *Config) Diff(other *Config) []string {
 	add("verify-boundaries", c.VerifyBoundaries, other.VerifyBoundaries)
 	add("compile-cost", c.CompileCost, other.CompileCost)
 	add("run-flag", strings.Join(c.RunFlags, " "), strings.Join(other.RunFlags, " "))
+	add("cache", orNone(c.Cache), orNone(other.Cache))
 	return out
 }
 
@@ -233,3 +265,10 @@ func loadConfig(dir string) (*Config, error) {
 func writeJSON(path string, v any) error { return safefile.WriteJSON(path, v) }
 
 func writeFile(path string, b []byte) error { return safefile.WriteFile(path, b) }
+
+func orNone(s string) string {
+	if s == "" {
+		return "none"
+	}
+	return s
+}

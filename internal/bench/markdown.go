@@ -22,7 +22,14 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 	if cfg.TeacherForced {
 		b.WriteString(" (teacher-forced)")
 	}
-	fmt.Fprintf(&b, ", seed %d, precision %s. Control: **%s**. ", cfg.Seed, orDefault(cfg.Precision), r.Control)
+	fmt.Fprintf(&b, ", seed %d, precision %s", cfg.Seed, orDefault(cfg.Precision))
+	switch cfg.Cache {
+	case CacheCold:
+		b.WriteString(", compiled-rung cache cold (a fresh empty one per run)")
+	case CacheWarm:
+		b.WriteString(", compiled-rung cache warm (filled by the warm-up runs; measured runs import)")
+	}
+	fmt.Fprintf(&b, ". Control: **%s**. ", r.Control)
 	design := "AB/BA alternation"
 	if len(r.Arms) > 2 {
 		design = fmt.Sprintf("Williams design (%d sequences per cycle)", stats.CycleLen(len(r.Arms)))

@@ -155,7 +155,7 @@ func TestRunArgs(t *testing.T) {
 	c := Config{Model: "/m", Ladder: []int{32, 64}, Arms: []string{"grow-eager", "lazy"}, Pairs: 6,
 		PromptTokens: 8, DecodeTokens: 100, TeacherForced: true, Seed: 3, Precision: "f32",
 		VerifyBoundaries: true, RunFlags: []string{"--infer-threads=1"}}
-	got := strings.Join(c.RunArgs("lazy", "/out/r.json"), " ")
+	got := strings.Join(c.RunArgs("lazy", "/out/r.json", ""), " ")
 	want := "run --model /m --ladder 32,64 --policy lazy --prompt-tokens 8 --decode-tokens 100 --seed 3 --teacher-forced --precision f32 --verify --infer-threads=1 --json /out/r.json --quiet"
 	if got != want {
 		t.Errorf("RunArgs =\n%s\nwant\n%s", got, want)
@@ -170,7 +170,7 @@ func TestRunArgsTextPromptAndCompileCost(t *testing.T) {
 	if err := c.Validate(false); err != nil {
 		t.Fatal(err)
 	}
-	args := c.RunArgs("grow-one-ahead", "/out/r.json")
+	args := c.RunArgs("grow-one-ahead", "/out/r.json", "")
 	got := strings.Join(args, "|")
 	for _, want := range []string{"--prompt|Why is the sky blue?", "--compile-cost|/c/cost.json"} {
 		if !strings.Contains(got, want) {
@@ -220,7 +220,7 @@ func TestArms(t *testing.T) {
 	if err := cfg.Validate(false); err != nil {
 		t.Fatal(err)
 	}
-	args := strings.Join(cfg.RunArgs(cfg.Arms[1], "x.json"), " ")
+	args := strings.Join(cfg.RunArgs(cfg.Arms[1], "x.json", ""), " ")
 	if !strings.Contains(args, "--policy grow-one-ahead --prefill auto") {
 		t.Errorf("run args %q", args)
 	}

@@ -27,6 +27,8 @@ type RunSpec struct {
 	JSONPath string
 	// LogPath is where the run's own output may be kept.
 	LogPath string
+	// CacheDir is the run's compiled-rung cache ("" for none).
+	CacheDir string
 }
 
 // ExecRunner runs every run as a fresh `ovrun run` process (clean RSS and
@@ -41,7 +43,7 @@ var _ Runner = (*ExecRunner)(nil)
 // Run starts the process and waits for it. On cancellation the process (and
 // its process group) is killed, not asked to finish.
 func (r *ExecRunner) Run(ctx context.Context, cfg *Config, spec RunSpec) error {
-	cmd := exec.CommandContext(ctx, r.Binary, cfg.RunArgs(spec.Arm, spec.JSONPath)...)
+	cmd := exec.CommandContext(ctx, r.Binary, cfg.RunArgs(spec.Arm, spec.JSONPath, spec.CacheDir)...)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	// Its own process group: a Ctrl-C meant for the bench reaches the bench,
