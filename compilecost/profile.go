@@ -65,6 +65,11 @@ type Rung struct {
 	SuccessorMedianS float64   `json:"successor_median_s,omitempty"`
 	// Prefill holds the costs of this capacity's prefill graphs, one per chunk.
 	Prefill []PrefillCost `json:"prefill,omitempty"`
+	// ImportS holds the wall time of importing the decode graph's exported
+	// blob (a compiled-rung cache hit), one per repetition, and ExportS of
+	// exporting it (what a miss adds); absent from older profiles.
+	ImportS []float64 `json:"import_s,omitempty"`
+	ExportS []float64 `json:"export_s,omitempty"`
 }
 
 // median returns the rung's median compile time: MedianS when set, else
@@ -151,7 +156,8 @@ func (p *Profile) Validate() error {
 		for _, field := range []struct {
 			name string
 			xs   []float64
-		}{{"compile_s", r.CompileS}, {"compile_cpu_s", r.CompileCPUS}, {"ir_build_s", r.IRBuildS}, {"median_s", []float64{r.MedianS}}} {
+		}{{"compile_s", r.CompileS}, {"compile_cpu_s", r.CompileCPUS}, {"ir_build_s", r.IRBuildS}, {"median_s", []float64{r.MedianS}},
+			{"import_s", r.ImportS}, {"export_s", r.ExportS}} {
 			for j, x := range field.xs {
 				if math.IsNaN(x) || math.IsInf(x, 0) || x < 0 {
 					return bad("capacity %d: %s[%d] = %v is not a finite non-negative time", r.Capacity, field.name, j, x)

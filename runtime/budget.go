@@ -17,6 +17,10 @@ type Budget struct {
 	ActualS    float64 `json:"actual_s"`             // compile time observed
 	OverrunS   float64 `json:"overrun_s"`            // ActualS - PredictedS when positive
 	MissedS    float64 `json:"deadline_missed_by_s"` // predicted miss at launch, when positive
+
+	// Imported: the rung was in the compiled-rung cache at launch, so
+	// PredictedS is the profile's import, not its compile.
+	Imported bool `json:"imported,omitempty"`
 }
 
 // Budgeted is the one-ahead schedule with per-rung budgets from a
@@ -32,6 +36,14 @@ type Budgeted struct {
 	byCap   map[int]*Budget
 	order   []int
 	checked map[int]bool // rungs whose two-ahead decision was made
+	// Cached, when set, says whether a capacity's decode graph is in the
+	// compiled-rung cache: its budget is then the profile's import time.
+	Cached func(capacity int) bool
+}
+
+// predict is the time until capacity's graph is ready (PredictReady).
+func (b *Budgeted) predict(capacity int) (seconds float64, measured, imported bool) {
+	return b.profile.PredictReady(capacity, b.Cached != nil && b.Cached(capacity))
 }
 
 // NewBudgeted is a budgeted one-ahead schedule over profile.
@@ -74,8 +86,8 @@ func (b *Budgeted) Stepped(l Launcher, cur int, st float64, pos int) {
 		caps[i] = l.Capacity(i)
 	}
 	nextCap := caps[cur+1]
-	nextPred, _ := b.profile.PredictSuccessor(nextCap)
-	pred, _ := b.profile.PredictSuccessor(caps[two])
+	nextPred, _, _ := b.predict(nextCap)
+	pred, _, _ := b.predict(caps[two])
 	// One ahead, rung two would start when the next rung begins decoding and
 	// would have that rung's whole window.
 	if !ladder.LaunchTwoAhead(caps, cur, st, pred) {
@@ -106,8 +118,8 @@ func (b *Budgeted) Compiled(l Launcher, i int, seconds float64) {
 // open records the budget of a rung launched lookahead rungs ahead with a
 // predicted decode window (0: not known yet).
 func (b *Budgeted) open(capacity, lookahead int, window float64) {
-	pred, measured := b.profile.PredictSuccessor(capacity)
-	bu := &Budget{Capacity: capacity, PredictedS: pred, Measured: measured, WindowS: window, Lookahead: lookahead}
+	pred, measured, imported := b.predict(capacity)
+	bu := &Budget{Capacity: capacity, PredictedS: pred, Measured: measured, WindowS: window, Lookahead: lookahead, Imported: imported}
 	if miss := pred - window; window != 0 && miss > 0 {
 		bu.MissedS = miss
 	}

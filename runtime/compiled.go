@@ -125,6 +125,9 @@ func NewCompiledLadder(ctx context.Context, comp Compiler, cfg LadderConfig) (*C
 	if err != nil {
 		return nil, err
 	}
+	if b, ok := sched.(*Budgeted); ok {
+		b.Cached = func(capacity int) bool { return cached(comp, model.GraphSpec{Capacity: capacity, Chunk: 1}) }
+	}
 	l.sched = sched
 	l.caps = l.row.Rungs(cfg.Ladder)
 	for i, c := range l.caps {

@@ -99,3 +99,22 @@ func TestBudgetedLaunchesTwoAhead(t *testing.T) {
 		t.Errorf("notes %q", l.notes)
 	}
 }
+
+// A budgeted schedule budgets a cached rung at the profile's import time,
+// and an uncached one at its successor compile.
+func TestBudgetOfCachedRungIsItsImport(t *testing.T) {
+	prof := &compilecost.Profile{Model: "m", Device: "CPU", Rungs: []compilecost.Rung{
+		{Capacity: 32, CompileS: []float64{2}, ImportS: []float64{0.25}},
+		{Capacity: 64, CompileS: []float64{3}, ImportS: []float64{0.5}},
+		{Capacity: 128, CompileS: []float64{4}, ImportS: []float64{0.75}},
+	}}
+	b := NewBudgeted(prof)
+	b.Cached = func(capacity int) bool { return capacity == 64 }
+	l := &fakeLauncher{caps: []int{32, 64, 128}}
+	b.Bound(l, 0)
+	b.Bound(l, 1)
+	got := b.Budgets()
+	if len(got) != 2 || got[0].PredictedS != 0.5 || !got[0].Imported || got[1].PredictedS != 4 || got[1].Imported {
+		t.Fatalf("budgets %+v; want rung 64 at its 0.5 s import, rung 128 at its 4 s compile", got)
+	}
+}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -9,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ovtoolkit/ovrun/compilecost"
 	"github.com/ovtoolkit/ovrun/internal/testenv"
 	"github.com/ovtoolkit/ovrun/runtime"
 )
@@ -170,3 +172,30 @@ func TestCacheCommands(t *testing.T) {
 }
 
 func formatBytes(n int64) string { return strconv.FormatInt(n, 10) }
+
+// TestBudgetsUseImportForCachedRungs: with a warm cache and a profile that
+// measured imports, the runtime budgets the cached successor rung at its
+// import, and says so.
+func TestBudgetsUseImportForCachedRungs(t *testing.T) {
+	tiny := testenv.Synth(t, "tiny", "F32")
+	dir := t.TempDir()
+	cost := filepath.Join(dir, "cost.json")
+	prof := compilecost.Profile{Model: "tiny", Device: "CPU", Rungs: []compilecost.Rung{
+		{Capacity: 16, CompileS: []float64{2}, ImportS: []float64{0.125}},
+		{Capacity: 32, CompileS: []float64{3}, ImportS: []float64{0.25}},
+	}}
+	if err := prof.Save(cost); err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"--model", tiny, "--ladder", "16,32", "--policy", "grow-one-ahead", "--prompt-tokens", "4", "--decode-tokens", "20",
+		"--cache-dir", filepath.Join(dir, "cache"), "--compile-cost", cost}
+	for i, want := range []struct {
+		predicted float64
+		imported  bool
+	}{{3, false}, {0.25, true}} {
+		s := cachedRun(t, fmt.Sprint("run", i), args...)
+		if len(s.Budgets) != 1 || s.Budgets[0].Capacity != 32 || s.Budgets[0].PredictedS != want.predicted || s.Budgets[0].Imported != want.imported {
+			t.Errorf("run %d: budgets %+v; want rung 32 predicted at %v s (imported %v)", i, s.Budgets, want.predicted, want.imported)
+		}
+	}
+}

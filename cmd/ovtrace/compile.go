@@ -22,6 +22,7 @@ var (
 	repsFlag   = &cli.IntFlag{Name: "reps", Value: 3, Usage: "compiles per capacity"}
 	// The runtime's default chunk: the prefill graph ovrun run compiles.
 	compilePrefillChunkFlag = &cli.IntFlag{Name: "prefill-chunk", Value: runtime.DefaultPrefillChunk, Usage: "also measure the prefill graph of `N` tokens per call at every capacity of at least N (0: decode graphs only)"}
+	measureImportFlag       = &cli.BoolFlag{Name: "import", Value: true, Usage: "also export every decode graph compiled first and import it back in the same process, timing both: what a compiled-rung cache (ovrun --cache-dir) hit costs instead of the compile"}
 	successorsFlag          = &cli.BoolFlag{Name: "successors", Value: true, Usage: "also measure every graph compiled after its predecessor in the same process (the runtime's order), not only first in a fresh process"}
 )
 
@@ -46,18 +47,25 @@ memory in later ones.
 
 --json writes the compile-cost profile (cost.json: model, device,
 openvino_version, rungs[{capacity, compile_s[], compile_cpu_s[], median_s,
-ir_build_s[], peak_rss_bytes, successor_s[], successor_median_s,
+ir_build_s[], peak_rss_bytes, import_s[], export_s[], successor_s[], successor_median_s,
 prefill[{chunk, first_s[], first_median_s, successor_s[],
 successor_median_s, peak_rss_bytes}]}], fit{model, a, b, r2, max_rel_err, n}
 for the decode graph compiled first, fits{KIND: fit} for the others) that
 "ovrun run --compile-cost", "ovrun plan" and "ovtrace plan" read; readers of
 the older profile (one number per rung) see the fields they knew. A failed
-compile or Ctrl-C still writes what was measured, and exits non-zero.`,
+compile or Ctrl-C still writes what was measured, and exits non-zero.
+
+With --import (the default) every decode graph compiled first is then
+exported and imported back in the same process: import_s[] and export_s[]
+are what a compiled-rung cache (ovrun --cache-dir) hit and miss cost, and
+budgets (ovrun run --compile-cost) and ovrun plan --cached use the import
+for the rungs that are cached.`,
 	Flags: append(compileFlags(),
 		ladderFlag,
 		repsFlag,
 		compilePrefillChunkFlag,
 		successorsFlag,
+		measureImportFlag,
 		jsonFlag, quietFlag,
 	),
 	Action: compileAction,
@@ -116,7 +124,7 @@ func compileAction(c *cli.Context) error {
 	sweep := abtest.SweepConfig{Ladder: ladder, Reps: repsFlag.Get(c), Model: cfg.Model, Device: cfg.Device, Precision: cfg.Precision}
 	run := func(ctx context.Context, capacity int) (*abtest.Measurement, error) {
 		once := cfg
-		once.Capacity = capacity
+		once.Capacity, once.Import = capacity, measureImportFlag.Get(c)
 		return runOnce(ctx, once, abtest.Variant{})
 	}
 	st.Show("compile 1/%d: capacity %d", len(ladder)*sweep.Reps, ladder[0])

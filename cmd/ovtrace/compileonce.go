@@ -27,6 +27,7 @@ var (
 	promptTokensFlag = &cli.IntFlag{Name: "prompt-tokens", Value: 8, Usage: "prompt length for --dump-logits"}
 	seedFlag         = &cli.Uint64Flag{Name: "seed", Value: 1, Usage: "prompt seed for --dump-logits"}
 	exportHashFlag   = &cli.BoolFlag{Name: "export-hash", Usage: "after measuring, export the compiled model and print the SHA-256 of its bytes"}
+	importFlag       = &cli.BoolFlag{Name: "import", Usage: "after measuring, export the compiled model and import it back, timing both (import_s, export_s)"}
 	afterFlag        = &cli.StringFlag{Name: "after", Usage: "compile these graphs first, untimed (`CAPACITY:CHUNK`, comma-separated): the measured compile is a successor"}
 )
 
@@ -39,6 +40,7 @@ var compileOnceCommand = &cli.Command{
 		promptTokensFlag,
 		seedFlag,
 		exportHashFlag,
+		importFlag,
 		afterFlag,
 	),
 	Action: func(c *cli.Context) error {
@@ -53,6 +55,7 @@ var compileOnceCommand = &cli.Command{
 		cfg.PromptTokens = promptTokensFlag.Get(c)
 		cfg.Seed = seedFlag.Get(c)
 		cfg.ExportHash = exportHashFlag.Get(c)
+		cfg.Import = importFlag.Get(c)
 		if cfg.After, err = abtest.ParseSpecs(afterFlag.Get(c), maxCapacity); err != nil {
 			return fmt.Errorf("--after: %w", err)
 		}
@@ -90,6 +93,9 @@ func onceArgs(cfg abtest.OnceConfig, v abtest.Variant) []string {
 	}
 	if cfg.ExportHash {
 		args = append(args, "--export-hash")
+	}
+	if cfg.Import {
+		args = append(args, "--import")
 	}
 	if len(cfg.After) > 0 {
 		args = append(args, "--after", abtest.FormatSpecs(cfg.After))

@@ -37,6 +37,10 @@ func TestCompileEndToEnd(t *testing.T) {
 			r.MedianS <= 0 || r.PeakRSSBytes < 1<<20 {
 			t.Errorf("rung %d = %+v", i, r)
 		}
+		// --import (the default): each decode compile exported and imported back.
+		if len(r.ImportS) != 2 || len(r.ExportS) != 2 || r.ImportS[0] <= 0 || r.ExportS[0] <= 0 {
+			t.Errorf("rung %d: import_s %v, export_s %v; want two of each", i, r.ImportS, r.ExportS)
+		}
 	}
 	if p.Fit.Model != compilecost.FitLinear || p.Fit.N != 2 {
 		t.Errorf("fit = %+v, want the exact line through two rungs", p.Fit)

@@ -52,6 +52,11 @@ type OnceConfig struct {
 	// window) and records the SHA-256 and size of its bytes: what the
 	// compiler produced, for `ovtrace ab`'s equivalence check.
 	ExportHash bool
+	// Import, when set, exports the compiled model after the measurement
+	// and imports it back in the same process (ov_core_import_model, the
+	// compile properties set on the core for the device first, as the
+	// compiled-rung cache does), timing both: ExportS and ImportS.
+	Import bool
 }
 
 // Measurement is what one compile cost. Fields ending in _s are seconds.
@@ -97,6 +102,10 @@ type Measurement struct {
 	ExportSHA256 string  `json:"export_sha256,omitempty"`
 	ExportBytes  int64   `json:"export_bytes,omitempty"`
 	ExportS      float64 `json:"export_s,omitempty"`
+	// ImportS is the wall time of importing the exported model
+	// (OnceConfig.Import): what a compiled-rung cache hit costs instead of
+	// CompileS.
+	ImportS float64 `json:"import_s,omitempty"`
 	// Memo are the counters a preloaded memoization patch kept during
 	// ov_core_compile_model (its counter file, named by
 	// OVTRACE_MEMO_STATS, read before and after the call); nil without one.
@@ -275,6 +284,44 @@ func measure(ctx context.Context, ck *model.Checkpoint, cfg OnceConfig, props []
 		}
 		m.ExportS = time.Since(t).Seconds()
 	}
+	if cfg.Import {
+		return measureImport(core, cm, cfg.Device, props, m)
+	}
+	return nil
+}
+
+// measureImport exports cm to a temporary file and imports it back, as a
+// compiled-rung cache miss then hit would, recording ExportS, ExportBytes
+// and ImportS.
+func measureImport(core *ov.Core, cm *ov.CompiledModel, device string, props []ov.Property, m *Measurement) error {
+	dir, err := os.MkdirTemp("", "ovtrace-import-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	path := filepath.Join(dir, "compiled.blob")
+	t := time.Now()
+	if err := cm.Export(path); err != nil {
+		return fmt.Errorf("export the compiled model: %w", err)
+	}
+	m.ExportS = time.Since(t).Seconds()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	m.ExportBytes = int64(len(b))
+	for _, p := range props {
+		if err := core.SetProperty(device, p.Key, p.Value); err != nil {
+			return fmt.Errorf("set %s=%s on %s before the import: %w", p.Key, p.Value, device, err)
+		}
+	}
+	t = time.Now()
+	im, err := core.ImportModel(b, device)
+	m.ImportS = time.Since(t).Seconds()
+	if err != nil {
+		return fmt.Errorf("import the exported model: %w", err)
+	}
+	im.Close()
 	return nil
 }
 

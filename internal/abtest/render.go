@@ -148,11 +148,12 @@ func WriteProfile(w io.Writer, p *compilecost.Profile) error {
 	}
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "capacity\treps\tcompile s (median)\tmin\tmax\tcompile CPU s\tIR build s\tpeak RSS MiB\tfit s\t")
+	fmt.Fprintln(tw, "capacity\treps\tcompile s (median)\tmin\tmax\tcompile CPU s\tIR build s\tpeak RSS MiB\tfit s\timport s\texport s\t")
 	for _, r := range p.Rungs {
 		lo, hi := minMax(r.CompileS)
-		fmt.Fprintf(tw, "%d\t%d\t%.3f\t%.3f\t%.3f\t%.3f\t%.3f\t%.1f\t%.3f\t\n", r.Capacity, len(r.CompileS), r.MedianS, lo, hi,
-			compilecost.Median(r.CompileCPUS), compilecost.Median(r.IRBuildS), float64(r.PeakRSSBytes)/(1<<20), p.Fit.At(r.Capacity))
+		fmt.Fprintf(tw, "%d\t%d\t%.3f\t%.3f\t%.3f\t%.3f\t%.3f\t%.1f\t%.3f\t%s\t%s\t\n", r.Capacity, len(r.CompileS), r.MedianS, lo, hi,
+			compilecost.Median(r.CompileCPUS), compilecost.Median(r.IRBuildS), float64(r.PeakRSSBytes)/(1<<20), p.Fit.At(r.Capacity),
+			medianOrDash(r.ImportS), medianOrDash(r.ExportS))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -223,4 +224,12 @@ func minMax(xs []float64) (lo, hi float64) {
 		}
 	}
 	return lo, hi
+}
+
+// medianOrDash is the median of xs with three decimals, "-" when empty.
+func medianOrDash(xs []float64) string {
+	if len(xs) == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.3f", compilecost.Median(xs))
 }

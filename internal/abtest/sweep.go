@@ -103,6 +103,10 @@ func buildProfile(cfg SweepConfig, got map[int][]*Measurement) *compilecost.Prof
 			r.CompileCPUS = append(r.CompileCPUS, m.CompileCPUS)
 			r.IRBuildS = append(r.IRBuildS, m.IRBuildS)
 			r.PeakRSSBytes = max(r.PeakRSSBytes, m.PeakRSSBytes)
+			if m.ImportS > 0 {
+				r.ImportS = append(r.ImportS, m.ImportS)
+				r.ExportS = append(r.ExportS, m.ExportS)
+			}
 			if p.OpenVINOVersion == "" {
 				p.OpenVINOVersion = m.OpenVINOVersion
 			}

@@ -35,6 +35,8 @@ var (
 		Action: func(_ *cli.Context, v string) error { _, err := parsePolicies(v); return err }}
 	prefillFlag = &cli.StringFlag{Name: "prefill", Value: string(runtime.DefaultPrefill), Usage: "prefill `MODES` as ovrun run --prefill (auto, graph, decode), comma-separated, or all",
 		Action: func(_ *cli.Context, v string) error { _, err := parsePrefill(v); return err }}
+	cachedFlag       = &cli.StringFlag{Name: "cached", Usage: "`CAPACITIES` whose decode graphs are in the compiled-rung cache (ovrun --cache-dir), comma-separated, or all: they cost the profile's measured import instead of a compile",
+		Action: func(_ *cli.Context, v string) error { _, err := parseCached(v); return err }}
 	prefillChunkFlag = &cli.IntFlag{Name: "prefill-chunk", Value: runtime.DefaultPrefillChunk, Usage: "tokens per prefill call `N`: which prefill graph of the profile to model"}
 )
 
@@ -57,7 +59,11 @@ prompt going through the first rung's decode graph at --decode-rate
 older ovtrace (one number per rung) charges every compile that number and
 leaves the prefill graph's compile out. Notes name missed one-ahead
 deadlines and compiles launched two rungs ahead. Use a cost profile measured
-on the target device (an NPU, say) to size a ladder before running there.`,
+on the target device (an NPU, say) to size a ladder before running there.
+
+--cached names the rungs a compiled-rung cache holds (or all): they cost the
+profile's import_s (ovtrace compile --import) instead of a compile; a
+profile that measured no import keeps the compile cost.`,
 	Flags: []cli.Flag{
 		compileCostFlag,
 		decodeRateFlag,
@@ -72,6 +78,7 @@ on the target device (an NPU, say) to size a ladder before running there.`,
 		policyFlag,
 		prefillFlag,
 		prefillChunkFlag,
+		cachedFlag,
 		jsonFlag,
 	},
 	Action: planAction,
@@ -150,6 +157,15 @@ func planAction(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
+	cached, err := parseCached(cachedFlag.Get(c))
+	if err != nil {
+		return err
+	}
+	if cached != nil {
+		if _, ok := prof.PredictImport(ladder[0]); !ok {
+			return fmt.Errorf("--cached: %s measured no import; measure one with ovtrace compile --import", compileCostFlag.Get(c))
+		}
+	}
 	kvPerToken := kvBytesPerTokenFlag.Get(c)
 	cfg := compilecost.SimConfig{
 		Ladder:             ladder,
@@ -172,6 +188,12 @@ func planAction(c *cli.Context) error {
 		cfg.PrefillCompileS, _ = prof.PredictKind(first, ladder[r0])
 		if prof.HasKind(succ) {
 			cfg.PrefillCompileSuccessorS, _ = prof.PredictKind(succ, ladder[r0])
+		}
+	}
+	if cached != nil {
+		cfg.CompileS = prof.CachedFunc(cfg.CompileS, cached)
+		if cfg.CompileSuccessorS != nil {
+			cfg.CompileSuccessorS = prof.CachedFunc(cfg.CompileSuccessorS, cached)
 		}
 	}
 	if bw := migrateGibPerSFlag.Get(c); bw > 0 {
@@ -256,4 +278,26 @@ func parsePolicies(s string) ([]string, error) {
 		}
 	}
 	return policies, nil
+}
+
+// parseCached reads --cached: nil for none, every capacity for "all".
+func parseCached(s string) (func(capacity int) bool, error) {
+	switch s {
+	case "":
+		return nil, nil
+	case "all":
+		return func(int) bool { return true }, nil
+	}
+	caps, err := cliutil.ParseInts("cached", s)
+	if err != nil {
+		return nil, fmt.Errorf("%w, or all", err)
+	}
+	set := map[int]bool{}
+	for _, c := range caps {
+		if err := cliutil.CheckInt("cached", c, 1, maxTokens); err != nil {
+			return nil, err
+		}
+		set[c] = true
+	}
+	return func(capacity int) bool { return set[capacity] }, nil
 }

@@ -2,6 +2,7 @@ package plancmd
 
 import (
 	"encoding/json"
+	"io"
 	"math"
 	"os"
 	"path/filepath"
@@ -129,3 +130,41 @@ func TestPlanPrefillModes(t *testing.T) {
 }
 
 func near(a, b float64) bool { return math.Abs(a-b) < 1e-9 }
+
+// TestPlanCached: rungs named by --cached cost the profile's import; a
+// profile without imports is refused for --cached.
+func TestPlanCached(t *testing.T) {
+	prof := compilecost.Profile{Model: "m", Device: "CPU", Rungs: []compilecost.Rung{
+		{Capacity: 1024, CompileS: []float64{2}, SuccessorS: []float64{5}, ImportS: []float64{0.5}},
+		{Capacity: 2048, CompileS: []float64{3}, SuccessorS: []float64{4}, ImportS: []float64{0.75}},
+	}}
+	dir := t.TempDir()
+	path := filepath.Join(dir, "cost.json")
+	if err := prof.Save(path); err != nil {
+		t.Fatal(err)
+	}
+	plan := func(extra ...string) compilecost.SimResult {
+		rep, _ := runPlan(t, append([]string{"--compile-cost", path, "--decode-rate", "20", "--prompt-tokens", "16", "--decode-tokens", "8",
+			"--policy", "grow-one-ahead", "--prefill", "decode"}, extra...)...)
+		return rep.Results[0]
+	}
+	if r := plan(); !near(r.ForegroundCompileS, 2) {
+		t.Errorf("uncached: foreground %.2f s, want the first rung's compile (2 s)", r.ForegroundCompileS)
+	}
+	if r := plan("--cached", "all"); !near(r.ForegroundCompileS, 0.5) {
+		t.Errorf("--cached all: foreground %.2f s, want the first rung's import (0.5 s)", r.ForegroundCompileS)
+	}
+	if r := plan("--cached", "2048"); !near(r.ForegroundCompileS, 2) {
+		t.Errorf("--cached 2048: foreground %.2f s, want the first rung's compile (2 s)", r.ForegroundCompileS)
+	}
+	old := filepath.Join(dir, "old.json")
+	prof.Rungs[0].ImportS, prof.Rungs[1].ImportS = nil, nil
+	if err := prof.Save(old); err != nil {
+		t.Fatal(err)
+	}
+	app := &cli.App{Commands: []*cli.Command{Command}, Writer: io.Discard, ErrWriter: io.Discard}
+	err := app.Run([]string{"ovrun", "plan", "--compile-cost", old, "--decode-rate", "20", "--prompt-tokens", "16", "--decode-tokens", "8", "--cached", "all"})
+	if err == nil || !strings.Contains(err.Error(), "measured no import") {
+		t.Errorf("--cached with a profile without imports: %v", err)
+	}
+}

@@ -31,6 +31,9 @@ type rungCache struct {
 	store   *rungcache.Cache
 	version string // OpenVINO's build number
 	weights string // digest of the checkpoint part of the weights blob (weightsDigest)
+
+	mu   sync.Mutex
+	keys map[model.GraphSpec]rungcache.Key // keys computed so far (a spec's key never changes)
 }
 
 // openRungCache opens opts' cache folder, nil when there is none, and
@@ -54,7 +57,7 @@ func openRungCache(core *ov.Core, opts Options, props []ov.Property, weights []b
 			return nil, fmt.Errorf("compiled-rung cache: set %s=%s on %s for imports: %w", p.Key, p.Value, opts.Device, err)
 		}
 	}
-	return &rungCache{store: store, version: v, weights: weightsDigest(weights)}, nil
+	return &rungCache{store: store, version: v, weights: weightsDigest(weights), keys: map[model.GraphSpec]rungcache.Key{}}, nil
 }
 
 // digestChunk is the piece of the weights hashed by one goroutine.
@@ -97,19 +100,26 @@ func (c *Compiler) key(spec model.GraphSpec, xml []byte) rungcache.Key {
 	rc := c.cache
 	blob := c.weights.Bytes()
 	tensors := c.weights.TensorBytes()
-	// The IR names constants by place; those in the pool after the
-	// checkpoint part were written by the graph builder and are hashed here.
+	// The IR names constants by place. Those in the pool after the
+	// checkpoint part were placed by the graph builder in the order this
+	// process built its graphs: they are hashed by content instead of
+	// place, so the key of a graph does not depend on which graphs were
+	// built before it.
 	h := sha256.New()
-	h.Write(xml)
-	for _, m := range constRef.FindAllSubmatch(xml, -1) {
-		off, err1 := strconv.ParseInt(string(m[1]), 10, 64)
-		size, err2 := strconv.ParseInt(string(m[2]), 10, 64)
+	last := 0
+	for _, m := range constRef.FindAllSubmatchIndex(xml, -1) {
+		off, err1 := strconv.ParseInt(string(xml[m[2]:m[3]]), 10, 64)
+		size, err2 := strconv.ParseInt(string(xml[m[4]:m[5]]), 10, 64)
 		if err1 != nil || err2 != nil || off < tensors || off+size > int64(len(blob)) {
 			continue
 		}
-		h.Write(binary.LittleEndian.AppendUint64(nil, uint64(off)))
+		h.Write(xml[last:m[0]])
+		h.Write([]byte("pool:"))
+		h.Write(binary.LittleEndian.AppendUint64(nil, uint64(size)))
 		h.Write(blob[off : off+size])
+		last = m[1]
 	}
+	h.Write(xml[last:])
 	p := rungcache.Parts{
 		OpenVINO:   rc.version,
 		Device:     c.opts.Device,
@@ -123,7 +133,11 @@ func (c *Compiler) key(spec model.GraphSpec, xml []byte) rungcache.Key {
 	for _, pr := range c.props {
 		p.Properties = append(p.Properties, pr.Key+"="+pr.Value)
 	}
-	return rungcache.KeyOf(p)
+	k := rungcache.KeyOf(p)
+	rc.mu.Lock()
+	rc.keys[spec] = k
+	rc.mu.Unlock()
+	return k
 }
 
 func kindOf(spec model.GraphSpec) string {
@@ -139,8 +153,17 @@ func (c *Compiler) Cached(spec model.GraphSpec) bool {
 	if c.cache == nil {
 		return false
 	}
-	xml, err := model.BuildIR(c.weights, spec)
-	return err == nil && c.cache.store.Has(c.key(spec, xml))
+	c.cache.mu.Lock()
+	k, ok := c.cache.keys[spec]
+	c.cache.mu.Unlock()
+	if !ok {
+		xml, err := model.BuildIR(c.weights, spec)
+		if err != nil {
+			return false
+		}
+		k = c.key(spec, xml)
+	}
+	return c.cache.store.Has(k)
 }
 
 // imported is spec's graph imported from the cache, nil on a miss; notes
