@@ -35,7 +35,7 @@ var (
 		Action: func(_ *cli.Context, v string) error { _, err := parsePolicies(v); return err }}
 	prefillFlag = &cli.StringFlag{Name: "prefill", Value: string(runtime.DefaultPrefill), Usage: "prefill `MODES` as ovrun run --prefill (auto, graph, decode), comma-separated, or all",
 		Action: func(_ *cli.Context, v string) error { _, err := parsePrefill(v); return err }}
-	cachedFlag       = &cli.StringFlag{Name: "cached", Usage: "`CAPACITIES` whose decode graphs are in the compiled-rung cache (ovrun --cache-dir), comma-separated, or all: they cost the profile's measured import instead of a compile",
+	cachedFlag = &cli.StringFlag{Name: "cached", Usage: "`CAPACITIES` whose decode graphs are in the compiled-rung cache (ovrun --cache-dir), comma-separated, or all: they cost the profile's measured import instead of a compile",
 		Action: func(_ *cli.Context, v string) error { _, err := parseCached(v); return err }}
 	prefillChunkFlag = &cli.IntFlag{Name: "prefill-chunk", Value: runtime.DefaultPrefillChunk, Usage: "tokens per prefill call `N`: which prefill graph of the profile to model"}
 )
