@@ -181,3 +181,16 @@ func TestRungCacheKeyIgnoresBuildOrder(t *testing.T) {
 		t.Error("two graphs got one key")
 	}
 }
+
+// BenchmarkWeightsDigest hashes a blob the size of qwen2.5-0.5b's weights
+// in bf16 (about 1 GB): the one-time cost of a compiled-rung cache's key.
+func BenchmarkWeightsDigest(b *testing.B) {
+	blob := make([]byte, 988<<20)
+	for i := range blob {
+		blob[i] = byte(i * 7)
+	}
+	b.SetBytes(int64(len(blob)))
+	for b.Loop() {
+		weightsDigest(blob)
+	}
+}
