@@ -240,15 +240,22 @@ func Check(app *cli.App, l Line, prepare func(*cli.App, []string) []string) erro
 func parse(app *cli.App, args []string) error {
 	a := *app
 	a.Writer, a.ErrWriter = io.Discard, io.Discard
-	a.Commands = nil
-	for _, c := range app.Commands {
+	a.Commands = noops(app.Commands)
+	a.ExitErrHandler = func(*cli.Context, error) {}
+	return a.RunContext(context.Background(), args)
+}
+
+// noops copies commands, their subcommands included, with no-op actions.
+func noops(cmds []*cli.Command) []*cli.Command {
+	var out []*cli.Command
+	for _, c := range cmds {
 		cp := *c
 		cp.Action = func(*cli.Context) error { return nil }
 		cp.Before, cp.After = nil, nil
-		a.Commands = append(a.Commands, &cp)
+		cp.Subcommands = noops(c.Subcommands)
+		out = append(out, &cp)
 	}
-	a.ExitErrHandler = func(*cli.Context, error) {}
-	return a.RunContext(context.Background(), args)
+	return out
 }
 
 // checkNames checks a partial command: the subcommand and each flag exist,
