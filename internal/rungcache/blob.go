@@ -37,19 +37,12 @@ func (b *Blob) Close() error {
 // mapBlob maps the regular file at path (never through a symlink), which
 // must be size bytes long.
 func mapBlob(path string, size int64) (*Blob, error) {
-	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK|syscall.O_CLOEXEC, 0)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", filepath.Base(path), unwrap(err))
-	}
-	defer f.Close()
-	fi, err := f.Stat()
+	f, fi, err := openRegular(path)
 	if err != nil {
 		return nil, err
 	}
-	switch {
-	case !fi.Mode().IsRegular():
-		return nil, fmt.Errorf("%s is %s", filepath.Base(path), safefile.Kind(fi.Mode()))
-	case fi.Size() != size:
+	defer f.Close()
+	if fi.Size() != size {
 		return nil, fmt.Errorf("blob is %d bytes, its metadata says %d (truncated or replaced)", fi.Size(), size)
 	}
 	b, err := syscall.Mmap(int(f.Fd()), 0, int(size), syscall.PROT_READ, syscall.MAP_SHARED|syscall.MAP_POPULATE)
@@ -57,4 +50,23 @@ func mapBlob(path string, size int64) (*Blob, error) {
 		return nil, fmt.Errorf("map %s: %w", filepath.Base(path), err)
 	}
 	return &Blob{b: b}, nil
+}
+
+// openRegular opens a regular file for reading, never through a symlink
+// and never blocking (a FIFO in an entry's place is refused).
+func openRegular(path string) (*os.File, os.FileInfo, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%s: %w", filepath.Base(path), unwrap(err))
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, nil, err
+	}
+	if !fi.Mode().IsRegular() {
+		f.Close()
+		return nil, nil, fmt.Errorf("%s is %s", filepath.Base(path), safefile.Kind(fi.Mode()))
+	}
+	return f, fi, nil
 }

@@ -248,18 +248,11 @@ func syncDir(dir string) {
 
 // readRegular reads a regular file (never through a symlink) of at most limit bytes.
 func readRegular(path string, limit int64) ([]byte, error) {
-	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK|syscall.O_CLOEXEC, 0)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", filepath.Base(path), unwrap(err))
-	}
-	defer f.Close()
-	fi, err := f.Stat()
+	f, fi, err := openRegular(path)
 	if err != nil {
 		return nil, err
 	}
-	if !fi.Mode().IsRegular() {
-		return nil, fmt.Errorf("%s is %s", filepath.Base(path), safefile.Kind(fi.Mode()))
-	}
+	defer f.Close()
 	if fi.Size() > limit {
 		return nil, fmt.Errorf("%s is %s, more than the %s expected", filepath.Base(path), safefile.Size(fi.Size()), safefile.Size(limit))
 	}

@@ -53,21 +53,12 @@ func compileOnce(t *testing.T, dir string, opts Options, cached bool) (runtime.O
 		if err != nil {
 			t.Fatal(err)
 		}
-		tokens = append(tokens, int64(argmax(logits)))
+		tokens = append(tokens, int64(runtime.Argmax(logits)))
 	}
 	e := exe.(*executable)
 	return e.Origin(), e.CompileNotes(), tokens
 }
 
-func argmax(v []float32) int {
-	best := 0
-	for i, x := range v {
-		if x > v[best] {
-			best = i
-		}
-	}
-	return best
-}
 
 // The cache's key covers what changes the compiled graph: the same
 // checkpoint and options import, another precision or one changed weight
