@@ -5,6 +5,9 @@ import (
 	"hash/crc32"
 	"os"
 	"path/filepath"
+	"runtime"
+	"slices"
+	"sync"
 	"syscall"
 
 	"github.com/ovtoolkit/ovrun/internal/safefile"
@@ -12,7 +15,36 @@ import (
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
-func checksum(b []byte) uint32 { return crc32.Checksum(b, castagnoli) }
+// pieceBytes is the size of the pieces of a blob that have a CRC-32C each:
+// they are checked on every core at once.
+const pieceBytes = 16 << 20
+
+// firstBadPiece checks b's pieces against sums on every core and returns
+// the first piece whose CRC-32C differs, -1 when all match (and there are
+// as many sums as pieces).
+func firstBadPiece(b []byte, sums []uint32) int {
+	n := (len(b) + pieceBytes - 1) / pieceBytes
+	if len(sums) != n {
+		return min(len(sums), n)
+	}
+	bad := make([]bool, n)
+	next := make(chan int)
+	var wg sync.WaitGroup
+	for range min(runtime.GOMAXPROCS(0), n) {
+		wg.Go(func() {
+			for i := range next {
+				piece := b[i*pieceBytes : min(len(b), (i+1)*pieceBytes)]
+				bad[i] = crc32.Checksum(piece, castagnoli) != sums[i]
+			}
+		})
+	}
+	for i := range n {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	return slices.Index(bad, true)
+}
 
 // Blob is an entry's compiled blob, mapped read-only from its file: an
 // import reads it without a copy. Entries are only ever replaced by rename

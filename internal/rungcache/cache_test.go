@@ -222,12 +222,12 @@ func TestParseKeyRejectsHostileNames(t *testing.T) {
 }
 
 func FuzzParseMeta(f *testing.F) {
-	m := Meta{Format: FormatVersion, Key: key(1).String(), Size: 10, CRC32C: 7, Capacity: 64, Chunk: 1}
+	m := Meta{Format: FormatVersion, Key: key(1).String(), Size: 10, CRC32C: []uint32{7}, Capacity: 64, Chunk: 1}
 	b, _ := m.marshal()
 	f.Add(b)
 	f.Add([]byte(`{"format":1,"size":-1}`))
 	f.Add([]byte(`{"format":1,"key":"../x","size":1,"sha256":"00"}`))
-	f.Add([]byte(fmt.Sprintf(`{"format":1,"key":%q,"size":99999999999999,"crc32c":1}`, key(2))))
+	f.Add([]byte(fmt.Sprintf(`{"format":1,"key":%q,"size":99999999999999,"crc32c":[1]}`, key(2))))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		m, err := ParseMeta(b)
 		if err != nil {
@@ -237,4 +237,28 @@ func FuzzParseMeta(f *testing.F) {
 			t.Fatalf("accepted an invalid metadata file: %+v", m)
 		}
 	})
+}
+
+// Every piece of a blob of several pieces is checked.
+func TestEveryPieceIsChecked(t *testing.T) {
+	dir := t.TempDir()
+	c, err := Open(dir, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	blob := bytes.Repeat([]byte{3}, 2*pieceBytes+5)
+	k := key(1)
+	putBytes(t, c, k, blob)
+	b, m, ok, _ := c.Get(k)
+	if !ok || len(m.CRC32C) != 3 {
+		t.Fatalf("ok %v, %d piece sums; want 3", ok, len(m.CRC32C))
+	}
+	b.Close()
+	blob[2*pieceBytes+4] ^= 1 // the last byte of the short last piece
+	if err := os.WriteFile(c.blobPath(k), blob, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, ok, note := c.Get(k); ok || !strings.Contains(note, "piece 2") {
+		t.Fatalf("ok %v, note %q; want piece 2 found corrupt", ok, note)
+	}
 }

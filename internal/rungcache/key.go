@@ -61,7 +61,7 @@ type Meta struct {
 	Format    int       `json:"format"`
 	Key       string    `json:"key"`
 	Size      int64     `json:"size"`   // blob bytes
-	CRC32C    uint32    `json:"crc32c"` // of the blob (Castagnoli)
+	CRC32C    []uint32  `json:"crc32c"` // of each 16 MiB piece of the blob (Castagnoli)
 	Kind      string    `json:"kind"`
 	Capacity  int       `json:"capacity"`
 	Chunk     int       `json:"chunk"`
