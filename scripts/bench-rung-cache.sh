@@ -18,8 +18,12 @@ models=${2:-"$small $qwen .venv/SmolLM2-135M-Instruct.Q4_1.gguf"}
 [ -f "$qwen/config.json" ] || bin/ovrun synth --preset qwen2.5-0.5b --seed 1 --out "$qwen" >/dev/null
 out=.cache/bench/rung-cache
 mkdir -p "$out"
+# A copy of the binary: a rebuild during the measurement must not change it.
+bin=$(mktemp -d)/ovrun
+cp bin/ovrun "$bin"
+trap 'rm -rf "$(dirname "$bin")"' EXIT
 run() { # policy cache json
-  flock /tmp/ovrun-bench.lock bin/ovrun run --model "$m" --ladder "$ladder" --policy "$1" \
+  flock /tmp/ovrun-bench.lock "$bin" run --model "$m" --ladder "$ladder" --policy "$1" \
     --prompt-tokens 16 --decode-tokens 4 --cache-dir "$2" --cache-max 32GiB --json "$3" --quiet >/dev/null
 }
 echo "| model | grow-one-ahead: first rung compiled (cold) | imported (warm): foreground / its import_s | foreground / import | TTFT cold -> warm | grow-eager warm: 4 imports | one rung's compile: 256 / 2048 | 4 imports / compile of 256 / of 2048 |"
