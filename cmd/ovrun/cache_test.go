@@ -200,3 +200,48 @@ func TestBudgetsUseImportForCachedRungs(t *testing.T) {
 		}
 	}
 }
+
+// TestConcurrentRunsShareACache: three processes filling one cache folder
+// at once all finish with the same tokens, and leave whole entries that a
+// fourth run imports.
+func TestConcurrentRunsShareACache(t *testing.T) {
+	tiny := testenv.Synth(t, "tiny", "F32")
+	cache := t.TempDir()
+	args := []string{"--model", tiny, "--ladder", "16,32", "--policy", "grow-one-ahead", "--prompt-tokens", "4", "--decode-tokens", "20", "--cache-dir", cache}
+	sums := make([]*runtime.Summary, 3)
+	done := make(chan int)
+	for i := range sums {
+		go func() {
+			defer func() { done <- i }()
+			out := filepath.Join(t.TempDir(), "run.json")
+			if _, stderr, code := ovrun(t, nil, append(append([]string{"run"}, args...), "--json", out, "--quiet")...); code != 0 {
+				t.Errorf("run %d: exit %d: %s", i, code, stderr)
+				return
+			}
+			sums[i] = readSummary(t, out)
+		}()
+	}
+	for range sums {
+		<-done
+	}
+	if t.Failed() {
+		return
+	}
+	for i, s := range sums[1:] {
+		if !slices.Equal(s.Predictions, sums[0].Predictions) {
+			t.Errorf("run %d predicts %v, run 0 %v", i+1, s.Predictions, sums[0].Predictions)
+		}
+	}
+	if es := cacheEntries(t, cache); len(es) != 2 {
+		t.Fatalf("%d entries after three concurrent runs, want 2: %+v", len(es), es)
+	}
+	last := cachedRun(t, "after", args...)
+	for _, r := range last.Rungs {
+		if r.CompileSource != runtime.OriginImported {
+			t.Errorf("rung %d: %s after the concurrent runs, want imported", r.Capacity, r.CompileSource)
+		}
+	}
+	if len(last.Notes) != 0 {
+		t.Errorf("notes %q, want none (no damaged entry)", last.Notes)
+	}
+}
