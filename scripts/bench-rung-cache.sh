@@ -18,9 +18,11 @@ models=${2:-"$small $qwen .venv/SmolLM2-135M-Instruct.Q4_1.gguf"}
 [ -f "$qwen/config.json" ] || bin/ovrun synth --preset qwen2.5-0.5b --seed 1 --out "$qwen" >/dev/null
 out=.cache/bench/rung-cache
 mkdir -p "$out"
-# A copy of the binary: a rebuild during the measurement must not change it.
+# A copy of the binary: a rebuild during the measurement must not change it
+# (the copy finds OpenVINO through OVRUN_OPENVINO_LIB).
 bin=$(mktemp -d)/ovrun
 cp bin/ovrun "$bin"
+export OVRUN_OPENVINO_LIB=${OVRUN_OPENVINO_LIB:-$PWD/.venv/openvino/libs}
 trap 'rm -rf "$(dirname "$bin")"' EXIT
 run() { # policy cache json
   flock /tmp/ovrun-bench.lock "$bin" run --model "$m" --ladder "$ladder" --policy "$1" \
