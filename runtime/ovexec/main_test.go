@@ -33,14 +33,14 @@ func TestMain(m *testing.M) {
 }
 
 // runTestWorker is WorkerMain behind the command line the parent gives:
-// compile-worker --out PATH.
+// compile-worker --graph NAME --out PATH.
 func runTestWorker() int {
 	args := os.Args[1:]
-	if len(args) != 3 || args[0] != "compile-worker" || args[1] != "--out" {
+	if len(args) != 5 || args[0] != "compile-worker" || args[1] != "--graph" || args[3] != "--out" {
 		fmt.Fprintf(os.Stderr, "test worker: unexpected arguments %q\n", args)
 		return 2
 	}
-	if err := WorkerMain(context.Background(), os.Stdin, os.Stdout, args[2]); err != nil {
+	if err := WorkerMain(context.Background(), os.Stdin, os.Stdout, args[2], args[4]); err != nil {
 		fmt.Fprintln(os.Stderr, "test worker:", err)
 		return 1
 	}

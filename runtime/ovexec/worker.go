@@ -29,7 +29,7 @@ import (
 // WorkerOptions say how to start compile workers.
 type WorkerOptions struct {
 	Exe  string   // the binary: ovrun, or a test binary that runs WorkerMain
-	Args []string // its arguments before "--out PATH" (e.g. "compile-worker")
+	Args []string // its arguments before "--graph NAME --out PATH" (e.g. "compile-worker")
 	Env  []string // added to this process's environment
 	// Timeout kills a worker that runs longer; 0: none.
 	Timeout time.Duration
@@ -80,7 +80,7 @@ func (c *Compiler) compileInWorker(ctx context.Context, spec model.GraphSpec) (r
 	}
 	name := fmt.Sprintf("compile worker for graph %s (capacity %d)", spec.Name(), spec.Capacity)
 	out, err := childproc.Run(ctx, childproc.Cmd{
-		Name: name, Path: w.Exe, Args: append(slices.Clone(w.Args), "--out", blob),
+		Name: name, Path: w.Exe, Args: append(slices.Clone(w.Args), "--graph", spec.Name(), "--out", blob),
 		// The parent injects faults (OVRUN_FAIL_COMPILE) once per compile; a
 		// fresh child would fire them again on every retry.
 		Env:   childproc.EnvWithout(append(os.Environ(), w.Env...), FailCompileEnv),
@@ -122,7 +122,9 @@ func (c *Compiler) compileInWorker(ctx context.Context, spec model.GraphSpec) (r
 // WorkerMain is the body of a compile worker: it reads a request from in,
 // compiles the graph, exports it to blob (written beside it and renamed,
 // so the parent never reads half a file) and prints a WorkerResult on out.
-func WorkerMain(ctx context.Context, in io.Reader, out io.Writer, blob string) error {
+// graph is the graph's name on the command line (where ps and tests see
+// it); the request must be for that graph.
+func WorkerMain(ctx context.Context, in io.Reader, out io.Writer, graph, blob string) error {
 	var req workerRequest
 	dec := json.NewDecoder(io.LimitReader(in, 1<<20))
 	dec.DisallowUnknownFields()
@@ -131,6 +133,9 @@ func WorkerMain(ctx context.Context, in io.Reader, out io.Writer, blob string) e
 	}
 	if blob == "" {
 		return errors.New("compile worker: give the output file: --out PATH")
+	}
+	if graph != req.Spec.Name() {
+		return fmt.Errorf("compile worker: --graph %q but the request on stdin is for %s", graph, req.Spec.Name())
 	}
 	if err := ov.Load(); err != nil {
 		return err
