@@ -43,16 +43,10 @@ var (
 
 // Where graphs compile (docs/design.md §4, "A compile in a worker").
 var (
-	compileInFlag = &cli.StringFlag{Name: "compile-in", Value: compileInProcess, Usage: "`WHERE` graphs compile: process (this process's threads) or worker (a child process per graph, whose every thread gets --compile-cpus and --compile-nice; a crash, --compile-timeout or --compile-memory ends only the child, and the compile is retried once like any failed compile)",
+	compileInFlag = &cli.StringFlag{Name: "compile-in", Value: runtime.CompileInProcess, Usage: "`WHERE` graphs compile: process (this process's threads) or worker (a child process per graph, whose every thread gets --compile-cpus and --compile-nice; a crash, --compile-timeout or --compile-memory ends only the child, and the compile is retried once like any failed compile)",
 		Action: func(_ *cli.Context, v string) error { return checkCompileIn(v) }}
 	compileTimeoutFlag = &cli.DurationFlag{Name: "compile-timeout", Value: defaultCompileTimeout, Usage: "with --compile-in worker, kill a compile worker that runs longer than `DURATION` (0: no limit)"}
 	compileMemoryFlag  = &cli.IntFlag{Name: "compile-memory", Usage: "with --compile-in worker, kill a compile worker whose resident memory grows past `MIB` MiB (0: no limit)"}
-)
-
-// The values of --compile-in.
-const (
-	compileInProcess = "process"
-	compileInWorker  = "worker"
 )
 
 // defaultCompileTimeout is far above any compile measured here (the 0.5B
@@ -61,10 +55,8 @@ const (
 const defaultCompileTimeout = 30 * time.Minute
 
 func checkCompileIn(v string) error {
-	if v != compileInProcess && v != compileInWorker {
-		return fmt.Errorf("--compile-in %q: want %s or %s", v, compileInProcess, compileInWorker)
-	}
-	return nil
+	_, err := runtime.ParseCompileIn(v)
+	return err
 }
 
 // workerOptions reads --compile-in and the worker's limits: nil compiles
@@ -80,12 +72,12 @@ func workerOptions(c *cli.Context) (*ovexec.WorkerOptions, error) {
 	if err := cliutil.CheckInt(compileMemoryFlag.Name, mem, 0, 1<<30); err != nil {
 		return nil, err
 	}
-	if compileInFlag.Get(c) != compileInWorker {
+	if compileInFlag.Get(c) != runtime.CompileInWorker {
 		return nil, nil
 	}
 	exe, err := os.Executable()
 	if err != nil {
-		return nil, fmt.Errorf("--%s %s: find the ovrun executable to start workers: %w", compileInFlag.Name, compileInWorker, err)
+		return nil, fmt.Errorf("--%s %s: find the ovrun executable to start workers: %w", compileInFlag.Name, runtime.CompileInWorker, err)
 	}
 	return &ovexec.WorkerOptions{Exe: exe, Args: []string{compileWorkerName}, Timeout: timeout, MemoryMiB: mem}, nil
 }
@@ -204,9 +196,9 @@ func describeRun(c *cli.Context, comp *ovexec.Compiler, sum *runtime.Summary) {
 	sum.Seed = seedFlag.Get(c)
 	sum.OpenVINOVersion, _ = ov.Version()
 	if sum.CompileIn == "" {
-		sum.CompileIn = compileInProcess
+		sum.CompileIn = runtime.CompileInProcess
 		if comp.Options().Worker != nil {
-			sum.CompileIn = compileInWorker
+			sum.CompileIn = runtime.CompileInWorker
 		}
 	}
 }

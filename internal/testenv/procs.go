@@ -5,6 +5,9 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
+	"syscall"
+	"time"
 )
 
 // Proc is a process found through /proc.
@@ -103,4 +106,41 @@ func procStatPath(path string) []string {
 		return nil
 	}
 	return strings.Fields(string(b[i+1:]))
+}
+
+// Compiling reports whether process pid has loaded OpenVINO's CPU plugin,
+// which a compile worker does when it starts compiling.
+func Compiling(pid int) bool {
+	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "maps"))
+	return err == nil && strings.Contains(string(b), "openvino_intel_cpu_plugin")
+}
+
+// KillCompileWorkers SIGKILLs, mid-compile, the first n compile workers of
+// graph (e.g. "decode-c64") that parent starts; stop ends the watch and
+// says how many it killed.
+func KillCompileWorkers(parent int, graph string, n int) (stop func() int) {
+	done := make(chan struct{})
+	killed := map[int]bool{}
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for len(killed) < n {
+			select {
+			case <-done:
+				return
+			case <-time.After(2 * time.Millisecond):
+			}
+			for _, p := range Children(parent, "compile-worker", graph) {
+				if !killed[p.Pid] && Compiling(p.Pid) && syscall.Kill(p.Pid, syscall.SIGKILL) == nil {
+					killed[p.Pid] = true
+				}
+			}
+		}
+	}()
+	return func() int {
+		close(done)
+		wg.Wait()
+		return len(killed)
+	}
 }

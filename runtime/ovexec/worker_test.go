@@ -4,13 +4,10 @@ import (
 	"context"
 	"errors"
 	"os"
-	"path/filepath"
 	goruntime "runtime"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -155,46 +152,6 @@ func TestWorkerThreadsCarryCPUSetAndNice(t *testing.T) {
 	}
 }
 
-// killWorkers SIGKILLs the first n compile workers of graph once each has
-// loaded OpenVINO's CPU plugin (it is compiling), and reports how many it
-// killed when stopped.
-func killWorkers(t *testing.T, graph string, n int) (stop func() int) {
-	t.Helper()
-	done := make(chan struct{})
-	killed := map[int]bool{}
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for len(killed) < n {
-			select {
-			case <-done:
-				return
-			case <-time.After(2 * time.Millisecond):
-			}
-			for _, p := range testenv.Children(os.Getpid(), "compile-worker", graph) {
-				if killed[p.Pid] || !compiling(p.Pid) {
-					continue
-				}
-				if syscall.Kill(p.Pid, syscall.SIGKILL) == nil {
-					killed[p.Pid] = true
-				}
-			}
-		}
-	}()
-	return func() int {
-		close(done)
-		wg.Wait()
-		return len(killed)
-	}
-}
-
-// compiling reports whether process pid has loaded OpenVINO's CPU plugin.
-func compiling(pid int) bool {
-	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "maps"))
-	return err == nil && strings.Contains(string(b), "openvino_intel_cpu_plugin")
-}
-
 // TestKilledWorkerIsAFailedCompile kills real workers mid-compile: once,
 // the foreground retry recovers with the same tokens; twice, the run
 // finishes compile_error with every decoded token kept.
@@ -216,7 +173,7 @@ func TestKilledWorkerIsAFailedCompile(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			comp := openWorkerOV(t, ck, testWorker(t))
-			stop := killWorkers(t, "decode-c64", tc.kills)
+			stop := testenv.KillCompileWorkers(os.Getpid(), "decode-c64", tc.kills)
 			got, err := workerRun(t, comp, ck)
 			if k := stop(); k != tc.kills {
 				t.Fatalf("killed %d workers, want %d", k, tc.kills)
@@ -284,7 +241,7 @@ func TestCancelledWorkerLeavesNothing(t *testing.T) {
 	go func() {
 		defer close(pid)
 		for ctx.Err() == nil {
-			if ps := testenv.Children(os.Getpid(), "compile-worker"); len(ps) > 0 && compiling(ps[0].Pid) {
+			if ps := testenv.Children(os.Getpid(), "compile-worker"); len(ps) > 0 && testenv.Compiling(ps[0].Pid) {
 				pid <- ps[0].Pid
 				cancel()
 				return
