@@ -196,9 +196,14 @@ func describeRun(c *cli.Context, comp *ovexec.Compiler, sum *runtime.Summary) {
 	sum.Seed = seedFlag.Get(c)
 	sum.OpenVINOVersion, _ = ov.Version()
 	if sum.CompileIn == "" {
-		sum.CompileIn = runtime.CompileInProcess
-		if comp.Options().Worker != nil {
-			sum.CompileIn = runtime.CompileInWorker
-		}
+		sum.CompileIn = compileIn(comp)
 	}
+}
+
+// compileIn says where comp compiles: process or worker.
+func compileIn(comp *ovexec.Compiler) string {
+	if comp.Options().Worker != nil {
+		return runtime.CompileInWorker
+	}
+	return runtime.CompileInProcess
 }

@@ -79,10 +79,7 @@ first line says where the compile ran.`,
 		if err != nil {
 			return err // nothing to save: the measurement is all or nothing
 		}
-		res.CompileIn = runtime.CompileInProcess
-		if comp.Options().Worker != nil {
-			res.CompileIn = runtime.CompileInWorker
-		}
+		res.CompileIn = compileIn(comp)
 		fmt.Printf("compile in            %8s\n", res.CompileIn)
 		fmt.Printf("decode alone          %8.1f tok/s\n", res.AloneTokensPerS)
 		fmt.Printf("decode under compile  %8.1f tok/s  (%+.1f%%, %d steps)\n", res.UnderCompileTokensPer, -res.DecodeSlowdownPct, res.StepsUnderCompile)

@@ -124,6 +124,9 @@ func Run(ctx context.Context, c Cmd) ([]byte, error) {
 	stderr := &tailBuffer{max: stderrKeep}
 	cmd.Stdout, cmd.Stderr = &stdout, stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	// A grandchild that holds the output pipes must not hold us past the
+	// child's exit.
+	cmd.WaitDelay = time.Second
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("%s: start %s: %w", c.Name, c.Path, err)
 	}
