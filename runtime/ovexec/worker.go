@@ -11,6 +11,8 @@ import (
 	"slices"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/ovtoolkit/ovrun/internal/childproc"
 	"github.com/ovtoolkit/ovrun/model"
 	"github.com/ovtoolkit/ovrun/ov"
@@ -98,11 +100,7 @@ func (c *Compiler) compileInWorker(ctx context.Context, spec model.GraphSpec) (r
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
 	t0 := time.Now()
-	data, err := os.ReadFile(blob)
-	if err != nil {
-		return nil, fmt.Errorf("%s: read its compiled model: %w", name, err)
-	}
-	cm, err := c.core.ImportModel(data, c.opts.Device)
+	cm, err := c.importFile(blob)
 	if err != nil {
 		return nil, fmt.Errorf("import graph %s compiled by a worker: %w", spec.Name(), err)
 	}
@@ -117,6 +115,29 @@ func (c *Compiler) compileInWorker(ctx context.Context, spec model.GraphSpec) (r
 		c.mu.Unlock()
 	}
 	return c.newExecutable(spec, cm, res.IRBytes, runtime.Origin{Source: runtime.OriginCompiled, ImportS: importS, ExportS: res.ExportS})
+}
+
+// importFile imports a compiled model from a file mapped for the call: its
+// pages leave this process with the unmap instead of staying in Go's heap.
+func (c *Compiler) importFile(path string) (*ov.CompiledModel, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if st.Size() == 0 || st.Size() != int64(int(st.Size())) {
+		return nil, fmt.Errorf("%s: %d bytes is not a compiled model", path, st.Size())
+	}
+	data, err := unix.Mmap(int(f.Fd()), 0, int(st.Size()), unix.PROT_READ, unix.MAP_PRIVATE)
+	if err != nil {
+		return nil, fmt.Errorf("map %s: %w", path, err)
+	}
+	defer unix.Munmap(data)
+	return c.core.ImportModel(data, c.opts.Device)
 }
 
 // WorkerMain is the body of a compile worker: it reads a request from in,
