@@ -37,8 +37,6 @@ type Cmd struct {
 
 	Timeout   time.Duration // 0: none
 	MemoryMiB int           // kill the child once its resident set exceeds this; 0: no limit
-	// Started, when set, is called with the child's pid once it runs.
-	Started func(pid int)
 }
 
 // pollEvery is how often the child's resident set is read.
@@ -129,9 +127,6 @@ func Run(ctx context.Context, c Cmd) ([]byte, error) {
 	cmd.WaitDelay = time.Second
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("%s: start %s: %w", c.Name, c.Path, err)
-	}
-	if c.Started != nil {
-		c.Started(cmd.Process.Pid)
 	}
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()

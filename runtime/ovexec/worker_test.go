@@ -100,25 +100,7 @@ func TestWorkerThreadsCarryCPUSetAndNice(t *testing.T) {
 	}
 	defer ck.Close()
 	comp := openWorkerOV(t, ck, testWorker(t))
-	seen := map[int]testenv.ThreadAttrs{}
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			select {
-			case <-stop:
-				return
-			case <-time.After(5 * time.Millisecond):
-			}
-			for _, p := range testenv.Children(os.Getpid(), "compile-worker") {
-				for _, a := range testenv.Threads(p.Pid) {
-					seen[a.Tid] = a
-				}
-			}
-		}
-	}()
+	stop := watchWorkerThreads("compile-worker")
 	errc := make(chan error, 1)
 	go func() {
 		goruntime.LockOSThread() // never unlocked: the thread exits with the goroutine
@@ -137,17 +119,81 @@ func TestWorkerThreadsCarryCPUSetAndNice(t *testing.T) {
 		errc <- err
 	}()
 	err = <-errc
-	close(stop)
-	wg.Wait()
+	seen := stop()
 	if err != nil {
 		t.Fatal(err)
 	}
+	checkThreads(t, seen, "1", 7)
+}
+
+// TestBackgroundWorkersCarryTheLadderCPUSetAndNice: through the runtime,
+// the worker of a background compile (rung 64) runs on the ladder's
+// background CPU set and nice value, every one of its threads.
+func TestBackgroundWorkersCarryTheLadderCPUSetAndNice(t *testing.T) {
+	if goruntime.NumCPU() < 2 {
+		t.Skip("needs 2 CPUs")
+	}
+	ck, err := model.Load(testenv.SmolLM2(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ck.Close()
+	comp := openWorkerOV(t, ck, testWorker(t))
+	stop := watchWorkerThreads("decode-c64")
+	s, err := runtime.Run(context.Background(), comp, runtime.ShapeOf(ck.Config), runtime.RunConfig{
+		Ladder: runtime.Ladder{32, 64}, Policy: runtime.GrowOneAhead, Prefill: runtime.PrefillDecode,
+		Prompt: runtime.SeededTokens(5, 8, ck.Config.VocabSize), DecodeTokens: 40,
+		Background: runtime.BackgroundOptions{CPUs: []int{1}, Nice: 5},
+	})
+	seen := stop()
+	if err != nil || s.FinishReason != "length" {
+		t.Fatalf("run: %v (finish %q)", err, s.FinishReason)
+	}
+	if !s.Rungs[1].Compiled || s.Rungs[1].Foreground {
+		t.Fatalf("rung 64: compiled %v foreground %v, want a background compile", s.Rungs[1].Compiled, s.Rungs[1].Foreground)
+	}
+	checkThreads(t, seen, "1", 5)
+}
+
+// watchWorkerThreads records, until stopped, the threads of this
+// process's compile workers whose command line holds word.
+func watchWorkerThreads(word string) (stop func() map[int]testenv.ThreadAttrs) {
+	seen := map[int]testenv.ThreadAttrs{}
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			select {
+			case <-done:
+				return
+			case <-time.After(5 * time.Millisecond):
+			}
+			for _, p := range testenv.Children(os.Getpid(), "compile-worker", word) {
+				for _, a := range testenv.Threads(p.Pid) {
+					seen[a.Tid] = a
+				}
+			}
+		}
+	}()
+	return func() map[int]testenv.ThreadAttrs {
+		close(done)
+		wg.Wait()
+		return seen
+	}
+}
+
+// checkThreads wants every thread seen on cpus at nice, and enough of them
+// to include OpenVINO's as well as the Go runtime's.
+func checkThreads(t *testing.T, seen map[int]testenv.ThreadAttrs, cpus string, nice int) {
+	t.Helper()
 	if len(seen) < 4 {
 		t.Fatalf("saw %d worker threads, want the Go runtime's and OpenVINO's", len(seen))
 	}
 	for _, a := range seen {
-		if a.CPUs != "1" || a.Nice != 7 {
-			t.Errorf("worker thread %d: cpus %q nice %d, want cpus 1 nice 7", a.Tid, a.CPUs, a.Nice)
+		if a.CPUs != cpus || a.Nice != nice {
+			t.Errorf("worker thread %d: cpus %q nice %d, want cpus %s nice %d", a.Tid, a.CPUs, a.Nice, cpus, nice)
 		}
 	}
 }
