@@ -166,6 +166,7 @@ func TestCacheCommands(t *testing.T) {
 		{[]string{"cache", "prune", "--cache-dir", cache, "--older-than", "-3h"}, "--older-than"},
 		{[]string{"run", "--model", tiny, "--prompt-tokens", "4", "--cache-dir", cache, "--cache-max", "8 apples"}, "--cache-max"},
 		{[]string{"run", "--model", tiny, "--prompt-tokens", "4", "--ladder", "16", "--decode-tokens", "1", "--cache-dir", mine}, "rung cache: output folder " + mine + ": not a directory"},
+		{[]string{"run", "--model", tiny, "--prompt-tokens", "4", "--ladder", "16", "--decode-tokens", "1", "--cache-dir", cache, "--compile-in", "worker"}, "does not work with compile workers"},
 	} {
 		_, stderr, code := ovrun(t, nil, tc.args...)
 		assertOneLineError(t, stderr, code, tc.want)

@@ -63,6 +63,7 @@ directory or its parents.`,
 			plancmd.Command,
 			benchCommand,
 			cacheCommand,
+			compileWorkerCommand,
 		},
 	}
 }

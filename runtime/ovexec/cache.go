@@ -36,11 +36,10 @@ type rungCache struct {
 	keys map[model.GraphSpec]rungcache.Key // keys computed so far (a spec's key never changes)
 }
 
-// openRungCache opens opts' cache folder, nil when there is none, and
-// sets the compile properties on the core for the device: an import takes
-// no properties, so they must be there for the imported graph to run as
-// compiled.
-func openRungCache(core *ov.Core, opts Options, props []ov.Property, weights []byte) (*rungCache, error) {
+// openRungCache opens opts' cache folder, nil when there is none, for a
+// compiler whose checkpoint part of the weights blob is weights (NewCompiler
+// has set the compile properties on the core for imports).
+func openRungCache(opts Options, weights []byte) (*rungCache, error) {
 	if opts.CacheDir == "" {
 		return nil, nil
 	}
@@ -51,11 +50,6 @@ func openRungCache(core *ov.Core, opts Options, props []ov.Property, weights []b
 	v, err := ov.Version()
 	if err != nil {
 		return nil, err
-	}
-	for _, p := range props {
-		if err := core.SetProperty(opts.Device, p.Key, p.Value); err != nil {
-			return nil, fmt.Errorf("compiled-rung cache: set %s=%s on %s for imports: %w", p.Key, p.Value, opts.Device, err)
-		}
 	}
 	return &rungCache{store: store, version: v, weights: weightsDigest(weights), keys: map[model.GraphSpec]rungcache.Key{}}, nil
 }
@@ -184,7 +178,9 @@ func (c *Compiler) imported(spec model.GraphSpec, key rungcache.Key) (*ov.Compil
 		c.cache.store.Discard(key)
 		return nil, runtime.Origin{}, append(notes, fmt.Sprintf("graph %s: rung cache: OpenVINO refused entry %s (%v); discarded it, compiling again", spec.Name(), key.Short(), err))
 	}
-	return cm, runtime.Origin{Source: runtime.OriginImported, ImportS: time.Since(start).Seconds()}, notes
+	o := runtime.Origin{Source: runtime.OriginImported, ImportS: time.Since(start).Seconds()}
+	c.recordPrecision(cm)
+	return cm, o, notes
 }
 
 // export stores a compiled graph in the cache; a failure is a note, not an

@@ -59,7 +59,6 @@ func compileOnce(t *testing.T, dir string, opts Options, cached bool) (runtime.O
 	return e.Origin(), e.CompileNotes(), tokens
 }
 
-
 // The cache's key covers what changes the compiled graph: the same
 // checkpoint and options import, another precision or one changed weight
 // compile again, and the imported graph predicts what the compiled one did.

@@ -34,6 +34,9 @@ type Options struct {
 	// model.WeightsNative keeps GGUF blocks compressed, model.WeightsF32
 	// dequantizes everything to f32.
 	Weights model.WeightFormat
+	// Worker, when set, compiles every graph in a child process (see
+	// worker.go); nil compiles in this process.
+	Worker *WorkerOptions `json:"-"`
 }
 
 // properties lists the compile properties in a stable order.
@@ -101,10 +104,10 @@ var (
 	_ runtime.HostViewer      = (*Compiler)(nil)
 	_ runtime.WeightExplainer = (*Compiler)(nil)
 	_ runtime.CacheChecker    = (*Compiler)(nil)
-	_ runtime.OriginReporter  = (*executable)(nil)
-	_ runtime.CompileNoter    = (*executable)(nil)
 	_ runtime.Executable      = (*executable)(nil)
 	_ runtime.IRSizer         = (*executable)(nil)
+	_ runtime.OriginReporter  = (*executable)(nil)
+	_ runtime.CompileNoter    = (*executable)(nil)
 )
 
 // NewCompiler loads OpenVINO and copies the checkpoint's weights into the
@@ -124,6 +127,23 @@ func NewCompiler(ck *model.Checkpoint, opts Options) (*Compiler, error) {
 	c := &Compiler{ck: ck, core: core, opts: opts, shape: runtime.ShapeOf(ck.Config), vocab: ck.Config.VocabSize, faults: faults}
 	c.weights = model.NewWeightsWith(ck, model.WeightOptions{Format: opts.Weights})
 	c.props = opts.compileProperties(c.weights.Compressed())
+	if opts.Worker != nil && opts.CacheDir != "" {
+		return nil, errors.Join(errors.New("the compiled-rung cache (--cache-dir) does not work with compile workers (--compile-in worker) yet: drop one of them"), c.Close())
+	}
+	if opts.Worker != nil || opts.CacheDir != "" {
+		// Import takes no properties: graphs imported from workers or from
+		// the compiled-rung cache get the compile properties from the core.
+		for _, p := range c.props {
+			if err := core.SetProperty(opts.Device, p.Key, p.Value); err != nil {
+				return nil, errors.Join(fmt.Errorf("set %s=%s on %s for imported graphs: %w", p.Key, p.Value, opts.Device, err), c.Close())
+			}
+		}
+	}
+	if opts.Worker != nil {
+		// Workers read the weights themselves, and the graphs carry their
+		// own copy.
+		return c, nil
+	}
 	if c.blob, err = ov.AllocHost(int(c.weights.Size())); err != nil {
 		return nil, errors.Join(err, c.Close())
 	}
@@ -133,7 +153,7 @@ func NewCompiler(ck *model.Checkpoint, opts Options) (*Compiler, error) {
 	if c.wt, err = ov.NewTensorFromPtr(ov.U8, []int64{c.weights.Size()}, c.blob.Ptr()); err != nil {
 		return nil, errors.Join(err, c.Close())
 	}
-	if c.cache, err = openRungCache(core, opts, c.props, c.blob.Bytes()[:c.weights.TensorBytes()]); err != nil {
+	if c.cache, err = openRungCache(opts, c.blob.Bytes()[:c.weights.TensorBytes()]); err != nil {
 		return nil, errors.Join(err, c.Close())
 	}
 	return c, nil
@@ -182,6 +202,9 @@ func (c *Compiler) Compile(ctx context.Context, spec model.GraphSpec) (runtime.E
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
+	if c.opts.Worker != nil {
+		return c.compileInWorker(ctx, spec)
+	}
 	xml, err := model.BuildIR(c.weights, spec)
 	if err != nil {
 		return nil, err
@@ -195,12 +218,15 @@ func (c *Compiler) CompileIR(ctx context.Context, spec model.GraphSpec, xml []by
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	if c.faults.fire(spec) {
-		return nil, fmt.Errorf("compile graph %s on %s: injected failure (%s)", spec.Name(), c.opts.Device, FailCompileEnv)
+	if c.wt == nil {
+		return nil, fmt.Errorf("compile graph %s: this compiler compiles in worker processes and holds no weights", spec.Name())
+	}
+	if err := c.injectedFailure(spec); err != nil {
+		return nil, err
 	}
 	var (
 		cm     *ov.CompiledModel
-		origin runtime.Origin
+		origin = runtime.Origin{Source: runtime.OriginCompiled}
 		notes  []string
 		key    rungcache.Key
 	)
@@ -211,7 +237,7 @@ func (c *Compiler) CompileIR(ctx context.Context, spec model.GraphSpec, xml []by
 	if cm == nil {
 		start := time.Now()
 		var err error
-		if cm, err = c.compile(spec, xml); err != nil {
+		if cm, err = c.compileModel(spec, xml); err != nil {
 			return nil, err
 		}
 		if c.cache != nil {
@@ -220,11 +246,12 @@ func (c *Compiler) CompileIR(ctx context.Context, spec model.GraphSpec, xml []by
 			notes = append(notes, more...)
 		}
 	}
-	return c.newExecutable(spec, cm, len(xml), origin, notes)
+	return c.newExecutable(spec, cm, len(xml), origin, notes...)
 }
 
-// compile reads and compiles xml with OpenVINO.
-func (c *Compiler) compile(spec model.GraphSpec, xml []byte) (*ov.CompiledModel, error) {
+// compileModel reads and compiles one graph with the compile properties and
+// records the precision the device reports.
+func (c *Compiler) compileModel(spec model.GraphSpec, xml []byte) (*ov.CompiledModel, error) {
 	m, err := c.core.ReadModel(xml, c.wt)
 	if err != nil {
 		return nil, fmt.Errorf("read graph %s: %w", spec.Name(), err)
@@ -234,16 +261,24 @@ func (c *Compiler) compile(spec model.GraphSpec, xml []byte) (*ov.CompiledModel,
 	if err != nil {
 		return nil, fmt.Errorf("compile graph %s on %s: %w", spec.Name(), c.opts.Device, err)
 	}
+	c.recordPrecision(cm)
 	return cm, nil
 }
 
-// newExecutable prepares a compiled (or imported) graph's infer request.
-func (c *Compiler) newExecutable(spec model.GraphSpec, cm *ov.CompiledModel, irBytes int, origin runtime.Origin, notes []string) (runtime.Executable, error) {
+// recordPrecision keeps the inference precision cm reports as the
+// effective one.
+func (c *Compiler) recordPrecision(cm *ov.CompiledModel) {
 	if p, err := cm.Property("INFERENCE_PRECISION_HINT"); err == nil {
 		c.mu.Lock()
 		c.effective = p
 		c.mu.Unlock()
 	}
+}
+
+// newExecutable prepares the infer request of a compiled (or imported)
+// graph; it owns cm from here on. notes are what the compiled-rung cache
+// had to say about it.
+func (c *Compiler) newExecutable(spec model.GraphSpec, cm *ov.CompiledModel, irBytes int, origin runtime.Origin, notes ...string) (runtime.Executable, error) {
 	e := &executable{spec: spec, compiled: cm, shape: c.shape, vocab: c.vocab, irBytes: irBytes, origin: origin, notes: notes}
 	if err := e.prepare(); err != nil {
 		return nil, errors.Join(fmt.Errorf("prepare graph %s: %w", spec.Name(), err), e.Close())

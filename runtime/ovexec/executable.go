@@ -28,11 +28,13 @@ type executable struct {
 	kvTensors     []*ov.Tensor // bound per Bind
 	kv            *runtime.KV
 	irBytes       int
-	origin        runtime.Origin // imported from the compiled-rung cache, or compiled (and exported)
+	origin        runtime.Origin // compiled here or in a worker, or imported from the compiled-rung cache
 	notes         []string       // what the cache had to say (a damaged entry discarded, an eviction)
 }
 
-// Origin says whether the graph was compiled or imported from the cache.
+// Origin says whether the graph was compiled (here or in a worker process)
+// or imported from the compiled-rung cache, and what exporting and
+// importing it cost.
 func (e *executable) Origin() runtime.Origin { return e.origin }
 
 // CompileNotes are the cache's notes on this graph.
