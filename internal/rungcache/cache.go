@@ -1,7 +1,7 @@
 // Package rungcache is the compiled-rung cache: a folder of compiled graph
 // blobs, each named by the key of everything that changes the compiled
 // result (see Parts), with a metadata file that carries the blob's size and
-// SHA-256. Get verifies the blob before handing it out and marks it used;
+// CRC-32Cs. Get verifies the blob before handing it out and marks it used;
 // Put writes it atomically and evicts the least recently used entries past
 // the size cap. A corrupt, truncated or foreign entry is discarded with a
 // note, never a crash. Several processes may share one folder: every read
@@ -11,7 +11,7 @@
 //
 // The blob's check is a CRC-32C per 16 MiB piece, the pieces checked on
 // every core (hardware CRC, ~5 GB/s a core here: the check costs
-// a few percent of an import, where SHA-256 cost a tenth of it); it guards
+// a few percent of an import, where a SHA-256 cost a tenth of it); it guards
 // against damage, not against an attacker who can write the folder, who
 // could as well write a valid entry.
 //

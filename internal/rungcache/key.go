@@ -39,7 +39,7 @@ type Parts struct {
 	Device     string   `json:"device"`     // CPU, GPU, NPU
 	Precision  string   `json:"precision"`  // asked INFERENCE_PRECISION_HINT ("" for the default)
 	Properties []string `json:"properties"` // every compile property as KEY=VALUE, in the order they are passed
-	WeightsSHA string   `json:"weights"`    // SHA-256 of the weights blob the graph reads
+	WeightsSHA string   `json:"weights"`    // digest (SHA-256 based) of the weights blob the graph reads
 	IRSHA      string   `json:"ir"`         // SHA-256 of the IR XML
 	Kind       string   `json:"kind"`       // decode or prefill
 	Capacity   int      `json:"capacity"`
