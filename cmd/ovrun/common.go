@@ -19,7 +19,14 @@ var (
 	modelFlag   = &cli.StringFlag{Name: "model", Usage: "a `.gguf` file (llama.cpp/ollama; F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q6_K) or a checkpoint DIR in Hugging Face layout (config.json, *.safetensors)", Required: true, EnvVars: []string{"OVRUN_MODEL"}}
 	weightsFlag = &cli.StringFlag{Name: "weights", Value: "native", Usage: "`FORMAT` of the weights in the compiled graphs: native keeps quantized and 16-bit weights compressed (decompressed inside the matrix multiplications), f32 expands every weight to f32 constants",
 		Action: func(_ *cli.Context, v string) error { _, err := model.ParseWeightFormat(v); return err }}
-	deviceFlag       = cliutil.DeviceFlag()
+	deviceFlag    = cliutil.DeviceFlag()
+	attentionFlag = &cli.StringFlag{Name: "attention", Value: string(model.AttentionAuto), Usage: "`FORM` of attention over the KV cache: bounded reads only the live prefix (position rounded up to 64 slots, a dynamic shape inside the graph), static reads every slot of the capacity (fully static graph, as NPU needs), auto is bounded on CPU and GPU and static elsewhere",
+		Action: func(_ *cli.Context, v string) error {
+			if _, err := model.ParseAttention(v); err != nil {
+				return fmt.Errorf("--attention: %w", err)
+			}
+			return nil
+		}}
 	precisionFlag    = cliutil.PrecisionFlag()
 	threadsFlag      = &cli.IntFlag{Name: "infer-threads", Usage: "INFERENCE_NUM_THREADS for the compiled graphs (0: OpenVINO decides)"}
 	cacheDirFlag     = &cli.StringFlag{Name: "cache-dir", Usage: "OpenVINO model cache `DIR` (CACHE_DIR); off by default so compile costs are real"}
@@ -52,7 +59,7 @@ func prefillMode(c *cli.Context) (runtime.PrefillMode, error) {
 }
 
 func compileFlags() []cli.Flag {
-	return []cli.Flag{modelFlag, deviceFlag, precisionFlag, weightsFlag, threadsFlag, cacheDirFlag, propFlag}
+	return []cli.Flag{modelFlag, deviceFlag, precisionFlag, weightsFlag, attentionFlag, threadsFlag, cacheDirFlag, propFlag}
 }
 
 func ovOptions(c *cli.Context) (ovexec.Options, error) {
@@ -68,6 +75,9 @@ func ovOptions(c *cli.Context) (ovexec.Options, error) {
 	}
 	if o.Weights, err = model.ParseWeightFormat(weightsFlag.Get(c)); err != nil {
 		return o, err
+	}
+	if o.Attention, err = model.ParseAttention(attentionFlag.Get(c)); err != nil {
+		return o, fmt.Errorf("--attention: %w", err)
 	}
 	o.Properties, err = cliutil.ParseProps(propFlag.Get(c))
 	return o, err
@@ -146,6 +156,7 @@ func describeRun(c *cli.Context, comp *ovexec.Compiler, sum *runtime.Summary) {
 	sum.Device = comp.Options().Device
 	sum.Precision = comp.Options().Precision
 	sum.PrecisionUsed = comp.EffectivePrecision()
+	sum.Attention = string(comp.Attention())
 	sum.Seed = seedFlag.Get(c)
 	sum.OpenVINOVersion, _ = ov.Version()
 	if sum.CompileIn == "" {

@@ -31,6 +31,23 @@ type Options struct {
 	// model.WeightsNative keeps GGUF blocks compressed, model.WeightsF32
 	// dequantizes everything to f32.
 	Weights model.WeightFormat
+	// Attention is the form of attention over the past KV slots: ""
+	// or model.AttentionAuto resolves per device (ResolveAttention).
+	Attention model.Attention
+}
+
+// ResolveAttention turns auto (or "") into the form the device runs:
+// bounded where the device accepts dynamic shapes inside a graph (CPU,
+// GPU), static elsewhere (NPU compiles static shapes only).
+func ResolveAttention(a model.Attention, device string) model.Attention {
+	if a != "" && a != model.AttentionAuto {
+		return a
+	}
+	switch strings.ToUpper(device) {
+	case "", "CPU", "GPU":
+		return model.AttentionBounded
+	}
+	return model.AttentionStatic
 }
 
 // properties lists the compile properties in a stable order.
@@ -109,6 +126,15 @@ func NewCompiler(ck *model.Checkpoint, opts Options) (*Compiler, error) {
 	if opts.Device == "" {
 		opts.Device = "CPU"
 	}
+	if opts.Attention != "" {
+		if _, err := model.ParseAttention(string(opts.Attention)); err != nil {
+			return nil, err
+		}
+	}
+	if opts.Attention == model.AttentionBounded && ResolveAttention("", opts.Device) != model.AttentionBounded {
+		return nil, fmt.Errorf("attention bounded: device %s compiles static shapes only; use --attention static or auto", opts.Device)
+	}
+	opts.Attention = ResolveAttention(opts.Attention, opts.Device)
 	core, err := ov.NewCore()
 	if err != nil {
 		return nil, err
@@ -155,6 +181,18 @@ func (c *Compiler) NonFiniteWeight() string {
 	return fmt.Sprintf("the checkpoint's first non-finite weight is %s[%d] = %v", name, i, v)
 }
 
+// Attention is the form of attention every graph of this compiler gets
+// (auto resolved for the device).
+func (c *Compiler) Attention() model.Attention { return c.opts.Attention }
+
+// withAttention gives spec the compiler's attention form unless it names one.
+func (c *Compiler) withAttention(spec model.GraphSpec) model.GraphSpec {
+	if spec.Attention == "" {
+		spec.Attention = c.opts.Attention
+	}
+	return spec
+}
+
 // Options reports the compile options in use.
 func (c *Compiler) Options() Options { return c.opts }
 
@@ -166,7 +204,7 @@ func (c *Compiler) Weights() *model.Weights { return c.weights }
 
 // BuildIR emits the graph XML of a spec (for inspection and timing).
 func (c *Compiler) BuildIR(spec model.GraphSpec) ([]byte, error) {
-	return model.BuildIR(c.weights, spec)
+	return model.BuildIR(c.weights, c.withAttention(spec))
 }
 
 // Compile builds, reads and compiles the graph, then prepares its infer
@@ -175,6 +213,7 @@ func (c *Compiler) Compile(ctx context.Context, spec model.GraphSpec) (runtime.E
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
+	spec = c.withAttention(spec)
 	xml, err := model.BuildIR(c.weights, spec)
 	if err != nil {
 		return nil, err
