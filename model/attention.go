@@ -57,16 +57,42 @@ func (b *decoderBuilder) livePrefix(start port) {
 	b.P = -1
 }
 
-// slicePast is the first L slots of a past K/V input [C, Hkv, D]; static
-// graphs read the whole input.
+// slicePast is the f32 value of a past K/V input [C, Hkv, D] as attention
+// reads it: its first L slots when bounded (sliced before any conversion,
+// so a cache stored in bf16 is converted for the live prefix alone), all of
+// it when static.
 func (b *decoderBuilder) slicePast(x port) port {
-	if b.P == b.C {
+	g := b.g
+	if b.P != b.C {
+		shape := append([]int64{b.P}, x.shape[1:]...)
+		x = g.op("Slice", "opset8", nil, shape, x.et, x,
+			g.constI64([]int64{1}, 0), b.pastStop, g.constI64([]int64{1}, 1), g.constI64([]int64{1}, 0)) // [L, Hkv, D]
+	}
+	if x.et == f32 {
 		return x
 	}
-	g := b.g
-	shape := append([]int64{b.P}, x.shape[1:]...)
-	return g.op("Slice", "opset8", nil, shape, x.et, x,
-		g.constI64([]int64{1}, 0), b.pastStop, g.constI64([]int64{1}, 1), g.constI64([]int64{1}, 0)) // [L, Hkv, D]
+	return g.op("Convert", "opset1", []attr{{"destination_type", "f32"}}, x.shape, f32, x) // [L, Hkv, D] f32
+}
+
+// toKV converts a chunk's K or V rows to the cache's element type.
+func (b *decoderBuilder) toKV(x port) port {
+	if b.kv == f32 {
+		return x
+	}
+	return b.g.op("Convert", "opset1", []attr{{"destination_type", string(b.kv)}}, x.shape, b.kv, x)
+}
+
+// kvElem reads a GraphSpec's KVPrecision.
+func kvElem(p string) (elem, error) {
+	switch p {
+	case "", "f32":
+		return f32, nil
+	case "bf16":
+		return bf16, nil
+	case "f16":
+		return f16, nil
+	}
+	return "", fmt.Errorf("kv precision %q: want f32, bf16 or f16", p)
 }
 
 // keys is the shape dimension of the attended keys: the past slots and the chunk.

@@ -36,6 +36,11 @@ type GraphSpec struct {
 	// or AttentionStatic reads all Capacity slots, AttentionBounded only
 	// the live prefix (LiveSlots). The compiler resolves AttentionAuto.
 	Attention Attention
+	// KVPrecision is the element type of the past and present K/V I/O:
+	// "" or "f32", or "bf16" / "f16" to store the cache in the precision
+	// a bf16 / f16 run's attention consumes (no per-step conversion of the
+	// cache, half its memory). The graph computes in f32 either way.
+	KVPrecision string
 }
 
 // Name is a stable label such as "decode-c1024" or "prefill-c1024-t64".
@@ -64,7 +69,11 @@ func BuildIR(w *Weights, spec GraphSpec) ([]byte, error) {
 	default:
 		return nil, fmt.Errorf("graph %s: attention %q: want static or bounded (auto is resolved by the compiler)", spec.Name(), spec.Attention)
 	}
-	b := &decoderBuilder{g: newGraph(spec.Name(), w), cfg: w.Config(), C: int64(spec.Capacity), T: int64(spec.Chunk), bounded: spec.Attention == AttentionBounded}
+	kv, err := kvElem(spec.KVPrecision)
+	if err != nil {
+		return nil, fmt.Errorf("graph %s: %w", spec.Name(), err)
+	}
+	b := &decoderBuilder{g: newGraph(spec.Name(), w), cfg: w.Config(), kv: kv, C: int64(spec.Capacity), T: int64(spec.Chunk), bounded: spec.Attention == AttentionBounded}
 	b.P = b.C
 	b.build()
 	if b.g.err != nil {
@@ -82,6 +91,7 @@ type decoderBuilder struct {
 	// bounded, where pastLen ([]) and pastStop ([1]) hold it in the graph.
 	P                 int64
 	bounded           bool
+	kv                elem // element type of the K/V I/O
 	pastLen, pastStop port
 
 	cos, sin port // [T, 1, D]
@@ -97,8 +107,8 @@ func (b *decoderBuilder) build() {
 	li := g.parameter(LogitsIndex, i64, []int64{1})       // [1]
 	past := make([][2]port, cfg.NumHiddenLayers)
 	for i := range past {
-		past[i][0] = g.parameter(PastKey(i), f32, []int64{b.C, Hkv, D})   // [C, Hkv, D]
-		past[i][1] = g.parameter(PastValue(i), f32, []int64{b.C, Hkv, D}) // [C, Hkv, D]
+		past[i][0] = g.parameter(PastKey(i), b.kv, []int64{b.C, Hkv, D})   // [C, Hkv, D]
+		past[i][1] = g.parameter(PastValue(i), b.kv, []int64{b.C, Hkv, D}) // [C, Hkv, D]
 	}
 
 	b.rotary(pos)
@@ -178,8 +188,8 @@ func (b *decoderBuilder) layer(i int, x, pastK, pastV port) port {
 	q = b.rope(b.reshape(q, []int64{T, Nh, D}))                  // [T, Nh, D]
 	k = b.rope(b.reshape(k, []int64{T, Hkv, D}))                 // [T, Hkv, D]
 	v = b.reshape(v, []int64{T, Hkv, D})                         // [T, Hkv, D]
-	g.result(PresentKey(i), k)
-	g.result(PresentValue(i), v)
+	g.result(PresentKey(i), b.toKV(k))
+	g.result(PresentValue(i), b.toKV(v))
 
 	var att port
 	if T == 1 {

@@ -3,6 +3,7 @@ package model
 import (
 	"encoding/xml"
 	"fmt"
+	"slices"
 	"testing"
 )
 
@@ -47,6 +48,7 @@ func TestDecodeReadsKVInPlace(t *testing.T) {
 			for _, spec := range []GraphSpec{
 				{Capacity: 16, Chunk: 1}, {Capacity: 16, Chunk: 4},
 				{Capacity: 16, Chunk: 1, Attention: AttentionBounded}, {Capacity: 16, Chunk: 4, Attention: AttentionBounded},
+				{Capacity: 16, Chunk: 1, KVPrecision: "bf16"}, {Capacity: 16, Chunk: 1, Attention: AttentionBounded, KVPrecision: "bf16"},
 			} {
 				b, err := BuildIR(w, spec)
 				if err != nil {
@@ -69,14 +71,22 @@ func TestDecodeReadsKVInPlace(t *testing.T) {
 					consumers[e.From] = append(consumers[e.From], e.To)
 				}
 				// A bounded graph reads each past input through one Slice
-				// (the live prefix, a view of the first rows); the checks
-				// below then apply to the Slice's consumers.
+				// (the live prefix, a view of the first rows), a cache in
+				// bf16 then through one Convert (of what attention reads);
+				// the checks below apply to what comes after them.
+				var hops []string
 				if spec.Attention == AttentionBounded {
-					for i := 0; i < layers; i++ {
-						for _, in := range []string{PastKey(i), PastValue(i)} {
-							cs := consumers[byName[in]]
-							if len(cs) != 1 || typ[cs[0]] != "Slice" {
-								t.Fatalf("%s bounded: %s is read by %v, want one Slice", spec.Name(), in, cs)
+					hops = append(hops, "Slice")
+				}
+				if spec.KVPrecision == "bf16" {
+					hops = append(hops, "Convert")
+				}
+				for i := 0; i < layers; i++ {
+					for _, in := range []string{PastKey(i), PastValue(i)} {
+						for _, hop := range hops {
+							cs := slices.DeleteFunc(slices.Clone(consumers[byName[in]]), func(c int) bool { return typ[c] == "ShapeOf" })
+							if len(cs) != 1 || typ[cs[0]] != hop {
+								t.Fatalf("%s %+v: %s is read by %v, want one %s", spec.Name(), spec, in, cs, hop)
 							}
 							byName[in] = cs[0]
 						}

@@ -27,7 +27,14 @@ var (
 			}
 			return nil
 		}}
-	precisionFlag    = cliutil.PrecisionFlag()
+	precisionFlag   = cliutil.PrecisionFlag()
+	kvPrecisionFlag = &cli.StringFlag{Name: "kv-precision", Value: "auto", Usage: "`TYPE` the KV cache is stored in: f32, bf16, f16, or auto (on the CPU the inference precision, so a bf16 run's attention reads its cache without converting it every step and the cache takes half the memory; f32 on other devices)",
+		Action: func(_ *cli.Context, v string) error {
+			if _, err := ovexec.ParseKVPrecision(v); err != nil {
+				return fmt.Errorf("--kv-precision: %w", err)
+			}
+			return nil
+		}}
 	threadsFlag      = &cli.IntFlag{Name: "infer-threads", Usage: "INFERENCE_NUM_THREADS for the compiled graphs (0: OpenVINO decides)"}
 	cacheDirFlag     = &cli.StringFlag{Name: "cache-dir", Usage: "OpenVINO model cache `DIR` (CACHE_DIR); off by default so compile costs are real"}
 	propFlag         = cliutil.PropFlag()
@@ -59,7 +66,7 @@ func prefillMode(c *cli.Context) (runtime.PrefillMode, error) {
 }
 
 func compileFlags() []cli.Flag {
-	return []cli.Flag{modelFlag, deviceFlag, precisionFlag, weightsFlag, attentionFlag, threadsFlag, cacheDirFlag, propFlag}
+	return []cli.Flag{modelFlag, deviceFlag, precisionFlag, weightsFlag, attentionFlag, kvPrecisionFlag, threadsFlag, cacheDirFlag, propFlag}
 }
 
 func ovOptions(c *cli.Context) (ovexec.Options, error) {
@@ -78,6 +85,9 @@ func ovOptions(c *cli.Context) (ovexec.Options, error) {
 	}
 	if o.Attention, err = model.ParseAttention(attentionFlag.Get(c)); err != nil {
 		return o, fmt.Errorf("--attention: %w", err)
+	}
+	if o.KVPrecision, err = ovexec.ParseKVPrecision(kvPrecisionFlag.Get(c)); err != nil {
+		return o, fmt.Errorf("--kv-precision: %w", err)
 	}
 	o.Properties, err = cliutil.ParseProps(propFlag.Get(c))
 	return o, err
@@ -157,6 +167,7 @@ func describeRun(c *cli.Context, comp *ovexec.Compiler, sum *runtime.Summary) {
 	sum.Precision = comp.Options().Precision
 	sum.PrecisionUsed = comp.EffectivePrecision()
 	sum.Attention = string(comp.Attention())
+	sum.KVPrecision = comp.KVPrecision()
 	sum.Seed = seedFlag.Get(c)
 	sum.OpenVINOVersion, _ = ov.Version()
 	if sum.CompileIn == "" {

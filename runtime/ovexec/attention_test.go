@@ -7,6 +7,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/ovtoolkit/ovrun/internal/testenv"
 	"github.com/ovtoolkit/ovrun/model"
 	"github.com/ovtoolkit/ovrun/runtime"
 )
@@ -117,4 +118,63 @@ func TestResolveAttention(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestKVCacheInBF16 runs a bf16 inference with its cache stored in bf16
+// (what auto picks on a CPU with bf16) and in f32: the plugin converts an
+// f32 cache to bf16 before its decode attention anyway, so both give the
+// same greedy tokens up to the first near tie and logits within bf16
+// rounding, while the bf16 cache has half the bytes per slot. Skipped on CPUs without bf16 (auto keeps f32 there).
+func TestKVCacheInBF16(t *testing.T) {
+	run := func(kv string) (*runtime.GenerateResult, *Compiler) {
+		ck, err := model.Load(testenv.Synth(t, "tiny", "F32"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { ck.Close() })
+		comp, err := NewCompiler(ck, Options{Device: "CPU", Precision: "bf16", KVPrecision: kv})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			if err := comp.Close(); err != nil {
+				t.Error(err)
+			}
+		})
+		res, err := runtime.Generate(context.Background(), comp, comp.KVShape(), runtime.GenerateConfig{
+			Capacity: 200, PrefillChunk: 8, Prompt: runtime.SeededTokens(9, 60, ck.Config.VocabSize), MaxNewTokens: 100, KeepLogits: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res, comp
+	}
+	bf, compBF := run("auto")
+	if compBF.KVPrecision() != "bf16" {
+		t.Skipf("auto stores the cache in %s here (no bf16 on this CPU)", compBF.KVPrecision())
+	}
+	f, compF := run("f32")
+	if got, want := compBF.KVShape().RowBytes()*2, compF.KVShape().RowBytes(); got != want {
+		t.Errorf("bf16 cache rows are %d bytes, want half of f32's %d", got/2, want)
+	}
+	// Rows are compared up to the first near tie (top-2 gap below 0.1),
+	// which bf16 rounding may break either way (as in the GGUF test).
+	last := len(f.Logits) - 1
+	for i, row := range f.Logits {
+		if top2Gap(row) < 0.1 {
+			last = i
+			break
+		}
+	}
+	if last < 32 {
+		t.Fatalf("a near tie at row %d: too few rows to compare", last)
+	}
+	for i := 0; i <= last; i++ {
+		if i < last && bf.Tokens[i] != f.Tokens[i] {
+			t.Fatalf("row %d: token %d with a bf16 cache, %d with f32 (top-2 gap %.3f)", i, bf.Tokens[i], f.Tokens[i], top2Gap(f.Logits[i]))
+		}
+		if c := runtime.Cosine(bf.Logits[i], f.Logits[i]); c < 0.9995 {
+			t.Errorf("row %d: cosine %.6f < 0.9995", i, c)
+		}
+	}
+	t.Logf("rows 0..%d agree (first near tie at %d)", last, last)
 }
