@@ -130,21 +130,54 @@ func (b *decoderBuilder) build() {
 	g.result(OutputLogits, logits)
 }
 
-// rotary computes cos and sin of the HF rotary embedding for the chunk's positions.
+// rotary computes cos and sin of the HF rotary embedding for the chunk's
+// positions from small tables, so the angles are exact whatever precision
+// the device computes in: position p is written in base 64, p = sum of
+// d_k 64^k, and the angle-addition formulas combine cos and sin of each
+// digit's angle d_k 64^k f, looked up by integer index in a [64, D/2]
+// table computed in float64 (the same bytes for every graph). Computing
+// the angle p f in the graph would let a bf16 device round it (bf16 holds
+// integers exactly only up to 256; the CPU plugin did so once the K/V
+// outputs were bf16, and SmolLM2's logits after 512 tokens moved by 7).
 func (b *decoderBuilder) rotary(pos port) {
 	g := b.g
 	D := int64(b.cfg.HeadDim())
-	inv := make([]float32, D/2)
+	const base = 64
+	inv := make([]float64, D/2)
 	for j := range inv {
-		inv[j] = float32(1 / math.Pow(b.cfg.Theta(), float64(2*j)/float64(D)))
+		inv[j] = 1 / math.Pow(b.cfg.Theta(), float64(2*j)/float64(D))
 	}
-	p := b.reshape(pos, []int64{b.T, 1})                                                          // [T, 1] i64
-	pf := g.op("Convert", "opset1", []attr{{"destination_type", "f32"}}, []int64{b.T, 1}, f32, p) // [T, 1]
-	freqs := b.mul(pf, g.constF32([]int64{1, D / 2}, inv...), []int64{b.T, D / 2})                // [T, D/2]
-	emb := g.op("Concat", "opset1", []attr{{"axis", "1"}}, []int64{b.T, D}, f32, freqs, freqs)    // [T, D]
-	emb = b.reshape(emb, []int64{b.T, 1, D})                                                      // [T, 1, D]
-	b.cos = g.op("Cos", "opset1", nil, []int64{b.T, 1, D}, f32, emb)                              // [T, 1, D]
-	b.sin = g.op("Sin", "opset1", nil, []int64{b.T, 1, D}, f32, emb)                              // [T, 1, D]
+	half := []int64{b.T, D / 2}
+	table := func(scale float64, f func(float64) float64) port {
+		v := make([]float32, base*D/2)
+		for d := int64(0); d < base; d++ {
+			for j := range inv {
+				v[d*D/2+int64(j)] = float32(f(float64(d) * scale * inv[j]))
+			}
+		}
+		return g.constF32([]int64{base, D / 2}, v...) // [64, D/2]
+	}
+	look := func(t, idx port) port {
+		return g.op("Gather", "opset8", []attr{{"batch_dims", "0"}}, half, f32, t, idx, g.scalarI64(0)) // [T, D/2]
+	}
+	sub := func(x, y port) port {
+		return g.op("Subtract", "opset1", []attr{{"auto_broadcast", "numpy"}}, half, f32, x, y) // [T, D/2]
+	}
+	rest := b.reshape(pos, []int64{b.T}) // [T] i64
+	var cos, sin port
+	// Every position a (padded) chunk can have is below C+T.
+	for k, scale := 0, 1.0; k == 0 || scale < float64(b.C+b.T); k, scale = k+1, scale*base {
+		d := g.op("FloorMod", "opset1", []attr{{"auto_broadcast", "numpy"}}, []int64{b.T}, i64, rest, g.scalarI64(base)) // [T] digit k
+		c, s := look(table(scale, math.Cos), d), look(table(scale, math.Sin), d)                                         // [T, D/2]
+		if k == 0 {
+			cos, sin = c, s
+		} else {
+			cos, sin = sub(b.mul(cos, c, half), b.mul(sin, s, half)), b.add(b.mul(sin, c, half), b.mul(cos, s, half), half) // [T, D/2]
+		}
+		rest = g.op("Divide", "opset1", []attr{{"auto_broadcast", "numpy"}, {"m_pythondiv", "true"}}, []int64{b.T}, i64, rest, g.scalarI64(base)) // [T]
+	}
+	b.cos = b.reshape(g.op("Concat", "opset1", []attr{{"axis", "1"}}, []int64{b.T, D}, f32, cos, cos), []int64{b.T, 1, D}) // [T, 1, D]
+	b.sin = b.reshape(g.op("Concat", "opset1", []attr{{"axis", "1"}}, []int64{b.T, D}, f32, sin, sin), []int64{b.T, 1, D}) // [T, 1, D]
 }
 
 // attentionMask builds the additive mask over the P past slots followed by

@@ -23,7 +23,7 @@ var (
 var generateCommand = &cli.Command{
 	Name:  "generate",
 	Usage: "generate text or tokens with one static graph of a given capacity",
-	Description: `Compiles a decode graph (and a prefill graph) of --capacity slots, runs the
+	Description: `Compiles a decode graph (and, as --prefill decides, a prefill graph) of --capacity slots, runs the
 prompt, and generates up to --max-new-tokens tokens, greedily unless
 --temperature > 0. A text prompt (--prompt, --prompt-file) is tokenized with
 the model's own tokenizer, the answer is printed as it is generated, and
@@ -38,7 +38,7 @@ generated token is not fed back). --json writes prompt_ids, generated_ids,
 text, finish_reason and the timings.`,
 	Flags: append(append(compileFlags(),
 		capacityFlag,
-		promptFlag, promptFileFlag, promptIDsFlag, promptTokensFlag, seedFlag, prefillChunkFlag,
+		promptFlag, promptFileFlag, promptIDsFlag, promptTokensFlag, seedFlag, prefillChunkFlag, prefillFlag,
 		maxNewTokensFlag, dumpLogitsFlag,
 		jsonFlag,
 	), samplingFlags...),
@@ -58,6 +58,10 @@ func generateAction(c *cli.Context) error {
 	}
 	if capacity != 0 && n > capacity {
 		return fmt.Errorf("%w: prompt of %d tokens is longer than capacity %d", runtime.ErrCapacity, n, capacity)
+	}
+	prefill, err := prefillMode(c)
+	if err != nil {
+		return err
 	}
 	for _, err := range []error{
 		cliutil.CheckInt(maxNewTokensFlag.Name, newTokens, 1, runtime.MaxCapacity),
@@ -117,7 +121,7 @@ func generateAction(c *cli.Context) error {
 		dec.OnToken = stream.token
 	}
 	res, genErr := runtime.Generate(c.Context, comp, comp.KVShape(), runtime.GenerateConfig{
-		Capacity: capacity, PrefillChunk: chunk,
+		Capacity: capacity, PrefillChunk: chunk, Prefill: prefill,
 		Prompt: in.ids, MaxNewTokens: newTokens, KeepLogits: dumpLogitsFlag.Get(c) != "",
 		Decoding: dec,
 	})
@@ -162,6 +166,7 @@ func generateAction(c *cli.Context) error {
 		"tokens": res.Tokens, "generated_ids": res.Tokens, "text": generatedText(tok, res.Tokens),
 		"finish_reason": res.FinishReason,
 		"compile_s":     res.CompileS, "prefill_s": res.PrefillS,
+		"prefill_used": res.PrefillUsed, "prefill_reason": res.PrefillReason,
 		"decode_s": res.DecodeS, "decode_tokens_per_s": res.DecodeTokensPerS(),
 		"peak_rss_bytes": runtime.PeakRSS(),
 		"weights":        comp.Weights().Format(), "weight_bytes": comp.Weights().TensorBytes(),
