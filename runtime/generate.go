@@ -97,11 +97,19 @@ func Generate(ctx context.Context, comp Compiler, shape KVShape, cfg GenerateCon
 		}
 	}
 
-	buf, kv, err := AllocFullView(shape, cfg.Capacity)
+	// The cache is reserved, not committed: a page becomes resident when
+	// a token's row is first written (a bounded graph reads no further;
+	// unwritten pages read as the zero page), so memory follows the
+	// live tokens rather than the capacity.
+	buf, err := AllocKV(shape, cfg.Capacity, false)
 	if err != nil {
 		return nil, err
 	}
 	defer buf.Free()
+	kv, err := buf.View(cfg.Capacity)
+	if err != nil {
+		return nil, err
+	}
 	if err := dec.Bind(kv); err != nil {
 		return nil, err
 	}

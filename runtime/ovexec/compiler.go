@@ -173,6 +173,11 @@ func NewCompiler(ck *model.Checkpoint, opts Options) (*Compiler, error) {
 	if err := c.weights.Bind(c.blob.Bytes()); err != nil {
 		return nil, errors.Join(err, c.Close())
 	}
+	// The blob holds every weight now: the file's pages need not stay
+	// resident through the compiles (a later read faults them back in).
+	if err := ck.ReleasePages(); err != nil {
+		return nil, errors.Join(err, c.Close())
+	}
 	if c.wt, err = ov.NewTensorFromPtr(ov.U8, []int64{c.weights.Size()}, c.blob.Ptr()); err != nil {
 		return nil, errors.Join(err, c.Close())
 	}
