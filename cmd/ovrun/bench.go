@@ -65,7 +65,7 @@ schedules: --arms grow-one-ahead+prefill=graph,grow-one-ahead+prefill=auto.
 Every run's ttft_s (process start to the first token) is an endpoint.`,
 	Flags: []cli.Flag{
 		modelFlag, ladderFlag, armsFlag, pairsFlag, allowSmallFlag,
-		promptFlag, promptFileFlag, benchPromptTokensFlag, decodeTokensFlag, teacherFlag, seedFlag, precisionFlag,
+		promptFlag, promptFileFlag, benchPromptTokensFlag, decodeTokensFlag, teacherFlag, seedFlag, precisionFlag, attentionFlag,
 		verifyBoundariesFlag, compileCostFlag, runFlagFlag, benchOutFlag, resumeFlag, keepGoingFlag,
 		quietFlag,
 	},
@@ -89,11 +89,18 @@ func benchAction(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
+	attention, err := attentionOf(c)
+	if err != nil {
+		return err
+	}
+	if attention == "auto" {
+		attention = "" // each run resolves it for its device
+	}
 	cfg := &bench.Config{
 		Model: model, Ladder: ladder, Arms: arms, Pairs: pairsFlag.Get(c),
 		PromptTokens: benchPromptTokensFlag.Get(c), DecodeTokens: decodeTokensFlag.Get(c),
 		TeacherForced: teacherFlag.Get(c), Seed: seedFlag.Get(c), Precision: precision,
-		VerifyBoundaries: verifyBoundariesFlag.Get(c),
+		Attention: string(attention), VerifyBoundaries: verifyBoundariesFlag.Get(c),
 	}
 	if cfg.Prompt, err = benchPrompt(c); err != nil {
 		return err

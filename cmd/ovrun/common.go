@@ -65,6 +65,15 @@ func prefillMode(c *cli.Context) (runtime.PrefillMode, error) {
 	return m, nil
 }
 
+// attentionOf reads --attention.
+func attentionOf(c *cli.Context) (model.Attention, error) {
+	a, err := model.ParseAttention(attentionFlag.Get(c))
+	if err != nil {
+		return "", fmt.Errorf("--attention: %w", err)
+	}
+	return a, nil
+}
+
 func compileFlags() []cli.Flag {
 	return []cli.Flag{modelFlag, deviceFlag, precisionFlag, weightsFlag, attentionFlag, kvPrecisionFlag, threadsFlag, cacheDirFlag, propFlag}
 }
@@ -83,8 +92,8 @@ func ovOptions(c *cli.Context) (ovexec.Options, error) {
 	if o.Weights, err = model.ParseWeightFormat(weightsFlag.Get(c)); err != nil {
 		return o, err
 	}
-	if o.Attention, err = model.ParseAttention(attentionFlag.Get(c)); err != nil {
-		return o, fmt.Errorf("--attention: %w", err)
+	if o.Attention, err = attentionOf(c); err != nil {
+		return o, err
 	}
 	if o.KVPrecision, err = ovexec.ParseKVPrecision(kvPrecisionFlag.Get(c)); err != nil {
 		return o, fmt.Errorf("--kv-precision: %w", err)

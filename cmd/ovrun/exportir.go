@@ -42,9 +42,9 @@ file has no inference precision).`,
 				return err
 			}
 		}
-		attention, err := model.ParseAttention(attentionFlag.Get(c))
+		attention, err := attentionOf(c)
 		if err != nil {
-			return fmt.Errorf("--attention: %w", err)
+			return err
 		}
 		attention = ovexec.ResolveAttention(attention, deviceFlag.Get(c))
 		kv, err := ovexec.ParseKVPrecision(kvPrecisionFlag.Get(c))
