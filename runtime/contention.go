@@ -29,6 +29,7 @@ type ContentionResult struct {
 	CompileUnderDecodeS   float64 `json:"compile_under_decode_s"`
 	CompileSlowdownPct    float64 `json:"compile_slowdown_pct"`
 	StepsUnderCompile     int     `json:"steps_under_compile"`
+	CompileIn             string  `json:"compile_in,omitempty"` // process or worker (set by the caller)
 }
 
 // MeasureContention decodes cfg.Steps tokens alone, compiles the background

@@ -1,6 +1,7 @@
 package runtime
 
 import (
+	"errors"
 	"math"
 	"time"
 )
@@ -24,7 +25,10 @@ func (l *CompiledLadder) record(s *Summary, origin time.Time) {
 		c := CompileRecord{Capacity: j.spec.Capacity, Chunk: j.spec.Chunk, Kind: a.kind, Foreground: !j.background,
 			Attempt: a.attempt, StartS: off(j.start), EndS: off(j.end), CompileS: j.seconds(), IRBytes: a.irBytes,
 			Source: a.origin.Source, ImportS: a.origin.ImportS, ExportS: a.origin.ExportS}
-		if j.err != nil {
+		switch {
+		case errors.Is(j.err, ErrLadderClosed):
+			c.Stopped = true
+		case j.err != nil:
 			c.Error = j.err.Error()
 		}
 		s.Compiles = append(s.Compiles, c)
@@ -38,6 +42,7 @@ func (l *CompiledLadder) record(s *Summary, origin time.Time) {
 		rs.CompileAttempts = a.attempt
 		rs.CompileError = c.Error
 		rs.CompileSource, rs.ImportS, rs.ExportS = c.Source, c.ImportS, c.ExportS
+		rs.CompileStopped = c.Stopped
 	}
 }
 

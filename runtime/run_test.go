@@ -412,3 +412,30 @@ func TestSummaryRecordsWhereEachRungCameFrom(t *testing.T) {
 		}
 	}
 }
+
+// A run that ends while a background compile it no longer needs is still
+// running stops that compile instead of waiting for it (with the fake, as
+// with a compile worker, the compile honours its context; without the stop
+// the gated compile below would hold the run forever).
+func TestRunEndStopsCompilesItDoesNotNeed(t *testing.T) {
+	f := newFakeCompiler(testShape, 50, nil)
+	f.gate[128] = make(chan struct{}) // never opened
+	f.started[128] = make(chan struct{})
+	s, err := fakeRun(t, f, RunConfig{Ladder: Ladder{32, 64, 128}, Policy: GrowOneAhead,
+		Prompt: SeededTokens(1, 5, 50), DecodeTokens: 40, PrefillChunk: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.FinishReason != "length" {
+		t.Fatalf("finish %q, want length", s.FinishReason)
+	}
+	var stopped bool
+	for _, c := range s.Compiles {
+		if c.Capacity == 128 {
+			stopped = c.Stopped && c.Error == ""
+		}
+	}
+	if r := s.Rungs[2]; !stopped || !r.CompileStopped || r.Compiled || r.CompileError != "" {
+		t.Errorf("rung 128: compiled %v, error %q, record stopped %v; want a stopped compile, not a failure", r.Compiled, r.CompileError, stopped)
+	}
+}

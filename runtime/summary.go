@@ -83,7 +83,8 @@ type RungSummary struct {
 	Foreground      bool    `json:"foreground"`
 	CompileAttempts int     `json:"compile_attempts"`
 	CompileError    string  `json:"compile_error,omitempty"`
-	CompileSource   string  `json:"compile_source,omitempty"` // compiled or imported; empty when never compiled
+	CompileSource   string  `json:"compile_source,omitempty"`  // compiled or imported; empty when never compiled
+	CompileStopped  bool    `json:"compile_stopped,omitempty"` // its background compile was stopped when the run ended
 	ImportS         float64 `json:"import_s"`
 	ExportS         float64 `json:"export_s"`
 	ReadyAtBoundary bool    `json:"ready_at_boundary"`
@@ -112,6 +113,7 @@ type CompileRecord struct {
 	CompileS   float64 `json:"compile_s"`
 	IRBytes    int     `json:"ir_bytes,omitempty"`       // size of the emitted IR XML
 	Source     string  `json:"compile_source,omitempty"` // compiled or imported (Origin); empty when it failed
+	Stopped    bool    `json:"stopped,omitempty"`        // ended unfinished when the ladder closed: not needed, not failed
 	ImportS    float64 `json:"import_s,omitempty"`
 	ExportS    float64 `json:"export_s,omitempty"`
 	Error      string  `json:"error,omitempty"`

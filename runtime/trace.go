@@ -50,8 +50,11 @@ func EmitSpans(ctx context.Context, tracer trace.Tracer, s *Summary, processStar
 			stop = end // never finished
 		}
 		outcome := tracing.OutcomeOK
-		if c.Error != "" {
+		switch {
+		case c.Error != "":
 			outcome = tracing.OutcomeError
+		case c.Stopped:
+			outcome = tracing.OutcomeStopped
 		}
 		attrs := []attribute.KeyValue{tracing.AttrCapacity.Int(c.Capacity), tracing.AttrChunk.Int(c.Chunk), device,
 			tracing.AttrCompileForeground.Bool(c.Foreground), tracing.AttrCompileKind.String(c.Kind),

@@ -71,12 +71,13 @@ type BackgroundOptions struct {
 // a dedicated OS thread; foreground compiles run in the caller. It keeps
 // every job it ran so that close can free what they compiled.
 type compileWorker struct {
-	comp Compiler
-	ctx  context.Context
-	opts BackgroundOptions
-	now  func() time.Time
-	wake chan struct{} // one token: the queue changed
-	wg   sync.WaitGroup
+	comp   Compiler
+	ctx    context.Context
+	cancel context.CancelCauseFunc // ends ctx with ErrLadderClosed at close
+	opts   BackgroundOptions
+	now    func() time.Time
+	wake   chan struct{} // one token: the queue changed
+	wg     sync.WaitGroup
 
 	mu     sync.Mutex
 	queue  []*compileJob
@@ -87,7 +88,8 @@ type compileWorker struct {
 }
 
 func newCompileWorker(ctx context.Context, comp Compiler, opts BackgroundOptions, now func() time.Time) *compileWorker {
-	w := &compileWorker{comp: comp, ctx: ctx, opts: opts, now: now, wake: make(chan struct{}, 1)}
+	ctx, cancel := context.WithCancelCause(ctx)
+	w := &compileWorker{comp: comp, ctx: ctx, cancel: cancel, opts: opts, now: now, wake: make(chan struct{}, 1)}
 	w.wg.Add(1)
 	go w.loop()
 	return w
@@ -132,9 +134,12 @@ func (w *compileWorker) run(j *compileJob) {
 	j.startNS.Store(j.start.UnixNano())
 	close(j.startedCh())
 	if err := w.ctx.Err(); err != nil {
-		j.err = err
+		j.err = context.Cause(w.ctx)
 	} else {
 		j.exe, j.err = w.comp.Compile(w.ctx, j.spec)
+		if j.err != nil && w.ctx.Err() != nil {
+			j.err = context.Cause(w.ctx) // stopped, not failed
+		}
 	}
 	j.end = w.now()
 }
@@ -201,9 +206,16 @@ func (w *compileWorker) drop(j *compileJob) error {
 	return err
 }
 
-// close stops the worker after the queued jobs (a cancelled context makes
-// them finish at once), then closes every executable that was compiled.
+// ErrLadderClosed ends the background compiles a closing ladder no longer
+// needs: a queued one never starts, a running one stops where the compiler
+// can stop (a compile worker is killed; OpenVINO cannot interrupt a compile
+// in this process, which finishes first).
+var ErrLadderClosed = errors.New("stopped: the ladder closed before it finished (no sequence needed it)")
+
+// close stops the worker: queued jobs end at once with ErrLadderClosed, a
+// running one as above; then it closes every executable that was compiled.
 func (w *compileWorker) close() error {
+	w.cancel(ErrLadderClosed)
 	w.mu.Lock()
 	w.closed = true
 	w.mu.Unlock()

@@ -64,7 +64,7 @@ const (
 	AttrImportS           = attribute.Key("ovrun.import_s")       // when a blob was imported
 	AttrExportS           = attribute.Key("ovrun.export_s")       // when a blob was exported
 	AttrCompileIn         = attribute.Key("ovrun.compile_in")     // process, worker (run span)
-	AttrOutcome           = attribute.Key("ovrun.outcome")        // ok, error
+	AttrOutcome           = attribute.Key("ovrun.outcome")        // ok, error, stopped
 	AttrTokens            = attribute.Key("ovrun.tokens")
 	AttrFirstStep         = attribute.Key("ovrun.first_step")
 	AttrLastStep          = attribute.Key("ovrun.last_step")
@@ -95,4 +95,7 @@ const (
 const (
 	OutcomeOK    = "ok"
 	OutcomeError = "error"
+	// OutcomeStopped: a background compile the run no longer needed, ended
+	// unfinished when its ladder closed.
+	OutcomeStopped = "stopped"
 )

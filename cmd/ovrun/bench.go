@@ -20,7 +20,7 @@ import (
 )
 
 var (
-	armsFlag = &cli.StringFlag{Name: "arms", Value: "grow-eager,grow-one-ahead", Usage: "`ARMS` to compare, the control first: policies (" + strings.Join(runtime.PolicyNames(), ", ") + "), each optionally +prefill=MODE (" + strings.Join(runtime.PrefillModes(), ", ") + ")",
+	armsFlag = &cli.StringFlag{Name: "arms", Value: "grow-eager,grow-one-ahead", Usage: "`ARMS` to compare, the control first: policies (" + strings.Join(runtime.PolicyNames(), ", ") + "), each optionally +prefill=MODE (" + strings.Join(runtime.PrefillModes(), ", ") + ") and +compile-in=WHERE (process, worker)",
 		Action: func(_ *cli.Context, v string) error { _, err := parseArms(v); return err }}
 	pairsFlag             = &cli.IntFlag{Name: "pairs", Value: stats.MinPairs, Usage: "measured blocks `N` (each runs every arm once); default 6, or a whole number of Williams cycles for 3+ arms"}
 	allowSmallFlag        = &cli.BoolFlag{Name: "allow-small", Usage: "accept --pairs below 6, odd, or not a whole number of counterbalancing cycles"}
@@ -62,7 +62,9 @@ Extra "ovrun run" flags go through --run-flag, e.g. --run-flag=--infer-threads=1
 
 An arm may fix the prefill mode as well as the policy, to compare prefill
 schedules: --arms grow-one-ahead+prefill=graph,grow-one-ahead+prefill=auto.
-Every run's ttft_s (process start to the first token) is an endpoint.`,
+Every run's ttft_s (process start to the first token) is an endpoint.
+An arm may also say where graphs compile, to measure compile workers:
+--arms grow-one-ahead,grow-one-ahead+compile-in=worker.`,
 	Flags: []cli.Flag{
 		modelFlag, ladderFlag, armsFlag, pairsFlag, allowSmallFlag,
 		promptFlag, promptFileFlag, benchPromptTokensFlag, decodeTokensFlag, teacherFlag, seedFlag, precisionFlag, attentionFlag,

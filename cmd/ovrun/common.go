@@ -2,8 +2,10 @@ package main
 
 import (
 	"fmt"
+	"os"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/urfave/cli/v2"
 
@@ -53,6 +55,47 @@ var (
 	outDirFlag       = &cli.StringFlag{Name: "out", Usage: "output `DIR`", Required: true}
 )
 
+// Where graphs compile (docs/design.md §4, "A compile in a worker").
+var (
+	compileInFlag = &cli.StringFlag{Name: "compile-in", Value: runtime.CompileInProcess, Usage: "`WHERE` graphs compile: process (this process's threads) or worker (a child process per graph, whose every thread gets --compile-cpus and --compile-nice; a crash, --compile-timeout or --compile-memory ends only the child, and the compile is retried once like any failed compile)",
+		Action: func(_ *cli.Context, v string) error { return checkCompileIn(v) }}
+	compileTimeoutFlag = &cli.DurationFlag{Name: "compile-timeout", Value: defaultCompileTimeout, Usage: "with --compile-in worker, kill a compile worker that runs longer than `DURATION` (0: no limit)"}
+	compileMemoryFlag  = &cli.IntFlag{Name: "compile-memory", Usage: "with --compile-in worker, kill a compile worker whose resident memory grows past `MIB` MiB (0: no limit)"}
+)
+
+// defaultCompileTimeout is far above any compile measured here (the 0.5B
+// shape's largest graph compiles in seconds on two cores, the seed's NPU
+// first rung in about a minute): it only ends a compiler that hangs.
+const defaultCompileTimeout = 30 * time.Minute
+
+func checkCompileIn(v string) error {
+	_, err := runtime.ParseCompileIn(v)
+	return err
+}
+
+// workerOptions reads --compile-in and the worker's limits: nil compiles
+// in this process.
+func workerOptions(c *cli.Context) (*ovexec.WorkerOptions, error) {
+	if err := checkCompileIn(compileInFlag.Get(c)); err != nil {
+		return nil, err
+	}
+	timeout, mem := compileTimeoutFlag.Get(c), compileMemoryFlag.Get(c)
+	if timeout < 0 {
+		return nil, fmt.Errorf("--%s %s: want a duration of 0 (no limit) or more", compileTimeoutFlag.Name, timeout)
+	}
+	if err := cliutil.CheckInt(compileMemoryFlag.Name, mem, 0, 1<<30); err != nil {
+		return nil, err
+	}
+	if compileInFlag.Get(c) != runtime.CompileInWorker {
+		return nil, nil
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, fmt.Errorf("--%s %s: find the ovrun executable to start workers: %w", compileInFlag.Name, runtime.CompileInWorker, err)
+	}
+	return &ovexec.WorkerOptions{Exe: exe, Args: []string{compileWorkerName}, Timeout: timeout, MemoryMiB: mem}, nil
+}
+
 // prefillMode reads --prefill; a prefill graph needs --prefill-chunk above 1.
 func prefillMode(c *cli.Context) (runtime.PrefillMode, error) {
 	m, err := runtime.ParsePrefillMode(prefillFlag.Get(c))
@@ -75,7 +118,8 @@ func attentionOf(c *cli.Context) (model.Attention, error) {
 }
 
 func compileFlags() []cli.Flag {
-	return []cli.Flag{modelFlag, deviceFlag, precisionFlag, weightsFlag, attentionFlag, kvPrecisionFlag, threadsFlag, cacheDirFlag, propFlag}
+	return []cli.Flag{modelFlag, deviceFlag, precisionFlag, weightsFlag, attentionFlag, kvPrecisionFlag, threadsFlag, cacheDirFlag, propFlag,
+		compileInFlag, compileTimeoutFlag, compileMemoryFlag}
 }
 
 func ovOptions(c *cli.Context) (ovexec.Options, error) {
@@ -98,7 +142,10 @@ func ovOptions(c *cli.Context) (ovexec.Options, error) {
 	if o.KVPrecision, err = ovexec.ParseKVPrecision(kvPrecisionFlag.Get(c)); err != nil {
 		return o, fmt.Errorf("--kv-precision: %w", err)
 	}
-	o.Properties, err = cliutil.ParseProps(propFlag.Get(c))
+	if o.Properties, err = cliutil.ParseProps(propFlag.Get(c)); err != nil {
+		return o, err
+	}
+	o.Worker, err = workerOptions(c)
 	return o, err
 }
 
@@ -180,6 +227,14 @@ func describeRun(c *cli.Context, comp *ovexec.Compiler, sum *runtime.Summary) {
 	sum.Seed = seedFlag.Get(c)
 	sum.OpenVINOVersion, _ = ov.Version()
 	if sum.CompileIn == "" {
-		sum.CompileIn = "process"
+		sum.CompileIn = compileIn(comp)
 	}
+}
+
+// compileIn says where comp compiles: process or worker.
+func compileIn(comp *ovexec.Compiler) string {
+	if comp.Options().Worker != nil {
+		return runtime.CompileInWorker
+	}
+	return runtime.CompileInProcess
 }

@@ -27,7 +27,13 @@ compile uses the host. Try:
 
    ovrun contention --model M --capacity 1024 --compile-capacity 2048
    ovrun contention ... --infer-threads 1 --compile-cpus 1 --decode-cpus 0
-   ovrun contention ... --compile-nice 19`,
+   ovrun contention ... --compile-nice 19
+   ovrun contention ... --compile-in worker --compile-cpus 1 --decode-cpus 0
+
+With --compile-in worker the background compile runs in a child process
+started from the compile thread: --compile-cpus and --compile-nice then
+reach every thread of the compile, OpenVINO's TBB workers included. The
+first line says where the compile ran.`,
 	Flags: append(compileFlags(),
 		contCapacityFlag, compileCapacityFlag, stepsFlag, compileCPUsFlag, decodeCPUsFlag, contNiceFlag,
 		jsonFlag,
@@ -73,6 +79,8 @@ compile uses the host. Try:
 		if err != nil {
 			return err // nothing to save: the measurement is all or nothing
 		}
+		res.CompileIn = compileIn(comp)
+		fmt.Printf("compile in            %8s\n", res.CompileIn)
 		fmt.Printf("decode alone          %8.1f tok/s\n", res.AloneTokensPerS)
 		fmt.Printf("decode under compile  %8.1f tok/s  (%+.1f%%, %d steps)\n", res.UnderCompileTokensPer, -res.DecodeSlowdownPct, res.StepsUnderCompile)
 		fmt.Printf("compile alone         %8.2f s\n", res.CompileAloneS)

@@ -170,6 +170,7 @@ func generateAction(c *cli.Context) error {
 		"decode_s": res.DecodeS, "decode_tokens_per_s": res.DecodeTokensPerS(),
 		"peak_rss_bytes": runtime.PeakRSS(),
 		"weights":        comp.Weights().Format(), "weight_bytes": comp.Weights().TensorBytes(),
+		"compile_in": compileIn(comp),
 	}
 	if genErr != nil {
 		js["error"] = genErr.Error()

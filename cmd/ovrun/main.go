@@ -62,6 +62,7 @@ directory or its parents.`,
 			contentionCommand,
 			plancmd.Command,
 			benchCommand,
+			compileWorkerCommand,
 		},
 	}
 }

@@ -61,6 +61,9 @@ func printSummary(w io.Writer, s *runtime.Summary) {
 		if r.Foreground {
 			when = "foreground"
 		}
+		if r.CompileStopped {
+			when = "stopped" // not needed when the run ended
+		}
 		steps := "-"
 		if r.FirstStep > 0 {
 			steps = fmt.Sprintf("%d-%d", r.FirstStep, r.LastStep)

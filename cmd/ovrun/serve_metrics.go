@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"github.com/ovtoolkit/ovrun/tracing"
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -63,9 +64,12 @@ func (m *engineMetrics) Collect(ch chan<- prometheus.Metric) {
 	type key struct{ kind, capacity, outcome string }
 	counts, secs := map[key]float64{}, map[string]float64{}
 	for _, c := range m.compilesOf() {
-		outcome := "ok"
-		if c.Error != "" {
-			outcome = "error"
+		outcome := tracing.OutcomeOK
+		switch {
+		case c.Error != "":
+			outcome = tracing.OutcomeError
+		case c.Stopped:
+			outcome = tracing.OutcomeStopped
 		}
 		counts[key{c.Kind, fmt.Sprint(c.Capacity), outcome}]++
 		secs[c.Kind] += c.CompileS

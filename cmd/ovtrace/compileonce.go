@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"cmp"
 	"context"
 	"encoding/json"
@@ -9,13 +8,13 @@ import (
 	"fmt"
 	"maps"
 	"os"
-	"os/exec"
 	"slices"
 	"strings"
 
 	"github.com/urfave/cli/v2"
 
 	"github.com/ovtoolkit/ovrun/internal/abtest"
+	"github.com/ovtoolkit/ovrun/internal/childproc"
 )
 
 const compileOnceName = "compile-once"
@@ -119,40 +118,23 @@ func runOnce(ctx context.Context, cfg abtest.OnceConfig, v abtest.Variant) (*abt
 		return nil, err
 	}
 	defer cleanup()
-	cmd := exec.CommandContext(ctx, exe, onceArgs(cfg, v)...)
-	cmd.Env = append(v.Environ(os.Environ()), abtest.EnvMemoStats+"="+stats)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
-		}
-		return nil, fmt.Errorf("compile-once: %s", lastLine(stderr.String(), err))
+	out, err := childproc.Run(ctx, childproc.Cmd{Name: compileOnceName, Path: exe, Args: onceArgs(cfg, v),
+		Env: append(v.Environ(os.Environ()), abtest.EnvMemoStats+"="+stats)})
+	var ce *childproc.Error
+	if errors.As(err, &ce) && ce.LastStderr != "" {
+		return nil, fmt.Errorf("compile-once: %s", strings.TrimPrefix(ce.LastStderr, "ovtrace: "))
 	}
-	return parseMeasurement(stdout.Bytes())
+	if err != nil {
+		return nil, err
+	}
+	return parseMeasurement(out)
 }
 
 // parseMeasurement reads the last JSON line of a compile-once output.
 func parseMeasurement(out []byte) (*abtest.Measurement, error) {
-	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
-	for i := len(lines) - 1; i >= 0; i-- {
-		l := strings.TrimSpace(lines[i])
-		if !strings.HasPrefix(l, "{") {
-			continue
-		}
-		var m abtest.Measurement
-		if err := json.Unmarshal([]byte(l), &m); err != nil {
-			return nil, fmt.Errorf("compile-once printed a bad line: %w", err)
-		}
-		return &m, nil
+	var m abtest.Measurement
+	if err := childproc.DecodeLastJSONLine(out, &m); err != nil {
+		return nil, fmt.Errorf("compile-once %w", err)
 	}
-	return nil, errors.New("compile-once printed no measurement")
-}
-
-func lastLine(s string, err error) string {
-	lines := strings.Split(strings.TrimSpace(s), "\n")
-	if l := strings.TrimSpace(lines[len(lines)-1]); l != "" {
-		return strings.TrimPrefix(l, "ovtrace: ")
-	}
-	return err.Error()
+	return &m, nil
 }

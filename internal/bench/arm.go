@@ -8,31 +8,45 @@ import (
 )
 
 // Arm is one arm of a campaign: a run policy and, optionally, a prefill
-// mode. It is written POLICY or POLICY+prefill=MODE (as in
-// --arms grow-one-ahead+prefill=graph,grow-one-ahead+prefill=auto), so that
-// a campaign can compare prefill schedules under one policy.
+// mode and where graphs compile. It is written POLICY, then +prefill=MODE
+// and +compile-in=WHERE in any order (as in
+// --arms grow-one-ahead+prefill=graph,grow-one-ahead+prefill=auto or
+// grow-one-ahead,grow-one-ahead+compile-in=worker), so that a campaign can
+// compare prefill schedules or compile workers under one policy.
 type Arm struct {
-	Policy  runtime.Policy
-	Prefill runtime.PrefillMode // "" leaves ovrun run's default
+	Policy    runtime.Policy
+	Prefill   runtime.PrefillMode // "" leaves ovrun run's default
+	CompileIn string              // "" leaves ovrun run's default (process)
 }
+
+// armSyntax is how an arm is written, for errors.
+const armSyntax = "POLICY[+prefill=MODE][+compile-in=WHERE]"
 
 // ParseArm reads an arm's name.
 func ParseArm(s string) (Arm, error) {
-	name, opt, hasOpt := strings.Cut(s, "+")
+	name, opts, _ := strings.Cut(s, "+")
 	p, err := runtime.ParsePolicy(name)
 	if err != nil {
 		return Arm{}, err
 	}
 	a := Arm{Policy: p}
-	if !hasOpt {
+	if opts == "" {
 		return a, nil
 	}
-	mode, ok := strings.CutPrefix(opt, "prefill=")
-	if !ok {
-		return Arm{}, fmt.Errorf("arm %q: want POLICY or POLICY+prefill=MODE", s)
-	}
-	if a.Prefill, err = runtime.ParsePrefillMode(mode); err != nil {
-		return Arm{}, fmt.Errorf("arm %q: %w", s, err)
+	for _, opt := range strings.Split(opts, "+") {
+		key, v, _ := strings.Cut(opt, "=")
+		switch {
+		case key == "prefill" && a.Prefill == "":
+			if a.Prefill, err = runtime.ParsePrefillMode(v); err != nil {
+				return Arm{}, fmt.Errorf("arm %q: %w", s, err)
+			}
+		case key == "compile-in" && a.CompileIn == "":
+			if a.CompileIn, err = runtime.ParseCompileIn(v); err != nil {
+				return Arm{}, fmt.Errorf("arm %q: %w", s, err)
+			}
+		default:
+			return Arm{}, fmt.Errorf("arm %q: want %s", s, armSyntax)
+		}
 	}
 	return a, nil
 }
@@ -42,6 +56,9 @@ func (a Arm) args() []string {
 	args := []string{"--policy", string(a.Policy)}
 	if a.Prefill != "" {
 		args = append(args, "--prefill", string(a.Prefill))
+	}
+	if a.CompileIn != "" {
+		args = append(args, "--compile-in", a.CompileIn)
 	}
 	return args
 }
@@ -53,6 +70,8 @@ func (a Arm) made(s *runtime.Summary) (bool, string) {
 		return false, fmt.Sprintf("policy %s, want %s", s.Policy, a.Policy)
 	case a.Prefill != "" && s.PrefillMode != string(a.Prefill):
 		return false, fmt.Sprintf("prefill %s, want %s", s.PrefillMode, a.Prefill)
+	case a.CompileIn != "" && s.CompileIn != a.CompileIn:
+		return false, fmt.Sprintf("compile_in %s, want %s", s.CompileIn, a.CompileIn)
 	}
 	return true, ""
 }

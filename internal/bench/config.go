@@ -23,7 +23,7 @@ type Config struct {
 	// Ladder is the capacity ladder every run uses.
 	Ladder []int `json:"ladder"`
 	// Arms are run policies, each optionally with a prefill mode
-	// (POLICY+prefill=MODE, see Arm); Arms[0] is the control.
+	// (POLICY[+prefill=MODE][+compile-in=WHERE], see Arm); Arms[0] is the control.
 	Arms []string `json:"arms"`
 	// Pairs is the number of measured blocks; each holds every arm once.
 	Pairs int `json:"pairs"`
@@ -68,13 +68,14 @@ func (c *Config) Validate(allowSmall bool) error {
 	if len(c.Arms) < 2 {
 		return fmt.Errorf("--arms %q: want at least two arms, the control first", strings.Join(c.Arms, ","))
 	}
-	prefillArms := false
+	prefillArms, workerArms := false, false
 	for i, a := range c.Arms {
 		arm, err := ParseArm(a)
 		if err != nil {
 			return fmt.Errorf("--arms: %w", err)
 		}
 		prefillArms = prefillArms || arm.Prefill != ""
+		workerArms = workerArms || arm.CompileIn != ""
 		if slices.Index(c.Arms, a) != i {
 			return fmt.Errorf("--arms: %s appears twice", a)
 		}
@@ -97,7 +98,7 @@ func (c *Config) Validate(allowSmall bool) error {
 		if !strings.HasPrefix(f, "-") {
 			return fmt.Errorf("--run-flag %q: want a flag such as --infer-threads=1", f)
 		}
-		if slices.Contains(reservedRunFlags, name) || (prefillArms && name == "prefill") {
+		if slices.Contains(reservedRunFlags, name) || (prefillArms && name == "prefill") || (workerArms && name == "compile-in") {
 			return fmt.Errorf("--run-flag %q: the bench sets --%s itself", f, name)
 		}
 	}

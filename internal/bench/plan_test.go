@@ -197,7 +197,11 @@ func TestArms(t *testing.T) {
 		{in: "grow-one-ahead", want: Arm{Policy: runtime.GrowOneAhead}},
 		{in: "grow-eager+prefill=auto", want: Arm{Policy: runtime.GrowEager, Prefill: runtime.PrefillAuto}},
 		{in: "grow-eager+prefill=eager", wantErr: "prefill mode"},
-		{in: "grow-eager+chunk=4", wantErr: "POLICY+prefill=MODE"},
+		{in: "grow-eager+chunk=4", wantErr: "POLICY[+prefill=MODE][+compile-in=WHERE]"},
+		{in: "grow-one-ahead+compile-in=worker", want: Arm{Policy: runtime.GrowOneAhead, CompileIn: runtime.CompileInWorker}},
+		{in: "grow-one-ahead+compile-in=worker+prefill=decode", want: Arm{Policy: runtime.GrowOneAhead, Prefill: runtime.PrefillDecode, CompileIn: runtime.CompileInWorker}},
+		{in: "grow-one-ahead+compile-in=thread", wantErr: "want process or worker"},
+		{in: "grow-one-ahead+prefill=auto+prefill=graph", wantErr: "POLICY[+prefill=MODE]"},
 		{in: "eager", wantErr: "eager"},
 	} {
 		got, err := ParseArm(tc.in)
@@ -219,6 +223,14 @@ func TestArms(t *testing.T) {
 	cfg.RunFlags = nil
 	if err := cfg.Validate(false); err != nil {
 		t.Fatal(err)
+	}
+	worker := Config{Model: "/m", Ladder: []int{64}, Arms: []string{"grow-one-ahead", "grow-one-ahead+compile-in=worker"},
+		Pairs: 6, PromptTokens: 4, DecodeTokens: 4, RunFlags: []string{"--compile-in=process"}}
+	if err := worker.Validate(false); err == nil || !strings.Contains(err.Error(), "sets --compile-in itself") {
+		t.Errorf("Validate with --run-flag=--compile-in and compile-in arms: %v", err)
+	}
+	if args := strings.Join(worker.RunArgs(worker.Arms[1], "x.json"), " "); !strings.Contains(args, "--policy grow-one-ahead --compile-in worker") {
+		t.Errorf("run args %q", args)
 	}
 	args := strings.Join(cfg.RunArgs(cfg.Arms[1], "x.json"), " ")
 	if !strings.Contains(args, "--policy grow-one-ahead --prefill auto") {

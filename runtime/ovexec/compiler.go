@@ -39,6 +39,9 @@ type Options struct {
 	// the CPU (bf16 where the device runs bf16: attention reads it without
 	// a per-step conversion) and in f32 elsewhere.
 	KVPrecision string
+	// Worker, when set, compiles every graph in a child process (see
+	// worker.go); nil compiles in this process.
+	Worker *WorkerOptions `json:"-"`
 }
 
 // ParseKVPrecision reads auto, f32, bf16 or f16.
@@ -132,6 +135,7 @@ var (
 	_ runtime.WeightExplainer = (*Compiler)(nil)
 	_ runtime.Executable      = (*executable)(nil)
 	_ runtime.IRSizer         = (*executable)(nil)
+	_ runtime.OriginReporter  = (*executable)(nil)
 )
 
 // NewCompiler loads OpenVINO and copies the checkpoint's weights into the
@@ -167,6 +171,17 @@ func NewCompiler(ck *model.Checkpoint, opts Options) (*Compiler, error) {
 	c.shape.ElemBytes = kvElement(opts.KVPrecision).Size()
 	c.weights = model.NewWeightsWith(ck, model.WeightOptions{Format: opts.Weights})
 	c.props = opts.compileProperties(c.weights.Compressed())
+	if opts.Worker != nil {
+		// Import takes no properties: the graphs imported from workers get
+		// the compile properties from the core. Workers read the weights
+		// themselves, and the graphs carry their own copy.
+		for _, p := range c.props {
+			if err := core.SetProperty(opts.Device, p.Key, p.Value); err != nil {
+				return nil, errors.Join(fmt.Errorf("set %s=%s on %s for graphs compiled by workers: %w", p.Key, p.Value, opts.Device, err), c.Close())
+			}
+		}
+		return c, nil
+	}
 	if c.blob, err = ov.AllocHost(int(c.weights.Size())); err != nil {
 		return nil, errors.Join(err, c.Close())
 	}
@@ -290,6 +305,9 @@ func (c *Compiler) Compile(ctx context.Context, spec model.GraphSpec) (runtime.E
 		return nil, err
 	}
 	spec = c.withAttention(spec)
+	if c.opts.Worker != nil {
+		return c.compileInWorker(ctx, spec)
+	}
 	xml, err := model.BuildIR(c.weights, spec)
 	if err != nil {
 		return nil, err
@@ -303,9 +321,22 @@ func (c *Compiler) CompileIR(ctx context.Context, spec model.GraphSpec, xml []by
 		return nil, err
 	}
 	spec = c.withAttention(spec)
-	if c.faults.fire(spec) {
-		return nil, fmt.Errorf("compile graph %s on %s: injected failure (%s)", spec.Name(), c.opts.Device, FailCompileEnv)
+	if c.wt == nil {
+		return nil, fmt.Errorf("compile graph %s: this compiler compiles in worker processes and holds no weights", spec.Name())
 	}
+	if err := c.injectedFailure(spec); err != nil {
+		return nil, err
+	}
+	cm, err := c.compileModel(spec, xml)
+	if err != nil {
+		return nil, err
+	}
+	return c.newExecutable(spec, cm, len(xml), runtime.Origin{Source: runtime.OriginCompiled})
+}
+
+// compileModel reads and compiles one graph with the compile properties and
+// records the precision the device reports.
+func (c *Compiler) compileModel(spec model.GraphSpec, xml []byte) (*ov.CompiledModel, error) {
 	m, err := c.core.ReadModel(xml, c.wt)
 	if err != nil {
 		return nil, fmt.Errorf("read graph %s: %w", spec.Name(), err)
@@ -320,9 +351,15 @@ func (c *Compiler) CompileIR(ctx context.Context, spec model.GraphSpec, xml []by
 		c.effective = p
 		c.mu.Unlock()
 	}
+	return cm, nil
+}
+
+// newExecutable prepares the infer request of a compiled (or imported)
+// graph; it owns cm from here on.
+func (c *Compiler) newExecutable(spec model.GraphSpec, cm *ov.CompiledModel, irBytes int, origin runtime.Origin) (runtime.Executable, error) {
 	shape := c.shape
 	shape.ElemBytes = kvElement(spec.KVPrecision).Size()
-	e := &executable{spec: spec, compiled: cm, shape: shape, vocab: c.vocab, irBytes: len(xml)}
+	e := &executable{spec: spec, compiled: cm, shape: shape, vocab: c.vocab, irBytes: irBytes, origin: origin}
 	if err := e.prepare(); err != nil {
 		return nil, errors.Join(fmt.Errorf("prepare graph %s: %w", spec.Name(), err), e.Close())
 	}

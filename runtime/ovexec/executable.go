@@ -28,7 +28,12 @@ type executable struct {
 	kvTensors     []*ov.Tensor // bound per Bind
 	kv            *runtime.KV
 	irBytes       int
+	origin        runtime.Origin
 }
+
+// Origin says whether the graph was compiled here or in a worker process,
+// and what exporting and importing it cost.
+func (e *executable) Origin() runtime.Origin { return e.origin }
 
 // IRBytes is the size of the IR XML the graph was compiled from.
 func (e *executable) IRBytes() int { return e.irBytes }

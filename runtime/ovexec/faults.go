@@ -32,6 +32,15 @@ func parseFaultPlan(s string) (*faultPlan, error) {
 	return &faultPlan{capacity: capacity, left: left}, nil
 }
 
+// injectedFailure is the error of a compile that FailCompileEnv fails, nil
+// for the others.
+func (c *Compiler) injectedFailure(spec model.GraphSpec) error {
+	if c.faults.fire(spec) {
+		return fmt.Errorf("compile graph %s on %s: injected failure (%s)", spec.Name(), c.opts.Device, FailCompileEnv)
+	}
+	return nil
+}
+
 // fire reports whether this compile should fail, consuming one failure.
 func (f *faultPlan) fire(spec model.GraphSpec) bool {
 	if f == nil || spec.Chunk != 1 || spec.Capacity != f.capacity {

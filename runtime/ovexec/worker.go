@@ -1,0 +1,209 @@
+package ovexec
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/ovtoolkit/ovrun/internal/childproc"
+	"github.com/ovtoolkit/ovrun/model"
+	"github.com/ovtoolkit/ovrun/ov"
+	"github.com/ovtoolkit/ovrun/runtime"
+)
+
+// Compile workers (docs/design.md §4, "A compile in a worker"): a child
+// process of the same binary reads the checkpoint, builds the graph with the
+// Compiler's own code, compiles it, exports the compiled model to a file
+// and exits; the parent imports the file. The child's threads are not the
+// decoding process's threads, so a CPU set and a nice value reach all of
+// them (the child inherits both from the thread that forks it: the
+// runtime's background compile thread), a crash or an out-of-memory kill
+// ends only the child, and a timeout or a memory limit can end it cleanly.
+
+// WorkerOptions say how to start compile workers.
+type WorkerOptions struct {
+	Exe  string   // the binary: ovrun, or a test binary that runs WorkerMain
+	Args []string // its arguments before "--graph NAME --out PATH" (e.g. "compile-worker")
+	Env  []string // added to this process's environment
+	// Timeout kills a worker that runs longer; 0: none.
+	Timeout time.Duration
+	// MemoryMiB kills a worker whose resident set grows past it; 0: none.
+	MemoryMiB int
+	// TempDir holds the compiled blobs while they pass from child to
+	// parent; "" is the system's temporary directory.
+	TempDir string
+}
+
+// workerRequest is what the parent asks a worker for, on its stdin.
+type workerRequest struct {
+	Model   string          `json:"model"`
+	Options Options         `json:"options"`
+	Spec    model.GraphSpec `json:"spec"`
+}
+
+// WorkerResult is the worker's one JSON line on stdout.
+type WorkerResult struct {
+	LoadS        float64 `json:"load_s"`    // checkpoint and weights blob
+	CompileS     float64 `json:"compile_s"` // IR, read, compile
+	ExportS      float64 `json:"export_s"`  // export to the output file
+	PeakRSSBytes int64   `json:"peak_rss_bytes"`
+	IRBytes      int     `json:"ir_bytes"`
+	Precision    string  `json:"precision"` // INFERENCE_PRECISION_HINT of the compiled model
+}
+
+// compileInWorker compiles spec in a child process and imports the result.
+// A worker that fails, crashes, is killed or passes a limit is a failed
+// compile whose error names the graph, how the worker ended and its last
+// stderr line; the blob never outlives the call.
+func (c *Compiler) compileInWorker(ctx context.Context, spec model.GraphSpec) (runtime.Executable, error) {
+	if err := c.injectedFailure(spec); err != nil {
+		return nil, err
+	}
+	w := c.opts.Worker
+	dir, err := os.MkdirTemp(w.TempDir, "ovrun-compile-worker-*")
+	if err != nil {
+		return nil, fmt.Errorf("compile worker for graph %s: %w", spec.Name(), err)
+	}
+	defer os.RemoveAll(dir)
+	blob := filepath.Join(dir, spec.Name()+".blob")
+	opts := c.opts
+	opts.Worker = nil
+	req, err := json.Marshal(workerRequest{Model: c.ck.Dir, Options: opts, Spec: spec})
+	if err != nil {
+		return nil, err
+	}
+	name := fmt.Sprintf("compile worker for graph %s (capacity %d)", spec.Name(), spec.Capacity)
+	out, err := childproc.Run(ctx, childproc.Cmd{
+		Name: name, Path: w.Exe, Args: append(slices.Clone(w.Args), "--graph", spec.Name(), "--out", blob),
+		// The parent injects faults (OVRUN_FAIL_COMPILE) once per compile; a
+		// fresh child would fire them again on every retry.
+		Env:   childproc.EnvWithout(append(os.Environ(), w.Env...), FailCompileEnv),
+		Stdin: req, Timeout: w.Timeout, MemoryMiB: w.MemoryMiB,
+	})
+	if err != nil {
+		var ce *childproc.Error
+		if errors.As(err, &ce) && ce.Limit != "" {
+			return nil, fmt.Errorf("%w (limits: --compile-timeout, --compile-memory; 0 lifts them)", err)
+		}
+		return nil, err
+	}
+	var res WorkerResult
+	if err := childproc.DecodeLastJSONLine(out, &res); err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	t0 := time.Now()
+	cm, err := c.importFile(blob)
+	if err != nil {
+		return nil, fmt.Errorf("import graph %s compiled by a worker: %w", spec.Name(), err)
+	}
+	importS := time.Since(t0).Seconds()
+	if p, err := cm.Property("INFERENCE_PRECISION_HINT"); err == nil {
+		if res.Precision != "" && p != res.Precision {
+			cm.Close()
+			return nil, fmt.Errorf("import graph %s: the worker compiled it for %s but it imported as %s", spec.Name(), res.Precision, p)
+		}
+		c.mu.Lock()
+		c.effective = p
+		c.mu.Unlock()
+	}
+	return c.newExecutable(spec, cm, res.IRBytes, runtime.Origin{Source: runtime.OriginCompiled, ImportS: importS, ExportS: res.ExportS})
+}
+
+// importFile imports a compiled model from a file mapped for the call: its
+// pages leave this process with the unmap instead of staying in Go's heap.
+func (c *Compiler) importFile(path string) (*ov.CompiledModel, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if st.Size() == 0 || st.Size() != int64(int(st.Size())) {
+		return nil, fmt.Errorf("%s: %d bytes is not a compiled model", path, st.Size())
+	}
+	data, err := unix.Mmap(int(f.Fd()), 0, int(st.Size()), unix.PROT_READ, unix.MAP_PRIVATE)
+	if err != nil {
+		return nil, fmt.Errorf("map %s: %w", path, err)
+	}
+	defer unix.Munmap(data)
+	return c.core.ImportModel(data, c.opts.Device)
+}
+
+// WorkerMain is the body of a compile worker: it reads a request from in,
+// compiles the graph, exports it to blob (written beside it and renamed,
+// so the parent never reads half a file) and prints a WorkerResult on out.
+// graph is the graph's name on the command line (where ps and tests see
+// it); the request must be for that graph.
+func WorkerMain(ctx context.Context, in io.Reader, out io.Writer, graph, blob string) error {
+	var req workerRequest
+	dec := json.NewDecoder(io.LimitReader(in, 1<<20))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil {
+		return fmt.Errorf("compile worker: read the request on stdin: %w", err)
+	}
+	if blob == "" {
+		return errors.New("compile worker: give the output file: --out PATH")
+	}
+	if graph != req.Spec.Name() {
+		return fmt.Errorf("compile worker: --graph %q but the request on stdin is for %s", graph, req.Spec.Name())
+	}
+	if err := ov.Load(); err != nil {
+		return err
+	}
+	t0 := time.Now()
+	ck, err := model.Load(req.Model)
+	if err != nil {
+		return err
+	}
+	defer ck.Close()
+	req.Options.Worker = nil
+	comp, err := NewCompiler(ck, req.Options)
+	if err != nil {
+		return err
+	}
+	defer comp.Close()
+	res := WorkerResult{LoadS: time.Since(t0).Seconds()}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	t1 := time.Now()
+	xml, err := model.BuildIR(comp.weights, req.Spec)
+	if err != nil {
+		return err
+	}
+	cm, err := comp.compileModel(req.Spec, xml)
+	if err != nil {
+		return err
+	}
+	defer cm.Close()
+	res.CompileS, res.IRBytes, res.Precision = time.Since(t1).Seconds(), len(xml), comp.EffectivePrecision()
+	t2 := time.Now()
+	tmp := blob + ".partial"
+	if err := cm.Export(tmp); err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("export graph %s: %w", req.Spec.Name(), err)
+	}
+	if err := os.Rename(tmp, blob); err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	res.ExportS = time.Since(t2).Seconds()
+	res.PeakRSSBytes = runtime.PeakRSS()
+	b, err := json.Marshal(res)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(out, "%s\n", b)
+	return err
+}
