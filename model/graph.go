@@ -32,6 +32,15 @@ func PresentValue(i int) string { return fmt.Sprintf("present_value.%d", i) }
 type GraphSpec struct {
 	Capacity int // KV slots the graph attends over (past tokens it can hold)
 	Chunk    int // tokens processed per call: 1 for decode, >1 for prefill
+	// Attention is the form of the attention over the past slots: ""
+	// or AttentionStatic reads all Capacity slots, AttentionBounded only
+	// the live prefix (LiveSlots). The compiler resolves AttentionAuto.
+	Attention Attention
+	// KVPrecision is the element type of the past and present K/V I/O:
+	// "" or "f32", or "bf16" / "f16" to store the cache in the precision
+	// a bf16 / f16 run's attention consumes (no per-step conversion of the
+	// cache, half its memory). The graph computes in f32 either way.
+	KVPrecision string
 }
 
 // Name is a stable label such as "decode-c1024" or "prefill-c1024-t64".
@@ -52,11 +61,20 @@ func (s GraphSpec) Name() string {
 // past the prompt never influence earlier tokens (causal mask); their K/V rows
 // are simply not stored.
 func BuildIR(w *Weights, spec GraphSpec) ([]byte, error) {
-	cfg := w.Config()
 	if spec.Capacity < 1 || spec.Chunk < 1 {
 		return nil, fmt.Errorf("graph %s: capacity and chunk must be positive", spec.Name())
 	}
-	b := &decoderBuilder{g: newGraph(spec.Name(), w), cfg: cfg, C: int64(spec.Capacity), T: int64(spec.Chunk)}
+	switch spec.Attention {
+	case "", AttentionStatic, AttentionBounded:
+	default:
+		return nil, fmt.Errorf("graph %s: attention %q: want static or bounded (auto is resolved by the compiler)", spec.Name(), spec.Attention)
+	}
+	kv, err := kvElem(spec.KVPrecision)
+	if err != nil {
+		return nil, fmt.Errorf("graph %s: %w", spec.Name(), err)
+	}
+	b := &decoderBuilder{g: newGraph(spec.Name(), w), cfg: w.Config(), kv: kv, C: int64(spec.Capacity), T: int64(spec.Chunk), bounded: spec.Attention == AttentionBounded}
+	b.P = b.C
 	b.build()
 	if b.g.err != nil {
 		return nil, fmt.Errorf("graph %s: %w", spec.Name(), b.g.err)
@@ -69,9 +87,15 @@ type decoderBuilder struct {
 	cfg *Config
 	C   int64 // capacity
 	T   int64 // chunk length
+	// P is the past slots' dimension in shapes: C, or -1 (dynamic) when
+	// bounded, where pastLen ([]) and pastStop ([1]) hold it in the graph.
+	P                 int64
+	bounded           bool
+	kv                elem // element type of the K/V I/O
+	pastLen, pastStop port
 
 	cos, sin port // [T, 1, D]
-	mask     port // [T, C+T] additive f32
+	mask     port // [T, P+T] additive f32
 }
 
 func (b *decoderBuilder) build() {
@@ -83,17 +107,21 @@ func (b *decoderBuilder) build() {
 	li := g.parameter(LogitsIndex, i64, []int64{1})       // [1]
 	past := make([][2]port, cfg.NumHiddenLayers)
 	for i := range past {
-		past[i][0] = g.parameter(PastKey(i), f32, []int64{b.C, Hkv, D})   // [C, Hkv, D]
-		past[i][1] = g.parameter(PastValue(i), f32, []int64{b.C, Hkv, D}) // [C, Hkv, D]
+		past[i][0] = g.parameter(PastKey(i), b.kv, []int64{b.C, Hkv, D})   // [C, Hkv, D]
+		past[i][1] = g.parameter(PastValue(i), b.kv, []int64{b.C, Hkv, D}) // [C, Hkv, D]
 	}
 
 	b.rotary(pos)
+	if b.bounded {
+		qpos := b.reshape(pos, []int64{b.T})                                                                                      // [T]
+		b.livePrefix(g.op("Gather", "opset8", []attr{{"batch_dims", "0"}}, []int64{}, i64, qpos, g.scalarI64(0), g.scalarI64(0))) // [] = p
+	}
 	b.attentionMask(pos, past[0][0])
 
 	emb := g.weight("model.embed_tokens.weight")                                                                  // [V, H]
 	x := g.op("Gather", "opset8", []attr{{"batch_dims", "0"}}, []int64{1, b.T, H}, f32, emb, ids, g.scalarI64(0)) // [1, T, H]
 	for i := 0; i < cfg.NumHiddenLayers; i++ {
-		x = b.layer(i, x, past[i][0], past[i][1])
+		x = b.layer(i, x, b.slicePast(past[i][0]), b.slicePast(past[i][1]))
 	}
 	x = b.rmsNorm(x, "model.norm.weight")                                                                       // [1, T, H]
 	last := g.op("Gather", "opset8", []attr{{"batch_dims", "0"}}, []int64{1, 1, H}, f32, x, li, g.scalarI64(1)) // [1, 1, H]
@@ -102,44 +130,80 @@ func (b *decoderBuilder) build() {
 	g.result(OutputLogits, logits)
 }
 
-// rotary computes cos and sin of the HF rotary embedding for the chunk's positions.
+// rotary computes cos and sin of the HF rotary embedding for the chunk's
+// positions from small tables, so the angles are exact whatever precision
+// the device computes in: position p is written in base 64, p = sum of
+// d_k 64^k, and the angle-addition formulas combine cos and sin of each
+// digit's angle d_k 64^k f, looked up by integer index in a [64, D/2]
+// table computed in float64 (the same bytes for every graph). Computing
+// the angle p f in the graph would let a bf16 device round it (bf16 holds
+// integers exactly only up to 256; the CPU plugin did so once the K/V
+// outputs were bf16, and SmolLM2's logits after 512 tokens moved by 7).
 func (b *decoderBuilder) rotary(pos port) {
 	g := b.g
 	D := int64(b.cfg.HeadDim())
-	inv := make([]float32, D/2)
+	const base = 64
+	inv := make([]float64, D/2)
 	for j := range inv {
-		inv[j] = float32(1 / math.Pow(b.cfg.Theta(), float64(2*j)/float64(D)))
+		inv[j] = 1 / math.Pow(b.cfg.Theta(), float64(2*j)/float64(D))
 	}
-	p := b.reshape(pos, []int64{b.T, 1})                                                          // [T, 1] i64
-	pf := g.op("Convert", "opset1", []attr{{"destination_type", "f32"}}, []int64{b.T, 1}, f32, p) // [T, 1]
-	freqs := b.mul(pf, g.constF32([]int64{1, D / 2}, inv...), []int64{b.T, D / 2})                // [T, D/2]
-	emb := g.op("Concat", "opset1", []attr{{"axis", "1"}}, []int64{b.T, D}, f32, freqs, freqs)    // [T, D]
-	emb = b.reshape(emb, []int64{b.T, 1, D})                                                      // [T, 1, D]
-	b.cos = g.op("Cos", "opset1", nil, []int64{b.T, 1, D}, f32, emb)                              // [T, 1, D]
-	b.sin = g.op("Sin", "opset1", nil, []int64{b.T, 1, D}, f32, emb)                              // [T, 1, D]
+	half := []int64{b.T, D / 2}
+	table := func(scale float64, f func(float64) float64) port {
+		v := make([]float32, base*D/2)
+		for d := int64(0); d < base; d++ {
+			for j := range inv {
+				v[d*D/2+int64(j)] = float32(f(float64(d) * scale * inv[j]))
+			}
+		}
+		return g.constF32([]int64{base, D / 2}, v...) // [64, D/2]
+	}
+	look := func(t, idx port) port {
+		return g.op("Gather", "opset8", []attr{{"batch_dims", "0"}}, half, f32, t, idx, g.scalarI64(0)) // [T, D/2]
+	}
+	sub := func(x, y port) port {
+		return g.op("Subtract", "opset1", []attr{{"auto_broadcast", "numpy"}}, half, f32, x, y) // [T, D/2]
+	}
+	rest := b.reshape(pos, []int64{b.T}) // [T] i64
+	var cos, sin port
+	// Every position a (padded) chunk can have is below C+T.
+	for k, scale := 0, 1.0; k == 0 || scale < float64(b.C+b.T); k, scale = k+1, scale*base {
+		d := g.op("FloorMod", "opset1", []attr{{"auto_broadcast", "numpy"}}, []int64{b.T}, i64, rest, g.scalarI64(base)) // [T] digit k
+		c, s := look(table(scale, math.Cos), d), look(table(scale, math.Sin), d)                                         // [T, D/2]
+		if k == 0 {
+			cos, sin = c, s
+		} else {
+			cos, sin = sub(b.mul(cos, c, half), b.mul(sin, s, half)), b.add(b.mul(sin, c, half), b.mul(cos, s, half), half) // [T, D/2]
+		}
+		rest = g.op("Divide", "opset1", []attr{{"auto_broadcast", "numpy"}, {"m_pythondiv", "true"}}, []int64{b.T}, i64, rest, g.scalarI64(base)) // [T]
+	}
+	b.cos = b.reshape(g.op("Concat", "opset1", []attr{{"axis", "1"}}, []int64{b.T, D}, f32, cos, cos), []int64{b.T, 1, D}) // [T, 1, D]
+	b.sin = b.reshape(g.op("Concat", "opset1", []attr{{"axis", "1"}}, []int64{b.T, D}, f32, sin, sin), []int64{b.T, 1, D}) // [T, 1, D]
 }
 
-// attentionMask builds the additive mask over the C past slots followed by
+// attentionMask builds the additive mask over the P past slots followed by
 // the T chunk tokens: query t sees key j when key j's position is at most
 // t's, and a past slot counts only when it lies below the chunk's first
 // position (slots at or past it are unused capacity).
 func (b *decoderBuilder) attentionMask(pos, pastKey port) {
 	g := b.g
-	C, T := b.C, b.T
-	shape := g.op("ShapeOf", "opset3", []attr{{"output_type", "i64"}}, []int64{3}, i64, pastKey)                                     // [3]
-	cap0 := g.op("Gather", "opset8", []attr{{"batch_dims", "0"}}, []int64{}, i64, shape, g.scalarI64(0), g.scalarI64(0))             // [] = C
-	slots := g.op("Range", "opset4", []attr{{"output_type", "i64"}}, []int64{C}, i64, g.scalarI64(0), cap0, g.scalarI64(1))          // [C]
+	P, T, K := b.P, b.T, b.keys()
+	past := b.pastLen
+	if !b.bounded {
+		shape := g.op("ShapeOf", "opset3", []attr{{"output_type", "i64"}}, []int64{3}, i64, pastKey)                        // [3]
+		past = g.op("Gather", "opset8", []attr{{"batch_dims", "0"}}, []int64{}, i64, shape, g.scalarI64(0), g.scalarI64(0)) // [] = C
+	}
+	slots := g.op("Range", "opset4", []attr{{"output_type", "i64"}}, []int64{P}, i64, g.scalarI64(0), past, g.scalarI64(1))          // [P]
 	qpos := b.reshape(pos, []int64{T})                                                                                               // [T]
 	start := g.op("Gather", "opset8", []attr{{"batch_dims", "0"}}, []int64{1}, i64, qpos, g.constI64([]int64{1}, 0), g.scalarI64(0)) // [1]
-	live := g.op("Less", "opset1", []attr{{"auto_broadcast", "numpy"}}, []int64{C}, boolean, slots, start)                           // [C]
+	live := g.op("Less", "opset1", []attr{{"auto_broadcast", "numpy"}}, []int64{P}, boolean, slots, start)                           // [P]
 	never := g.constI64([]int64{1}, math.MaxInt64)                                                                                   // [1]
-	kpast := g.op("Select", "opset1", []attr{{"auto_broadcast", "numpy"}}, []int64{C}, i64, live, slots, never)                      // [C]
-	kpos := g.op("Concat", "opset1", []attr{{"axis", "0"}}, []int64{C + T}, i64, kpast, qpos)                                        // [C+T]
-	kpos = b.reshape(kpos, []int64{1, C + T})                                                                                        // [1, C+T]
+	kpast := g.op("Select", "opset1", []attr{{"auto_broadcast", "numpy"}}, []int64{P}, i64, live, slots, never)                      // [P]
+	kpos := g.op("Concat", "opset1", []attr{{"axis", "0"}}, []int64{K}, i64, kpast, qpos)                                            // [P+T]
+	kpos = b.reshape(kpos, []int64{1, K})                                                                                            // [1, P+T]
 	q := b.reshape(qpos, []int64{T, 1})                                                                                              // [T, 1]
-	see := g.op("LessEqual", "opset1", []attr{{"auto_broadcast", "numpy"}}, []int64{T, C + T}, boolean, kpos, q)                     // [T, C+T]
-	b.mask = g.op("Select", "opset1", []attr{{"auto_broadcast", "numpy"}}, []int64{T, C + T}, f32, see,
-		g.scalarF32(0), g.scalarF32(float32(math.Inf(-1)))) // [T, C+T]
+	see := g.op("LessEqual", "opset1", []attr{{"auto_broadcast", "numpy"}}, []int64{T, K}, boolean, kpos, q)                         // [T, P+T]
+	b.mask = g.op("Select", "opset1", []attr{{"auto_broadcast", "numpy"}}, []int64{T, K}, f32, see,
+		g.scalarF32(0), g.scalarF32(float32(math.Inf(-1)))) // [T, P+T]
 }
 
 // layer is one pre-norm decoder block; it emits the chunk's K/V as outputs.
@@ -157,8 +221,8 @@ func (b *decoderBuilder) layer(i int, x, pastK, pastV port) port {
 	q = b.rope(b.reshape(q, []int64{T, Nh, D}))                  // [T, Nh, D]
 	k = b.rope(b.reshape(k, []int64{T, Hkv, D}))                 // [T, Hkv, D]
 	v = b.reshape(v, []int64{T, Hkv, D})                         // [T, Hkv, D]
-	g.result(PresentKey(i), k)
-	g.result(PresentValue(i), v)
+	g.result(PresentKey(i), b.toKV(k))
+	g.result(PresentValue(i), b.toKV(v))
 
 	var att port
 	if T == 1 {
@@ -186,14 +250,14 @@ func (b *decoderBuilder) layer(i int, x, pastK, pastV port) port {
 // most work per byte there.
 func (b *decoderBuilder) attendSDPA(q, k, v, pastK, pastV port) port {
 	g, cfg := b.g, b.cfg
-	T, C := b.T, b.C
+	T, K := b.T, b.keys()
 	Nh, Hkv, D := int64(cfg.NumAttentionHeads), int64(cfg.KVHeads()), int64(cfg.HeadDim())
 	G := Nh / Hkv
-	kall := g.op("Concat", "opset1", []attr{{"axis", "0"}}, []int64{C + T, Hkv, D}, f32, pastK, k) // [C+T, Hkv, D]
-	vall := g.op("Concat", "opset1", []attr{{"axis", "0"}}, []int64{C + T, Hkv, D}, f32, pastV, v) // [C+T, Hkv, D]
-	kall = b.unsqueeze(b.transpose(kall, []int64{1, 0, 2}), 1)                                     // [Hkv, 1, C+T, D]
-	vall = b.unsqueeze(b.transpose(vall, []int64{1, 0, 2}), 1)                                     // [Hkv, 1, C+T, D]
-	qh := b.transpose(b.reshape(q, []int64{T, Hkv, G, D}), []int64{1, 2, 0, 3})                    // [Hkv, G, T, D]
+	kall := g.op("Concat", "opset1", []attr{{"axis", "0"}}, []int64{K, Hkv, D}, f32, pastK, k) // [P+T, Hkv, D]
+	vall := g.op("Concat", "opset1", []attr{{"axis", "0"}}, []int64{K, Hkv, D}, f32, pastV, v) // [P+T, Hkv, D]
+	kall = b.unsqueeze(b.transpose(kall, []int64{1, 0, 2}), 1)                                 // [Hkv, 1, P+T, D]
+	vall = b.unsqueeze(b.transpose(vall, []int64{1, 0, 2}), 1)                                 // [Hkv, 1, P+T, D]
+	qh := b.transpose(b.reshape(q, []int64{T, Hkv, G, D}), []int64{1, 2, 0, 3})                // [Hkv, G, T, D]
 	scale := g.scalarF32(float32(1 / math.Sqrt(float64(D))))
 	att := g.op("ScaledDotProductAttention", "opset13", []attr{{"causal", "false"}},
 		[]int64{Hkv, G, T, D}, f32, qh, kall, vall, b.mask, scale) // [Hkv, G, T, D]
@@ -202,8 +266,8 @@ func (b *decoderBuilder) attendSDPA(q, k, v, pastK, pastV port) port {
 }
 
 // attendRows is the same attention computed on the cache in its own layout:
-// each past K/V input, [C, Hkv, D], is read as the matrix [C, Hkv*D] (a
-// reshape, no copy) by two MatMuls, so a decode step reads every slot once
+// each past K/V input, [P, Hkv, D] (P = C, or the live prefix when
+// bounded), is read as the matrix [P, Hkv*D] (a reshape, no copy) by two MatMuls, so a decode step reads every slot once
 // and writes no copy of the cache. Grouped-query heads are handled with a
 // block-diagonal query: query head n keeps its D values in the columns of
 // its KV head n/G and zeros elsewhere, so q x K^T gives every head's scores
@@ -212,7 +276,7 @@ func (b *decoderBuilder) attendSDPA(q, k, v, pastK, pastV port) port {
 // product, nothing next to reading the cache when T is 1.
 func (b *decoderBuilder) attendRows(q, k, v, pastK, pastV port) port {
 	g, cfg := b.g, b.cfg
-	T, C := b.T, b.C
+	T, P, K := b.T, b.P, b.keys()
 	Nh, Hkv, D := int64(cfg.NumAttentionHeads), int64(cfg.KVHeads()), int64(cfg.HeadDim())
 	G, KD, R := Nh/Hkv, Hkv*D, T*Nh
 	// pick[n, h] is 1 where query head n reads KV head h.
@@ -225,17 +289,17 @@ func (b *decoderBuilder) attendRows(q, k, v, pastK, pastV port) port {
 	selq := g.constF32([]int64{1, Nh, Hkv, 1}, scaled...)                         // [1, Nh, Hkv, 1] with 1/sqrt(D)
 	qb := b.mul(b.reshape(q, []int64{T, Nh, 1, D}), selq, []int64{T, Nh, Hkv, D}) // [T, Nh, Hkv, D]
 	qb = b.reshape(qb, []int64{R, KD})                                            // [T*Nh, Hkv*D]
-	kp := b.reshape(pastK, []int64{C, KD})                                        // [C, Hkv*D]
-	vp := b.reshape(pastV, []int64{C, KD})                                        // [C, Hkv*D]
+	kp := b.reshape(pastK, []int64{P, KD})                                        // [P, Hkv*D]
+	vp := b.reshape(pastV, []int64{P, KD})                                        // [P, Hkv*D]
 	kn := b.reshape(k, []int64{T, KD})                                            // [T, Hkv*D]
 	vn := b.reshape(v, []int64{T, KD})                                            // [T, Hkv*D]
-	s := g.op("Concat", "opset1", []attr{{"axis", "1"}}, []int64{R, C + T}, f32,
-		b.matmulT(qb, kp, []int64{R, C}), b.matmulT(qb, kn, []int64{R, T})) // [T*Nh, C+T]
-	s = b.add(b.reshape(s, []int64{T, Nh, C + T}), b.reshape(b.mask, []int64{T, 1, C + T}), []int64{T, Nh, C + T}) // [T, Nh, C+T]
-	p := g.op("Softmax", "opset8", []attr{{"axis", "-1"}}, []int64{T, Nh, C + T}, f32, s)                          // [T, Nh, C+T]
-	p = b.reshape(p, []int64{R, C + T})                                                                            // [T*Nh, C+T]
-	parts := g.add("VariadicSplit", "opset1", "", nil, []port{p, g.scalarI64(1), g.constI64([]int64{2}, C, T)},
-		port{shape: []int64{R, C}, et: f32}, port{shape: []int64{R, T}, et: f32}) // [T*Nh, C], [T*Nh, T]
+	s := g.op("Concat", "opset1", []attr{{"axis", "1"}}, []int64{R, K}, f32,
+		b.matmulT(qb, kp, []int64{R, P}), b.matmulT(qb, kn, []int64{R, T})) // [T*Nh, P+T]
+	s = b.add(b.reshape(s, []int64{T, Nh, K}), b.reshape(b.mask, []int64{T, 1, K}), []int64{T, Nh, K}) // [T, Nh, P+T]
+	p := g.op("Softmax", "opset8", []attr{{"axis", "-1"}}, []int64{T, Nh, K}, f32, s)                  // [T, Nh, P+T]
+	p = b.reshape(p, []int64{R, K})                                                                    // [T*Nh, P+T]
+	parts := g.add("VariadicSplit", "opset1", "", nil, []port{p, g.scalarI64(1), g.constI64([]int64{2}, P, T)},
+		port{shape: []int64{R, P}, et: f32}, port{shape: []int64{R, T}, et: f32}) // [T*Nh, P], [T*Nh, T]
 	o := b.add(b.matmul(parts[0], vp, []int64{R, KD}), b.matmul(parts[1], vn, []int64{R, KD}), []int64{R, KD})            // [T*Nh, Hkv*D]
 	o = b.mul(b.reshape(o, []int64{T, Nh, Hkv, D}), sel, []int64{T, Nh, Hkv, D})                                          // [T, Nh, Hkv, D]
 	o = g.op("ReduceSum", "opset1", []attr{{"keep_dims", "false"}}, []int64{T, Nh, D}, f32, o, g.constI64([]int64{1}, 2)) // [T, Nh, D]

@@ -3,6 +3,7 @@ package model
 import (
 	"encoding/xml"
 	"fmt"
+	"slices"
 	"testing"
 )
 
@@ -44,7 +45,11 @@ func TestDecodeReadsKVInPlace(t *testing.T) {
 				t.Fatal(err)
 			}
 			layers := ck.Config.NumHiddenLayers
-			for _, spec := range []GraphSpec{{Capacity: 16, Chunk: 1}, {Capacity: 16, Chunk: 4}} {
+			for _, spec := range []GraphSpec{
+				{Capacity: 16, Chunk: 1}, {Capacity: 16, Chunk: 4},
+				{Capacity: 16, Chunk: 1, Attention: AttentionBounded}, {Capacity: 16, Chunk: 4, Attention: AttentionBounded},
+				{Capacity: 16, Chunk: 1, KVPrecision: "bf16"}, {Capacity: 16, Chunk: 1, Attention: AttentionBounded, KVPrecision: "bf16"},
+			} {
 				b, err := BuildIR(w, spec)
 				if err != nil {
 					t.Fatal(err)
@@ -64,6 +69,28 @@ func TestDecodeReadsKVInPlace(t *testing.T) {
 				}
 				for _, e := range net.Edges {
 					consumers[e.From] = append(consumers[e.From], e.To)
+				}
+				// A bounded graph reads each past input through one Slice
+				// (the live prefix, a view of the first rows), a cache in
+				// bf16 then through one Convert (of what attention reads);
+				// the checks below apply to what comes after them.
+				var hops []string
+				if spec.Attention == AttentionBounded {
+					hops = append(hops, "Slice")
+				}
+				if spec.KVPrecision == "bf16" {
+					hops = append(hops, "Convert")
+				}
+				for i := 0; i < layers; i++ {
+					for _, in := range []string{PastKey(i), PastValue(i)} {
+						for _, hop := range hops {
+							cs := slices.DeleteFunc(slices.Clone(consumers[byName[in]]), func(c int) bool { return typ[c] == "ShapeOf" })
+							if len(cs) != 1 || typ[cs[0]] != hop {
+								t.Fatalf("%s %+v: %s is read by %v, want one %s", spec.Name(), spec, in, cs, hop)
+							}
+							byName[in] = cs[0]
+						}
+					}
 				}
 				if spec.Chunk > 1 {
 					if sdpa != layers {
@@ -99,5 +126,45 @@ func TestDecodeReadsKVInPlace(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestLiveSlots pins the bounded graph's live prefix at its edges: the
+// chunk's first position rounded up past the next multiple of BoundedBlock,
+// never beyond the capacity, never empty.
+func TestLiveSlots(t *testing.T) {
+	for _, tc := range []struct {
+		name          string
+		pos, capacity int
+		want          int
+	}{
+		{name: "empty cache", pos: 0, capacity: 4096, want: 64},
+		{name: "last slot of the first block", pos: 63, capacity: 4096, want: 64},
+		{name: "first slot of the second block", pos: 64, capacity: 4096, want: 128},
+		{name: "mid block", pos: 144, capacity: 4096, want: 192},
+		{name: "capped at capacity", pos: 4095, capacity: 4096, want: 4096},
+		{name: "capacity below a block", pos: 5, capacity: 16, want: 16},
+		{name: "capacity not a multiple of the block", pos: 130, capacity: 150, want: 150},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := LiveSlots(tc.pos, tc.capacity); got != tc.want {
+				t.Errorf("LiveSlots(%d, %d) = %d, want %d", tc.pos, tc.capacity, got, tc.want)
+			}
+		})
+	}
+}
+
+func TestParseAttention(t *testing.T) {
+	for _, s := range []string{"auto", "bounded", "static"} {
+		if a, err := ParseAttention(s); err != nil || string(a) != s {
+			t.Errorf("ParseAttention(%q) = %q, %v", s, a, err)
+		}
+	}
+	if _, err := ParseAttention("dynamic"); err == nil {
+		t.Error("ParseAttention(dynamic): no error")
+	}
+	w := &Weights{}
+	if _, err := BuildIR(w, GraphSpec{Capacity: 16, Chunk: 1, Attention: AttentionAuto}); err == nil {
+		t.Error("BuildIR with attention auto: no error (the compiler must resolve it)")
 	}
 }

@@ -21,21 +21,30 @@ import (
 // ErrCapacity reports tokens that do not fit the capacity they were given.
 var ErrCapacity = errors.New("context capacity exceeded")
 
-// KVShape is the per-layer cache geometry: f32 [capacity, KVHeads, HeadDim]
-// for each layer's K and V.
+// KVShape is the per-layer cache geometry: [capacity, KVHeads, HeadDim]
+// elements of ElemBytes (4: f32, 2: bf16 or f16; 0 means 4) for each
+// layer's K and V.
 type KVShape struct {
-	Layers  int
-	KVHeads int
-	HeadDim int
+	Layers    int
+	KVHeads   int
+	HeadDim   int
+	ElemBytes int
 }
 
-// ShapeOf derives the cache geometry of a model.
+// ShapeOf derives the f32 cache geometry of a model. A compiler may store
+// the cache narrower (ovexec.Compiler.KVShape).
 func ShapeOf(cfg *model.Config) KVShape {
-	return KVShape{Layers: cfg.NumHiddenLayers, KVHeads: cfg.KVHeads(), HeadDim: cfg.HeadDim()}
+	return KVShape{Layers: cfg.NumHiddenLayers, KVHeads: cfg.KVHeads(), HeadDim: cfg.HeadDim(), ElemBytes: 4}
 }
 
 // RowBytes is the size of one token's K (or V) in one layer.
-func (s KVShape) RowBytes() int { return s.KVHeads * s.HeadDim * 4 }
+func (s KVShape) RowBytes() int {
+	e := s.ElemBytes
+	if e == 0 {
+		e = 4
+	}
+	return s.KVHeads * s.HeadDim * e
+}
 
 // TokenBytes is the size of one token's K and V across all layers.
 func (s KVShape) TokenBytes() int64 { return int64(2 * s.Layers * s.RowBytes()) }

@@ -13,6 +13,13 @@ import (
 type GenerateConfig struct {
 	Capacity     int
 	PrefillChunk int // tokens per prefill call; 0 feeds the prompt token by token through the decode graph
+	// Prefill is how the prompt is processed: graph compiles the prefill
+	// graph with the decode graph; decode feeds the prompt through the
+	// decode graph; auto feeds it there until the measured step time says
+	// compiling the prefill graph is faster for the rest (the ladder's
+	// rule, with the decode graph's compile time as the estimate). ""
+	// is graph when PrefillChunk > 1.
+	Prefill      PrefillMode
 	Prompt       []int64
 	MaxNewTokens int
 	KeepLogits   bool // keep every row of logits (for --dump-logits and tests)
@@ -24,9 +31,12 @@ type GenerateResult struct {
 	Tokens   []int64     // generated tokens
 	Logits   [][]float32 // row 0 after the prompt, row i after the i-th generated token (KeepLogits)
 	CompileS float64     // compile of the decode graph and, when used, the prefill graph
-	PrefillS float64
-	DecodeS  float64 // infer time of decode steps
-	Steps    int     // decode infer calls
+	PrefillS float64     // prompt processing, compiles excluded
+	// PrefillUsed is what the prompt went through (graph, decode,
+	// decode+graph) and PrefillReason why.
+	PrefillUsed, PrefillReason string
+	DecodeS                    float64 // infer time of decode steps
+	Steps                      int     // decode infer calls
 	// FinishReason is "length" (MaxNewTokens made) or "stop" (an
 	// end-of-generation token, kept as the last of Tokens).
 	FinishReason string
@@ -56,6 +66,10 @@ func Generate(ctx context.Context, comp Compiler, shape KVShape, cfg GenerateCon
 	case P+M-1 > cfg.Capacity:
 		return nil, fmt.Errorf("%w: prompt of %d tokens plus %d new tokens needs %d slots, capacity is %d", ErrCapacity, P, M, P+M-1, cfg.Capacity)
 	}
+	mode, err := resolvePrefill(cfg.Prefill, cfg.PrefillChunk)
+	if err != nil {
+		return nil, err
+	}
 	res := &GenerateResult{}
 	t0 := time.Now()
 	dec, err := comp.Compile(ctx, model.GraphSpec{Capacity: cfg.Capacity, Chunk: 1})
@@ -63,36 +77,71 @@ func Generate(ctx context.Context, comp Compiler, shape KVShape, cfg GenerateCon
 		return nil, err
 	}
 	defer dec.Close()
-	pre := dec
-	if cfg.PrefillChunk > 1 {
-		p, err := comp.Compile(ctx, model.GraphSpec{Capacity: cfg.Capacity, Chunk: cfg.PrefillChunk})
-		if err != nil {
+	res.CompileS = time.Since(t0).Seconds()
+	var pre Executable
+	defer func() {
+		if pre != nil {
+			pre.Close()
+		}
+	}()
+	compilePrefill := func() (Executable, error) {
+		t := time.Now()
+		var err error
+		pre, err = comp.Compile(ctx, model.GraphSpec{Capacity: cfg.Capacity, Chunk: cfg.PrefillChunk})
+		res.CompileS += time.Since(t).Seconds()
+		return pre, err
+	}
+	if mode == PrefillGraph {
+		if _, err := compilePrefill(); err != nil {
 			return nil, err
 		}
-		defer p.Close()
-		pre = p
 	}
-	res.CompileS = time.Since(t0).Seconds()
 
-	buf, kv, err := AllocFullView(shape, cfg.Capacity)
+	// The cache is reserved, not committed: a page becomes resident when
+	// a token's row is first written (a bounded graph reads no further;
+	// unwritten pages read as the zero page), so memory follows the
+	// live tokens rather than the capacity.
+	buf, err := AllocKV(shape, cfg.Capacity, false)
 	if err != nil {
 		return nil, err
 	}
 	defer buf.Free()
-	if err := pre.Bind(kv); err != nil {
-		return nil, err
-	}
-	t1 := time.Now()
-	logits, err := Prefill(pre, cfg.Prompt)
+	kv, err := buf.View(cfg.Capacity)
 	if err != nil {
 		return nil, err
 	}
-	res.PrefillS = time.Since(t1).Seconds()
-	if err := checkFinite(comp, logits, "after the prompt"); err != nil {
-		return res, err
+	if err := dec.Bind(kv); err != nil {
+		return nil, err
+	}
+	var logits []float32
+	switch mode {
+	case PrefillGraph:
+		if err := pre.Bind(kv); err != nil {
+			return nil, err
+		}
+		t1 := time.Now()
+		if logits, err = Prefill(pre, cfg.Prompt); err != nil {
+			return nil, err
+		}
+		res.PrefillS = time.Since(t1).Seconds()
+		res.PrefillUsed, res.PrefillReason = PrefillUsedGraph, fmt.Sprintf("prefill mode graph: the prefill graph (%d tokens per call) is compiled before the first token", cfg.PrefillChunk)
+	case PrefillDecode:
+		t1 := time.Now()
+		if logits, err = Prefill(dec, cfg.Prompt); err != nil {
+			return nil, err
+		}
+		res.PrefillS = time.Since(t1).Seconds()
+		res.PrefillUsed, res.PrefillReason = PrefillUsedDecode, "the prompt goes through the decode graph"
+	default:
+		if logits, err = generatePrefillAuto(res, dec, kv, cfg, compilePrefill); err != nil {
+			return nil, err
+		}
 	}
 	if err := dec.Bind(kv); err != nil {
 		return nil, err
+	}
+	if err := checkFinite(comp, logits, "after the prompt"); err != nil {
+		return res, err
 	}
 	for i := 0; ; i++ {
 		if cfg.KeepLogits {
@@ -123,6 +172,58 @@ func Generate(ctx context.Context, comp Compiler, shape KVShape, cfg GenerateCon
 		}
 	}
 	return res, nil
+}
+
+// generatePrefillAuto feeds the prompt through dec one token at a time
+// and, when prefillGraphPays says so, compiles the prefill graph and runs
+// the rest through it (the decode graph's compile time, res.CompileS so
+// far, is the estimate of the prefill graph's). Compile time goes to
+// res.CompileS, the rest to res.PrefillS.
+func generatePrefillAuto(res *GenerateResult, dec Executable, kv *KV, cfg GenerateConfig, compilePrefill func() (Executable, error)) ([]float32, error) {
+	prompt, est := cfg.Prompt, res.CompileS
+	var logits []float32
+	var stepSum float64
+	t1 := time.Now()
+	for k := range prompt {
+		t := time.Now()
+		out, err := dec.Step(prompt[k:k+1], k)
+		if err != nil {
+			return nil, fmt.Errorf("prompt token %d through the decode graph: %w", k, err)
+		}
+		logits = out
+		if k > 0 { // the first call pays one-time costs
+			stepSum += time.Since(t).Seconds()
+		}
+		rest := len(prompt) - k - 1
+		if rest == 0 || k == 0 {
+			continue
+		}
+		step := stepSum / float64(k)
+		feed, graph, pays := prefillGraphPays(rest, cfg.PrefillChunk, step, est)
+		if !pays {
+			continue
+		}
+		res.PrefillS += time.Since(t1).Seconds()
+		res.PrefillUsed = PrefillUsedSwitch
+		res.PrefillReason = fmt.Sprintf("after %d prompt tokens through the decode graph (%.1f ms each), the %d left would take %.2f s there against %.2f s to compile the prefill graph (%.2f s, the decode graph's compile time) and run them through it",
+			k+1, 1000*step, rest, feed, graph, est)
+		pre, err := compilePrefill()
+		if err != nil {
+			return nil, err
+		}
+		if err := pre.Bind(kv); err != nil {
+			return nil, err
+		}
+		t2 := time.Now()
+		logits, err = PrefillFrom(pre, prompt, k+1)
+		res.PrefillS += time.Since(t2).Seconds()
+		return logits, err
+	}
+	res.PrefillS = time.Since(t1).Seconds()
+	res.PrefillUsed = PrefillUsedDecode
+	res.PrefillReason = fmt.Sprintf("the %d prompt tokens went through the decode graph (%.1f ms each) in less time than the prefill graph would take to compile (%.2f s, the decode graph's compile time)",
+		len(prompt), 1000*stepSum/float64(max(len(prompt)-1, 1)), est)
+	return logits, nil
 }
 
 // Prefill feeds the prompt through exe in chunks of its spec and returns the

@@ -172,9 +172,8 @@ func (q *Sequence) prefillAuto(ctx context.Context) (compileS float64, err error
 			continue
 		}
 		step := stepSum / float64(steps)
-		feed := float64(rest) * step
-		graph := est + float64((rest+chunk-1)/chunk)*step
-		if feed <= graph {
+		feed, graph, pays := prefillGraphPays(rest, chunk, step, est)
+		if !pays {
 			continue
 		}
 		q.choosePrefill(PrefillUsedSwitch, "after %d prompt tokens through the decode graph (%.1f ms each), the %d left would take %.2f s there against %.2f s to compile the prefill graph (%.2f s, %s) and run them through it",
@@ -208,6 +207,16 @@ func (q *Sequence) prefillAuto(ctx context.Context) (compileS float64, err error
 		len(prompt), 1000*stepSum/float64(max(steps, 1)), est, source)
 	q.bgPre = q.l.cfg.KeepRungs
 	return 0, nil
+}
+
+// prefillGraphPays is auto mode's one rule: the rest of a prompt goes
+// through the decode graph at step seconds a token (feed) unless compiling
+// the prefill graph (est seconds) and running the rest through it in
+// chunks, each taken to cost one decode step (graph), is faster.
+func prefillGraphPays(rest, chunk int, step, est float64) (feed, graph float64, pays bool) {
+	feed = float64(rest) * step
+	graph = est + float64((rest+chunk-1)/chunk)*step
+	return feed, graph, feed > graph
 }
 
 // PrefillFrom feeds prompt[start:] through exe in chunks of its spec, at

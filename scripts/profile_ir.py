@@ -51,10 +51,13 @@ def main():
         elif name == "logits_index":
             T = cm.input("input_ids").get_partial_shape().to_shape()[1]
             feeds[name] = np.array([T - 1], dtype=np.int64)  # the last token of the chunk
+        elif p.get_element_type() == ov.Type.bf16:  # a cache stored in bf16: the top half of f32
+            bits = (rng.standard_normal(shape).astype(np.float32).view(np.uint32) >> 16).astype(np.uint16)
+            feeds[name] = ov.Tensor(bits, shape, ov.Type.bf16)
         else:
             feeds[name] = rng.standard_normal(shape).astype(np.float32)
     for k, v in feeds.items():
-        req.set_tensor(k, ov.Tensor(v))  # shares the numpy memory, as ovrun binds its own
+        req.set_tensor(k, v if isinstance(v, ov.Tensor) else ov.Tensor(v))  # shares the numpy memory, as ovrun binds its own
 
     req.infer()  # warm-up
     per_type = collections.Counter()

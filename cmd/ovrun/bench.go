@@ -74,7 +74,7 @@ gives every run the campaign's DIR/rung-cache, which the warm-up runs fill,
 so that every measured run imports its rungs.`,
 	Flags: []cli.Flag{
 		modelFlag, ladderFlag, armsFlag, pairsFlag, allowSmallFlag,
-		promptFlag, promptFileFlag, benchPromptTokensFlag, decodeTokensFlag, teacherFlag, seedFlag, precisionFlag,
+		promptFlag, promptFileFlag, benchPromptTokensFlag, decodeTokensFlag, teacherFlag, seedFlag, precisionFlag, attentionFlag,
 		verifyBoundariesFlag, compileCostFlag, benchCacheFlag, runFlagFlag, benchOutFlag, resumeFlag, keepGoingFlag,
 		quietFlag,
 	},
@@ -98,11 +98,18 @@ func benchAction(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
+	attention, err := attentionOf(c)
+	if err != nil {
+		return err
+	}
+	if attention == "auto" {
+		attention = "" // each run resolves it for its device
+	}
 	cfg := &bench.Config{
 		Model: model, Ladder: ladder, Arms: arms, Pairs: pairsFlag.Get(c),
 		PromptTokens: benchPromptTokensFlag.Get(c), DecodeTokens: decodeTokensFlag.Get(c),
 		TeacherForced: teacherFlag.Get(c), Seed: seedFlag.Get(c), Precision: precision,
-		VerifyBoundaries: verifyBoundariesFlag.Get(c), Cache: benchCacheFlag.Get(c),
+		Attention: string(attention), VerifyBoundaries: verifyBoundariesFlag.Get(c), Cache: benchCacheFlag.Get(c),
 	}
 	if cfg.Prompt, err = benchPrompt(c); err != nil {
 		return err

@@ -22,10 +22,24 @@ var (
 	weightsFlag = &cli.StringFlag{Name: "weights", Value: "native", Usage: "`FORMAT` of the weights in the compiled graphs: native keeps quantized and 16-bit weights compressed (decompressed inside the matrix multiplications), f32 expands every weight to f32 constants",
 		Action: func(_ *cli.Context, v string) error { _, err := model.ParseWeightFormat(v); return err }}
 	deviceFlag    = cliutil.DeviceFlag()
-	precisionFlag = cliutil.PrecisionFlag()
-	threadsFlag   = &cli.IntFlag{Name: "infer-threads", Usage: "INFERENCE_NUM_THREADS for the compiled graphs (0: OpenVINO decides)"}
-	cacheDirFlag  = &cli.StringFlag{Name: "cache-dir", Usage: "compiled-rung cache `DIR`: a graph compiled before with the same weights, graph, device, precision, properties and OpenVINO is imported instead of compiled, and a compiled one is stored there (checked by CRC-32C before an import, least recently used evicted past --cache-max); off by default so compile costs are real", EnvVars: []string{"OVRUN_CACHE_DIR"}}
-	cacheMaxFlag  = &cli.StringFlag{Name: "cache-max", Value: "8GiB", Usage: "`SIZE` cap of the --cache-dir folder (e.g. 512MiB, 8GiB); least recently used entries are evicted past it",
+	attentionFlag = &cli.StringFlag{Name: "attention", Value: string(model.AttentionAuto), Usage: "`FORM` of attention over the KV cache: bounded reads only the live prefix (position rounded up to 64 slots, a dynamic shape inside the graph), static reads every slot of the capacity (fully static graph, as NPU needs), auto is bounded on CPU and GPU and static elsewhere",
+		Action: func(_ *cli.Context, v string) error {
+			if _, err := model.ParseAttention(v); err != nil {
+				return fmt.Errorf("--attention: %w", err)
+			}
+			return nil
+		}}
+	precisionFlag   = cliutil.PrecisionFlag()
+	kvPrecisionFlag = &cli.StringFlag{Name: "kv-precision", Value: "auto", Usage: "`TYPE` the KV cache is stored in: f32, bf16, f16, or auto (on the CPU the inference precision, so a bf16 run's attention reads its cache without converting it every step and the cache takes half the memory; f32 on other devices)",
+		Action: func(_ *cli.Context, v string) error {
+			if _, err := ovexec.ParseKVPrecision(v); err != nil {
+				return fmt.Errorf("--kv-precision: %w", err)
+			}
+			return nil
+		}}
+	threadsFlag      = &cli.IntFlag{Name: "infer-threads", Usage: "INFERENCE_NUM_THREADS for the compiled graphs (0: OpenVINO decides)"}
+	cacheDirFlag     = &cli.StringFlag{Name: "cache-dir", Usage: "compiled-rung cache `DIR`: a graph compiled before with the same weights, graph, device, precision, properties and OpenVINO is imported instead of compiled, and a compiled one is stored there (checked by CRC-32C before an import, least recently used evicted past --cache-max); off by default so compile costs are real", EnvVars: []string{"OVRUN_CACHE_DIR"}}
+	cacheMaxFlag     = &cli.StringFlag{Name: "cache-max", Value: "8GiB", Usage: "`SIZE` cap of the --cache-dir folder (e.g. 512MiB, 8GiB); least recently used entries are evicted past it",
 		Action: func(_ *cli.Context, v string) error { _, err := cliutil.ParseSize("cache-max", v); return err }}
 	propFlag         = cliutil.PropFlag()
 	jsonFlag         = &cli.StringFlag{Name: "json", Usage: "write a machine-readable summary to `FILE`"}
@@ -96,8 +110,17 @@ func prefillMode(c *cli.Context) (runtime.PrefillMode, error) {
 	return m, nil
 }
 
+// attentionOf reads --attention.
+func attentionOf(c *cli.Context) (model.Attention, error) {
+	a, err := model.ParseAttention(attentionFlag.Get(c))
+	if err != nil {
+		return "", fmt.Errorf("--attention: %w", err)
+	}
+	return a, nil
+}
+
 func compileFlags() []cli.Flag {
-	return []cli.Flag{modelFlag, deviceFlag, precisionFlag, weightsFlag, threadsFlag, cacheDirFlag, cacheMaxFlag, propFlag,
+	return []cli.Flag{modelFlag, deviceFlag, precisionFlag, weightsFlag, attentionFlag, kvPrecisionFlag, threadsFlag, cacheDirFlag, cacheMaxFlag, propFlag,
 		compileInFlag, compileTimeoutFlag, compileMemoryFlag}
 }
 
@@ -117,6 +140,12 @@ func ovOptions(c *cli.Context) (ovexec.Options, error) {
 	}
 	if o.Weights, err = model.ParseWeightFormat(weightsFlag.Get(c)); err != nil {
 		return o, err
+	}
+	if o.Attention, err = attentionOf(c); err != nil {
+		return o, err
+	}
+	if o.KVPrecision, err = ovexec.ParseKVPrecision(kvPrecisionFlag.Get(c)); err != nil {
+		return o, fmt.Errorf("--kv-precision: %w", err)
 	}
 	if o.Properties, err = cliutil.ParseProps(propFlag.Get(c)); err != nil {
 		return o, err
@@ -198,6 +227,8 @@ func describeRun(c *cli.Context, comp *ovexec.Compiler, sum *runtime.Summary) {
 	sum.Device = comp.Options().Device
 	sum.Precision = comp.Options().Precision
 	sum.PrecisionUsed = comp.EffectivePrecision()
+	sum.Attention = string(comp.Attention())
+	sum.KVPrecision = comp.KVPrecision()
 	sum.Seed = seedFlag.Get(c)
 	sum.OpenVINOVersion, _ = ov.Version()
 	if sum.CompileIn == "" {

@@ -72,7 +72,7 @@ first line says where the compile ran.`,
 		}
 		defer ck.Close()
 		defer comp.Close()
-		res, err := runtime.MeasureContention(c.Context, comp, runtime.ShapeOf(ck.Config), runtime.ContentionConfig{
+		res, err := runtime.MeasureContention(c.Context, comp, comp.KVShape(), runtime.ContentionConfig{
 			Capacity: contCapacityFlag.Get(c), CompileCapacity: compileCapacityFlag.Get(c), Steps: stepsFlag.Get(c),
 			Background: runtime.BackgroundOptions{CPUs: ccpus, Nice: contNiceFlag.Get(c)}, DecodeCPUs: dcpus,
 		})

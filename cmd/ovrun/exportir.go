@@ -10,17 +10,25 @@ import (
 	"github.com/ovtoolkit/ovrun/internal/safefile"
 	"github.com/ovtoolkit/ovrun/model"
 	"github.com/ovtoolkit/ovrun/runtime"
+	"github.com/ovtoolkit/ovrun/runtime/ovexec"
 )
 
 var exportIRCommand = &cli.Command{
 	Name:  "export-ir",
 	Usage: "write the decode (and prefill) graphs of one capacity as OpenVINO IR (XML + BIN)",
 	Description: `The files open in OpenVINO's own tools (benchmark_app, Netron, ov.Core.read_model).
-KV is explicit graph I/O: past_key.N / past_value.N are f32 [capacity, kv_heads, head_dim].`,
+KV is explicit graph I/O: past_key.N / past_value.N are f32 [capacity, kv_heads, head_dim].
+--attention and --device choose the graph's attention form as the compiling
+commands do (auto: bounded for CPU and GPU, static for NPU); --kv-precision
+the element type of the K/V inputs and outputs (auto is f32 here: an IR
+file has no inference precision).`,
 	Flags: []cli.Flag{
 		modelFlag,
 		capacityFlag,
 		prefillChunkFlag,
+		deviceFlag,
+		attentionFlag,
+		kvPrecisionFlag,
 		outDirFlag,
 	},
 	Action: func(c *cli.Context) error {
@@ -34,6 +42,18 @@ KV is explicit graph I/O: past_key.N / past_value.N are f32 [capacity, kv_heads,
 				return err
 			}
 		}
+		attention, err := attentionOf(c)
+		if err != nil {
+			return err
+		}
+		attention = ovexec.ResolveAttention(attention, deviceFlag.Get(c))
+		kv, err := ovexec.ParseKVPrecision(kvPrecisionFlag.Get(c))
+		if err != nil {
+			return fmt.Errorf("--kv-precision: %w", err)
+		}
+		if kv == "auto" {
+			kv = "f32"
+		}
 		ck, err := model.Load(modelFlag.Get(c))
 		if err != nil {
 			return err
@@ -44,9 +64,9 @@ KV is explicit graph I/O: past_key.N / past_value.N are f32 [capacity, kv_heads,
 		if err := w.Bind(blob); err != nil {
 			return err
 		}
-		specs := []model.GraphSpec{{Capacity: capacity, Chunk: 1}}
+		specs := []model.GraphSpec{{Capacity: capacity, Chunk: 1, Attention: attention, KVPrecision: kv}}
 		if chunk > 1 {
-			specs = append(specs, model.GraphSpec{Capacity: capacity, Chunk: chunk})
+			specs = append(specs, model.GraphSpec{Capacity: capacity, Chunk: chunk, Attention: attention, KVPrecision: kv})
 		}
 		for _, s := range specs {
 			xml, err := model.BuildIR(w, s)

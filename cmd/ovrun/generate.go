@@ -23,7 +23,7 @@ var (
 var generateCommand = &cli.Command{
 	Name:  "generate",
 	Usage: "generate text or tokens with one static graph of a given capacity",
-	Description: `Compiles a decode graph (and a prefill graph) of --capacity slots, runs the
+	Description: `Compiles a decode graph (and, as --prefill decides, a prefill graph) of --capacity slots, runs the
 prompt, and generates up to --max-new-tokens tokens, greedily unless
 --temperature > 0. A text prompt (--prompt, --prompt-file) is tokenized with
 the model's own tokenizer, the answer is printed as it is generated, and
@@ -38,7 +38,7 @@ generated token is not fed back). --json writes prompt_ids, generated_ids,
 text, finish_reason and the timings.`,
 	Flags: append(append(compileFlags(),
 		capacityFlag,
-		promptFlag, promptFileFlag, promptIDsFlag, promptTokensFlag, seedFlag, prefillChunkFlag,
+		promptFlag, promptFileFlag, promptIDsFlag, promptTokensFlag, seedFlag, prefillChunkFlag, prefillFlag,
 		maxNewTokensFlag, dumpLogitsFlag,
 		jsonFlag,
 	), samplingFlags...),
@@ -58,6 +58,10 @@ func generateAction(c *cli.Context) error {
 	}
 	if capacity != 0 && n > capacity {
 		return fmt.Errorf("%w: prompt of %d tokens is longer than capacity %d", runtime.ErrCapacity, n, capacity)
+	}
+	prefill, err := prefillMode(c)
+	if err != nil {
+		return err
 	}
 	for _, err := range []error{
 		cliutil.CheckInt(maxNewTokensFlag.Name, newTokens, 1, runtime.MaxCapacity),
@@ -116,8 +120,8 @@ func generateAction(c *cli.Context) error {
 		stream = newTextStream(os.Stdout, in.tok)
 		dec.OnToken = stream.token
 	}
-	res, genErr := runtime.Generate(c.Context, comp, runtime.ShapeOf(ck.Config), runtime.GenerateConfig{
-		Capacity: capacity, PrefillChunk: chunk,
+	res, genErr := runtime.Generate(c.Context, comp, comp.KVShape(), runtime.GenerateConfig{
+		Capacity: capacity, PrefillChunk: chunk, Prefill: prefill,
 		Prompt: in.ids, MaxNewTokens: newTokens, KeepLogits: dumpLogitsFlag.Get(c) != "",
 		Decoding: dec,
 	})
@@ -144,8 +148,8 @@ func generateAction(c *cli.Context) error {
 		}
 		fmt.Printf("tokens: %s\n", strings.Join(toks, ","))
 	}
-	fmt.Fprintf(out, "compile %.3f s  prefill %.3f s (%d tokens)  decode %.2f tok/s (%d steps)  precision %s  finish %s\n",
-		res.CompileS, res.PrefillS, len(in.ids), res.DecodeTokensPerS(), res.Steps, comp.EffectivePrecision(), res.FinishReason)
+	fmt.Fprintf(out, "compile %.3f s  prefill %.3f s (%d tokens)  decode %.2f tok/s (%d steps)  precision %s  attention %s  kv %s  finish %s\n",
+		res.CompileS, res.PrefillS, len(in.ids), res.DecodeTokensPerS(), res.Steps, comp.EffectivePrecision(), comp.Attention(), comp.KVPrecision(), res.FinishReason)
 	p := jsonFlag.Get(c)
 	if p == "" {
 		return cliutil.Interrupted(genErr, "")
@@ -157,11 +161,12 @@ func generateAction(c *cli.Context) error {
 	}
 	js := map[string]any{
 		"model": modelFlag.Get(c), "device": comp.Options().Device, "openvino_version": ver,
-		"precision": comp.Options().Precision, "precision_effective": comp.EffectivePrecision(),
+		"precision": comp.Options().Precision, "precision_effective": comp.EffectivePrecision(), "attention": comp.Attention(), "kv_precision": comp.KVPrecision(),
 		"capacity": capacity, "prompt": in.ids, "prompt_ids": in.ids,
 		"tokens": res.Tokens, "generated_ids": res.Tokens, "text": generatedText(tok, res.Tokens),
 		"finish_reason": res.FinishReason,
 		"compile_s":     res.CompileS, "prefill_s": res.PrefillS,
+		"prefill_used": res.PrefillUsed, "prefill_reason": res.PrefillReason,
 		"decode_s": res.DecodeS, "decode_tokens_per_s": res.DecodeTokensPerS(),
 		"peak_rss_bytes": runtime.PeakRSS(),
 		"weights":        comp.Weights().Format(), "weight_bytes": comp.Weights().TensorBytes(),

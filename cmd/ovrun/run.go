@@ -167,7 +167,7 @@ func runAction(c *cli.Context) error {
 	if err != nil {
 		return fail(err)
 	}
-	sum, runErr := runtime.Run(c.Context, comp, runtime.ShapeOf(ck.Config), cfg)
+	sum, runErr := runtime.Run(c.Context, comp, comp.KVShape(), cfg)
 	prog.done()
 	describeRun(c, comp, sum)
 	if in.isText() {

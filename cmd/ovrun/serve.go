@@ -97,13 +97,13 @@ func serveAction(c *cli.Context) error {
 		name = strings.TrimSuffix(filepath.Base(modelFlag.Get(c)), ".gguf")
 	}
 	l, err := runtime.NewCompiledLadder(c.Context, comp, runtime.LadderConfig{Ladder: ladder, Policy: policy,
-		Shape: runtime.ShapeOf(ck.Config), PrefillChunk: prefillChunkFlag.Get(c), Prefill: prefill, KeepRungs: true,
+		Shape: comp.KVShape(), PrefillChunk: prefillChunkFlag.Get(c), Prefill: prefill, KeepRungs: true,
 		Background: runtime.BackgroundOptions{Nice: defaultCompileNice}})
 	if err != nil {
 		return err
 	}
 	defer l.Close()
-	eng := &ladderEngine{l: l, shape: runtime.ShapeOf(ck.Config), ladder: ladder, tok: tok, start: time.Now(),
+	eng := &ladderEngine{l: l, shape: comp.KVShape(), ladder: ladder, tok: tok, start: time.Now(),
 		engineMetrics: newEngineMetrics()}
 	eng.engineMetrics.compilesOf = func() []runtime.CompileRecord { return l.Compiles(eng.start) }
 	srv, err := serve.New(serve.Config{Engine: eng, Tokenizer: tok, Template: tmpl, ModelName: name,

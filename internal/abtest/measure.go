@@ -379,7 +379,7 @@ func dumpLogits(ctx context.Context, ck *model.Checkpoint, cfg OnceConfig) error
 	if n < 1 {
 		return fmt.Errorf("capacity %d leaves no room for a prompt and a decode step", cfg.Capacity)
 	}
-	res, err := runtime.Generate(ctx, comp, runtime.ShapeOf(ck.Config), runtime.GenerateConfig{
+	res, err := runtime.Generate(ctx, comp, comp.KVShape(), runtime.GenerateConfig{
 		Capacity: cfg.Capacity, Prompt: runtime.SeededTokens(max(cfg.Seed, 1), n, ck.Config.VocabSize),
 		MaxNewTokens: 2, KeepLogits: true,
 	})

@@ -36,6 +36,9 @@ type Config struct {
 	Seed          uint64 `json:"seed"`
 	// Precision is passed as --precision when set ("" = the device default).
 	Precision string `json:"precision,omitempty"`
+	// Attention is passed as --attention when set ("" = auto, the
+	// device's form: bounded on CPU and GPU, static on NPU).
+	Attention string `json:"attention,omitempty"`
 	// VerifyBoundaries passes --verify to every run (boundary logits are
 	// compared with a control; the comparison is excluded from the timings).
 	VerifyBoundaries bool `json:"verify_boundaries"`
@@ -75,7 +78,7 @@ func (c *Config) Control() string { return c.Arms[0] }
 
 // reservedRunFlags are the run flags the campaign itself sets.
 var reservedRunFlags = []string{"model", "ladder", "policy", "prompt", "prompt-file", "prompt-tokens", "prompt-ids",
-	"decode-tokens", "teacher-forced", "seed", "precision", "verify", "compile-cost", "json", "quiet", "q", "cache-dir"}
+	"decode-tokens", "teacher-forced", "seed", "precision", "attention", "verify", "compile-cost", "json", "quiet", "q", "cache-dir"}
 
 // Validate checks the campaign. allowSmall admits designs too small or
 // unbalanced for the sign-flip test to reach p < 0.05.
@@ -156,6 +159,9 @@ func (c *Config) RunArgs(arm, jsonPath, cacheDir string) []string {
 	if c.Precision != "" {
 		args = append(args, "--precision", c.Precision)
 	}
+	if c.Attention != "" {
+		args = append(args, "--attention", c.Attention)
+	}
 	if c.VerifyBoundaries {
 		args = append(args, "--verify")
 	}
@@ -188,6 +194,7 @@ func (c *Config) Diff(other *Config) []string {
 	add("teacher-forced", c.TeacherForced, other.TeacherForced)
 	add("seed", c.Seed, other.Seed)
 	add("precision", orDefault(c.Precision), orDefault(other.Precision))
+	add("attention", orDefault(c.Attention), orDefault(other.Attention))
 	add("verify-boundaries", c.VerifyBoundaries, other.VerifyBoundaries)
 	add("compile-cost", c.CompileCost, other.CompileCost)
 	add("run-flag", strings.Join(c.RunFlags, " "), strings.Join(other.RunFlags, " "))
@@ -216,6 +223,8 @@ func (c *Config) matches(s *runtime.Summary, arm string) (bool, string) {
 		return false, "different token stream"
 	case c.Precision != "" && s.Precision != c.Precision:
 		return false, "different precision"
+	case c.Attention != "" && s.Attention != c.Attention:
+		return false, "different attention"
 	case s.Error != "":
 		return false, "run failed: " + s.Error
 	case s.FinishReason != "length" && s.FinishReason != "stop" && s.FinishReason != "capacity":

@@ -153,10 +153,10 @@ func TestConfigDiffNamesTheFields(t *testing.T) {
 
 func TestRunArgs(t *testing.T) {
 	c := Config{Model: "/m", Ladder: []int{32, 64}, Arms: []string{"grow-eager", "lazy"}, Pairs: 6,
-		PromptTokens: 8, DecodeTokens: 100, TeacherForced: true, Seed: 3, Precision: "f32",
+		PromptTokens: 8, DecodeTokens: 100, TeacherForced: true, Seed: 3, Precision: "f32", Attention: "static",
 		VerifyBoundaries: true, RunFlags: []string{"--infer-threads=1"}}
 	got := strings.Join(c.RunArgs("lazy", "/out/r.json", ""), " ")
-	want := "run --model /m --ladder 32,64 --policy lazy --prompt-tokens 8 --decode-tokens 100 --seed 3 --teacher-forced --precision f32 --verify --infer-threads=1 --json /out/r.json --quiet"
+	want := "run --model /m --ladder 32,64 --policy lazy --prompt-tokens 8 --decode-tokens 100 --seed 3 --teacher-forced --precision f32 --attention static --verify --infer-threads=1 --json /out/r.json --quiet"
 	if got != want {
 		t.Errorf("RunArgs =\n%s\nwant\n%s", got, want)
 	}

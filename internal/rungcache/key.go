@@ -44,6 +44,10 @@ type Parts struct {
 	Kind       string   `json:"kind"`       // decode or prefill
 	Capacity   int      `json:"capacity"`
 	Chunk      int      `json:"chunk"`
+	// The graph's attention form and KV element type (model.GraphSpec);
+	// the IR shows them too.
+	Attention   string `json:"attention,omitempty"`
+	KVPrecision string `json:"kv_precision,omitempty"`
 }
 
 // KeyOf is the key of p under this FormatVersion.

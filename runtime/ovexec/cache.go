@@ -115,14 +115,16 @@ func (c *Compiler) key(spec model.GraphSpec, xml []byte) rungcache.Key {
 	}
 	h.Write(xml[last:])
 	p := rungcache.Parts{
-		OpenVINO:   rc.version,
-		Device:     c.opts.Device,
-		Precision:  c.opts.Precision,
-		WeightsSHA: rc.weights,
-		IRSHA:      hex.EncodeToString(h.Sum(nil)),
-		Kind:       kindOf(spec),
-		Capacity:   spec.Capacity,
-		Chunk:      spec.Chunk,
+		OpenVINO:    rc.version,
+		Device:      c.opts.Device,
+		Precision:   c.opts.Precision,
+		WeightsSHA:  rc.weights,
+		IRSHA:       hex.EncodeToString(h.Sum(nil)),
+		Kind:        kindOf(spec),
+		Capacity:    spec.Capacity,
+		Chunk:       spec.Chunk,
+		Attention:   string(spec.Attention),
+		KVPrecision: spec.KVPrecision,
 	}
 	for _, pr := range c.props {
 		p.Properties = append(p.Properties, pr.Key+"="+pr.Value)
@@ -147,6 +149,7 @@ func (c *Compiler) Cached(spec model.GraphSpec) bool {
 	if c.cache == nil {
 		return false
 	}
+	spec = c.withAttention(spec)
 	c.cache.mu.Lock()
 	k, ok := c.cache.keys[spec]
 	c.cache.mu.Unlock()

@@ -34,9 +34,40 @@ type Options struct {
 	// model.WeightsNative keeps GGUF blocks compressed, model.WeightsF32
 	// dequantizes everything to f32.
 	Weights model.WeightFormat
+	// Attention is the form of attention over the past KV slots: ""
+	// or model.AttentionAuto resolves per device (ResolveAttention).
+	Attention model.Attention
+	// KVPrecision is the element type the KV cache is stored in: f32,
+	// bf16 or f16; "" or "auto" stores it in the inference precision on
+	// the CPU (bf16 where the device runs bf16: attention reads it without
+	// a per-step conversion) and in f32 elsewhere.
+	KVPrecision string
 	// Worker, when set, compiles every graph in a child process (see
 	// worker.go); nil compiles in this process.
 	Worker *WorkerOptions `json:"-"`
+}
+
+// ParseKVPrecision reads auto, f32, bf16 or f16.
+func ParseKVPrecision(s string) (string, error) {
+	switch s {
+	case "auto", "f32", "bf16", "f16":
+		return s, nil
+	}
+	return "", fmt.Errorf("kv precision %q: want auto, f32, bf16 or f16", s)
+}
+
+// ResolveAttention turns auto (or "") into the form the device runs:
+// bounded where the device accepts dynamic shapes inside a graph (CPU,
+// GPU), static elsewhere (NPU compiles static shapes only).
+func ResolveAttention(a model.Attention, device string) model.Attention {
+	if a != "" && a != model.AttentionAuto {
+		return a
+	}
+	switch strings.ToUpper(device) {
+	case "", "CPU", "GPU":
+		return model.AttentionBounded
+	}
+	return model.AttentionStatic
 }
 
 // properties lists the compile properties in a stable order.
@@ -116,15 +147,31 @@ func NewCompiler(ck *model.Checkpoint, opts Options) (*Compiler, error) {
 	if opts.Device == "" {
 		opts.Device = "CPU"
 	}
+	if opts.Attention != "" {
+		if _, err := model.ParseAttention(string(opts.Attention)); err != nil {
+			return nil, err
+		}
+	}
+	if opts.Attention == model.AttentionBounded && ResolveAttention("", opts.Device) != model.AttentionBounded {
+		return nil, fmt.Errorf("attention bounded: device %s compiles static shapes only; use --attention static or auto", opts.Device)
+	}
+	opts.Attention = ResolveAttention(opts.Attention, opts.Device)
+	if opts.KVPrecision != "" {
+		if _, err := ParseKVPrecision(opts.KVPrecision); err != nil {
+			return nil, err
+		}
+	}
 	core, err := ov.NewCore()
 	if err != nil {
 		return nil, err
 	}
+	opts.KVPrecision = resolveKVPrecision(core, opts)
 	faults, err := parseFaultPlan(os.Getenv(FailCompileEnv))
 	if err != nil {
 		return nil, errors.Join(err, core.Close())
 	}
 	c := &Compiler{ck: ck, core: core, opts: opts, shape: runtime.ShapeOf(ck.Config), vocab: ck.Config.VocabSize, faults: faults}
+	c.shape.ElemBytes = kvElement(opts.KVPrecision).Size()
 	c.weights = model.NewWeightsWith(ck, model.WeightOptions{Format: opts.Weights})
 	c.props = opts.compileProperties(c.weights.Compressed())
 	if opts.Worker != nil && opts.CacheDir != "" {
@@ -148,6 +195,11 @@ func NewCompiler(ck *model.Checkpoint, opts Options) (*Compiler, error) {
 		return nil, errors.Join(err, c.Close())
 	}
 	if err := c.weights.Bind(c.blob.Bytes()); err != nil {
+		return nil, errors.Join(err, c.Close())
+	}
+	// The blob holds every weight now: the file's pages need not stay
+	// resident through the compiles (a later read faults them back in).
+	if err := ck.ReleasePages(); err != nil {
 		return nil, errors.Join(err, c.Close())
 	}
 	if c.wt, err = ov.NewTensorFromPtr(ov.U8, []int64{c.weights.Size()}, c.blob.Ptr()); err != nil {
@@ -182,6 +234,68 @@ func (c *Compiler) NonFiniteWeight() string {
 	return fmt.Sprintf("the checkpoint's first non-finite weight is %s[%d] = %v", name, i, v)
 }
 
+// Attention is the form of attention every graph of this compiler gets
+// (auto resolved for the device).
+func (c *Compiler) Attention() model.Attention { return c.opts.Attention }
+
+// KVPrecision is the element type of the KV cache of every graph (auto
+// resolved): f32, bf16 or f16.
+func (c *Compiler) KVPrecision() string { return c.opts.KVPrecision }
+
+// KVShape is the cache geometry of this compiler's graphs, in the element
+// size of KVPrecision: what the runtime allocates and binds.
+func (c *Compiler) KVShape() runtime.KVShape { return c.shape }
+
+// withAttention gives spec the compiler's attention form and KV precision
+// unless it names them.
+func (c *Compiler) withAttention(spec model.GraphSpec) model.GraphSpec {
+	if spec.Attention == "" {
+		spec.Attention = c.opts.Attention
+	}
+	if spec.KVPrecision == "" {
+		spec.KVPrecision = c.opts.KVPrecision
+	}
+	return spec
+}
+
+// resolveKVPrecision turns auto (or "") into f32, bf16 or f16: on the CPU
+// the inference precision asked for, or else the device's default
+// (INFERENCE_PRECISION_HINT, bf16 on CPUs with bf16 instructions), where
+// the device can compute in it (OPTIMIZATION_CAPABILITIES: a CPU without
+// bf16 runs a bf16 request in f32, and its cache stays f32); f32 on other
+// devices and whenever the precision is unknown.
+func resolveKVPrecision(core *ov.Core, o Options) string {
+	if o.KVPrecision != "" && o.KVPrecision != "auto" {
+		return o.KVPrecision
+	}
+	if !strings.EqualFold(o.Device, "CPU") {
+		return "f32"
+	}
+	p := o.Precision
+	if p == "" {
+		p, _ = core.Property(o.Device, "INFERENCE_PRECISION_HINT")
+	}
+	caps, _ := core.Property(o.Device, "OPTIMIZATION_CAPABILITIES")
+	switch p = strings.ToLower(p); {
+	case p == "bf16" && slices.Contains(strings.Fields(caps), "BF16"):
+		return p
+	case p == "f16" && slices.Contains(strings.Fields(caps), "FP16"):
+		return p
+	}
+	return "f32"
+}
+
+// kvElement is the OpenVINO element type of a resolved KV precision.
+func kvElement(p string) ov.ElementType {
+	switch p {
+	case "bf16":
+		return ov.BF16
+	case "f16":
+		return ov.F16
+	}
+	return ov.F32
+}
+
 // Options reports the compile options in use.
 func (c *Compiler) Options() Options { return c.opts }
 
@@ -193,7 +307,7 @@ func (c *Compiler) Weights() *model.Weights { return c.weights }
 
 // BuildIR emits the graph XML of a spec (for inspection and timing).
 func (c *Compiler) BuildIR(spec model.GraphSpec) ([]byte, error) {
-	return model.BuildIR(c.weights, spec)
+	return model.BuildIR(c.weights, c.withAttention(spec))
 }
 
 // Compile builds, reads and compiles the graph, then prepares its infer
@@ -202,6 +316,7 @@ func (c *Compiler) Compile(ctx context.Context, spec model.GraphSpec) (runtime.E
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
+	spec = c.withAttention(spec)
 	if c.opts.Worker != nil {
 		return c.compileInWorker(ctx, spec)
 	}
@@ -218,6 +333,7 @@ func (c *Compiler) CompileIR(ctx context.Context, spec model.GraphSpec, xml []by
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
+	spec = c.withAttention(spec)
 	if c.wt == nil {
 		return nil, fmt.Errorf("compile graph %s: this compiler compiles in worker processes and holds no weights", spec.Name())
 	}
@@ -279,7 +395,9 @@ func (c *Compiler) recordPrecision(cm *ov.CompiledModel) {
 // graph; it owns cm from here on. notes are what the compiled-rung cache
 // had to say about it.
 func (c *Compiler) newExecutable(spec model.GraphSpec, cm *ov.CompiledModel, irBytes int, origin runtime.Origin, notes ...string) (runtime.Executable, error) {
-	e := &executable{spec: spec, compiled: cm, shape: c.shape, vocab: c.vocab, irBytes: irBytes, origin: origin, notes: notes}
+	shape := c.shape
+	shape.ElemBytes = kvElement(spec.KVPrecision).Size()
+	e := &executable{spec: spec, compiled: cm, shape: shape, vocab: c.vocab, irBytes: irBytes, origin: origin, notes: notes}
 	if err := e.prepare(); err != nil {
 		return nil, errors.Join(fmt.Errorf("prepare graph %s: %w", spec.Name(), err), e.Close())
 	}

@@ -83,7 +83,7 @@ func (e *executable) prepare() error {
 	row := []int64{T, int64(e.shape.KVHeads), int64(e.shape.HeadDim)}
 	for l := 0; l < e.shape.Layers; l++ {
 		for _, name := range []string{model.PresentKey(l), model.PresentValue(l)} {
-			buf, err := bind(name, ov.F32, row)
+			buf, err := bind(name, kvElement(e.spec.KVPrecision), row)
 			if buf != nil {
 				e.present = append(e.present, buf)
 			}
@@ -101,9 +101,14 @@ func (e *executable) Bind(kv *runtime.KV) error {
 	}
 	e.freeKV()
 	shape := []int64{int64(kv.Capacity), int64(e.shape.KVHeads), int64(e.shape.HeadDim)}
+	et := kvElement(e.spec.KVPrecision)
 	for l := 0; l < e.shape.Layers; l++ {
 		for i, mem := range [][]byte{kv.K[l], kv.V[l]} {
-			t, err := ov.NewTensorFromPtr(ov.F32, shape, unsafe.Pointer(&mem[0]))
+			if len(mem) < kv.Capacity*e.shape.RowBytes() {
+				return fmt.Errorf("bind graph %s: layer %d's cache has %d bytes, %d slots of %s need %d (allocate it with the compiler's KVShape)",
+					e.spec.Name(), l, len(mem), kv.Capacity, et, kv.Capacity*e.shape.RowBytes())
+			}
+			t, err := ov.NewTensorFromPtr(et, shape, unsafe.Pointer(&mem[0]))
 			if err != nil {
 				return err
 			}

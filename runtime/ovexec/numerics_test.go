@@ -20,11 +20,17 @@ import (
 // openOV loads a synthetic checkpoint and an f32 OpenVINO compiler for it.
 func openOV(t *testing.T, preset string, dtype model.DType) (*model.Checkpoint, *Compiler) {
 	t.Helper()
+	return openOVWith(t, preset, dtype, "")
+}
+
+// openOVWith is openOV with an attention form ("" resolves to the CPU's).
+func openOVWith(t *testing.T, preset string, dtype model.DType, attention model.Attention) (*model.Checkpoint, *Compiler) {
+	t.Helper()
 	ck, err := model.Load(testenv.Synth(t, preset, dtype))
 	if err != nil {
 		t.Fatal(err)
 	}
-	comp, err := NewCompiler(ck, Options{Device: "CPU", Precision: "f32"})
+	comp, err := NewCompiler(ck, Options{Device: "CPU", Precision: "f32", Attention: attention})
 	if err != nil {
 		ck.Close()
 		t.Fatal(err)
@@ -82,28 +88,30 @@ func TestLogitsMatchReference(t *testing.T) {
 	}
 	const steps = 16
 	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			ck, comp := openOV(t, tc.preset, tc.dtype)
-			prompt := runtime.SeededTokens(7, 11, ck.Config.VocabSize)
-			res, err := runtime.Generate(context.Background(), comp, runtime.ShapeOf(ck.Config), runtime.GenerateConfig{
-				Capacity: 64, PrefillChunk: 8, Prompt: prompt, MaxNewTokens: steps + 1, KeepLogits: true})
-			if err != nil {
-				t.Fatal(err)
-			}
-			want, wantTok := reference(t, ck.Dir, prompt, steps)
-			if len(res.Logits) != steps+1 || len(want) != steps+1 {
-				t.Fatalf("rows: got %d, reference %d, want %d", len(res.Logits), len(want), steps+1)
-			}
-			if !slices.Equal(res.Tokens, wantTok) {
-				t.Fatalf("greedy tokens differ:\n got %v\nwant %v", res.Tokens, wantTok)
-			}
-			if distinct := len(slices.Compact(slices.Sorted(slices.Values(res.Tokens)))); distinct < 3 {
-				t.Errorf("only %d distinct tokens in %v: the synthetic model is degenerate and the test weak", distinct, res.Tokens)
-			}
-			for i := range want {
-				checkRow(t, i, res.Logits[i], want[i])
-			}
-		})
+		for _, attention := range []model.Attention{model.AttentionBounded, model.AttentionStatic} {
+			t.Run(tc.name+" "+string(attention), func(t *testing.T) {
+				ck, comp := openOVWith(t, tc.preset, tc.dtype, attention)
+				prompt := runtime.SeededTokens(7, 11, ck.Config.VocabSize)
+				res, err := runtime.Generate(context.Background(), comp, runtime.ShapeOf(ck.Config), runtime.GenerateConfig{
+					Capacity: 64, PrefillChunk: 8, Prompt: prompt, MaxNewTokens: steps + 1, KeepLogits: true})
+				if err != nil {
+					t.Fatal(err)
+				}
+				want, wantTok := reference(t, ck.Dir, prompt, steps)
+				if len(res.Logits) != steps+1 || len(want) != steps+1 {
+					t.Fatalf("rows: got %d, reference %d, want %d", len(res.Logits), len(want), steps+1)
+				}
+				if !slices.Equal(res.Tokens, wantTok) {
+					t.Fatalf("greedy tokens differ:\n got %v\nwant %v", res.Tokens, wantTok)
+				}
+				if distinct := len(slices.Compact(slices.Sorted(slices.Values(res.Tokens)))); distinct < 3 {
+					t.Errorf("only %d distinct tokens in %v: the synthetic model is degenerate and the test weak", distinct, res.Tokens)
+				}
+				for i := range want {
+					checkRow(t, i, res.Logits[i], want[i])
+				}
+			})
+		}
 	}
 }
 

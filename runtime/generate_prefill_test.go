@@ -1,0 +1,72 @@
+package runtime
+
+import (
+	"context"
+	"slices"
+	"testing"
+)
+
+// TestGeneratePrefillModesAgree runs one prompt through every prefill mode
+// of Generate: identical tokens, a prefill graph compiled exactly where the
+// mode says (never for decode, always for graph), and what the prompt went
+// through recorded.
+func TestGeneratePrefillModesAgree(t *testing.T) {
+	var want []int64
+	for _, mode := range []PrefillMode{PrefillGraph, PrefillDecode, PrefillAuto} {
+		t.Run(string(mode), func(t *testing.T) {
+			f := newFakeCompiler(testShape, 97, nil)
+			res, err := Generate(context.Background(), f, testShape, GenerateConfig{
+				Capacity: 64, PrefillChunk: 8, Prefill: mode, Prompt: SeededTokens(4, 21, 97), MaxNewTokens: 12})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want == nil {
+				want = res.Tokens
+			} else if !slices.Equal(res.Tokens, want) {
+				t.Errorf("tokens %v, graph mode gave %v", res.Tokens, want)
+			}
+			prefills := 0
+			for _, s := range f.calls {
+				if s.Chunk > 1 {
+					prefills++
+				}
+			}
+			wantUsed := map[PrefillMode][]string{
+				PrefillGraph:  {PrefillUsedGraph},
+				PrefillDecode: {PrefillUsedDecode},
+				PrefillAuto:   {PrefillUsedDecode, PrefillUsedSwitch},
+			}[mode]
+			if !slices.Contains(wantUsed, res.PrefillUsed) || res.PrefillReason == "" {
+				t.Errorf("prefill used %q (%q), want one of %v with a reason", res.PrefillUsed, res.PrefillReason, wantUsed)
+			}
+			if wantPre := map[string]int{PrefillUsedGraph: 1, PrefillUsedSwitch: 1}[res.PrefillUsed]; prefills != wantPre {
+				t.Errorf("%d prefill graphs compiled for %s, want %d", prefills, res.PrefillUsed, wantPre)
+			}
+			if f.open.Load() != 0 {
+				t.Errorf("%d executables left open", f.open.Load())
+			}
+		})
+	}
+}
+
+// TestPrefillGraphPays pins auto mode's rule at its edge.
+func TestPrefillGraphPays(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		rest       int
+		step, est  float64
+		wantPays   bool
+		wantGraphS float64
+	}{
+		{name: "short rest: feed it", rest: 15, step: 0.02, est: 2.5, wantPays: false, wantGraphS: 2.52},
+		{name: "long rest: compile", rest: 510, step: 0.02, est: 2.5, wantPays: true, wantGraphS: 2.66},
+		{name: "a tie feeds", rest: 64, step: 0.5, est: 31.5, wantPays: false, wantGraphS: 32},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			feed, graph, pays := prefillGraphPays(tc.rest, 64, tc.step, tc.est)
+			if pays != tc.wantPays || abs(graph-tc.wantGraphS) > 1e-9 || abs(feed-float64(tc.rest)*tc.step) > 1e-9 {
+				t.Errorf("prefillGraphPays(%d, 64, %g, %g) = %g, %g, %v; want graph %g, pays %v", tc.rest, tc.step, tc.est, feed, graph, pays, tc.wantGraphS, tc.wantPays)
+			}
+		})
+	}
+}
