@@ -37,9 +37,9 @@ var (
 			}
 			return nil
 		}}
-	threadsFlag      = &cli.IntFlag{Name: "infer-threads", Usage: "INFERENCE_NUM_THREADS for the compiled graphs (0: OpenVINO decides)"}
-	cacheDirFlag     = &cli.StringFlag{Name: "cache-dir", Usage: "compiled-rung cache `DIR`: a graph compiled before with the same weights, graph, device, precision, properties and OpenVINO is imported instead of compiled, and a compiled one is stored there (checked by CRC-32C before an import, least recently used evicted past --cache-max); off by default so compile costs are real", EnvVars: []string{"OVRUN_CACHE_DIR"}}
-	cacheMaxFlag     = &cli.StringFlag{Name: "cache-max", Value: "8GiB", Usage: "`SIZE` cap of the --cache-dir folder (e.g. 512MiB, 8GiB); least recently used entries are evicted past it",
+	threadsFlag  = &cli.IntFlag{Name: "infer-threads", Usage: "INFERENCE_NUM_THREADS for the compiled graphs (0: OpenVINO decides)"}
+	cacheDirFlag = &cli.StringFlag{Name: "cache-dir", Usage: "compiled-rung cache `DIR`: a graph compiled before with the same weights, graph, device, precision, properties and OpenVINO is imported instead of compiled, and a compiled one is stored there (checked by CRC-32C before an import, least recently used evicted past --cache-max); off by default so compile costs are real", EnvVars: []string{"OVRUN_CACHE_DIR"}}
+	cacheMaxFlag = &cli.StringFlag{Name: "cache-max", Value: "8GiB", Usage: "`SIZE` cap of the --cache-dir folder (e.g. 512MiB, 8GiB); least recently used entries are evicted past it",
 		Action: func(_ *cli.Context, v string) error { _, err := cliutil.ParseSize("cache-max", v); return err }}
 	propFlag         = cliutil.PropFlag()
 	jsonFlag         = &cli.StringFlag{Name: "json", Usage: "write a machine-readable summary to `FILE`"}
