@@ -103,6 +103,63 @@ func TestRungCacheOnSmolLM2(t *testing.T) {
 	}
 }
 
+// TestRungCacheWithCompileWorkers: compile workers key and store the
+// graphs they compile; a later run, in workers or in process, imports them
+// (the keys agree), and a damaged entry a worker found is compiled again.
+func TestRungCacheWithCompileWorkers(t *testing.T) {
+	g := testenv.SmolLM2(t)
+	cache := t.TempDir()
+	args := []string{"--model", g, "--ladder", "64,128", "--policy", "grow-one-ahead", "--prompt-tokens", "16", "--decode-tokens", "64", "--cache-dir", cache}
+	worker := append(slices.Clone(args), "--compile-in", "worker")
+	cold := cachedRun(t, "cold, workers", worker...)
+	for _, r := range cold.Rungs {
+		if r.CompileSource != runtime.OriginCompiled || r.ExportS <= 0 || r.ImportS <= 0 {
+			t.Errorf("cold run, rung %d: %s, export_s %.3f, import_s %.3f; want compiled, exported by the worker and imported", r.Capacity, r.CompileSource, r.ExportS, r.ImportS)
+		}
+	}
+	if es := cacheEntries(t, cache); len(es) != 2 {
+		t.Fatalf("workers left %d cache entries, want 2", len(es))
+	}
+	for _, tc := range []struct {
+		name string
+		args []string
+	}{{"warm, workers", worker}, {"warm, in process", args}} {
+		warm := cachedRun(t, tc.name, tc.args...)
+		for _, r := range warm.Rungs {
+			if r.CompileSource != runtime.OriginImported {
+				t.Errorf("%s run, rung %d: %s; want imported", tc.name, r.Capacity, r.CompileSource)
+			}
+		}
+		if !slices.Equal(warm.Predictions, cold.Predictions) {
+			t.Fatalf("%s run predicts %v, the cold one %v", tc.name, warm.Predictions, cold.Predictions)
+		}
+	}
+	for _, e := range cacheEntries(t, cache) {
+		if e.Capacity != 64 {
+			continue
+		}
+		blob := filepath.Join(cache, e.Key+".blob")
+		b, err := os.ReadFile(blob)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b[len(b)/2] ^= 0x01
+		if err := os.WriteFile(blob, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	damaged := cachedRun(t, "damaged, workers", worker...)
+	if notes := strings.Join(damaged.Notes, "\n"); !strings.Contains(notes, "graph decode-c64") || !strings.Contains(notes, "compiling it again") {
+		t.Errorf("notes do not say the damaged entry was compiled again:\n%s", notes)
+	}
+	if r := damaged.Rungs[0]; r.CompileSource != runtime.OriginCompiled || r.CompileAttempts != 1 {
+		t.Errorf("damaged run, rung 64: %s after %d attempts; want compiled again in one attempt", r.CompileSource, r.CompileAttempts)
+	}
+	if !slices.Equal(damaged.Predictions, cold.Predictions) {
+		t.Fatalf("after the damaged entry the run predicts %v, want %v", damaged.Predictions, cold.Predictions)
+	}
+}
+
 // TestCacheCommands: --cache-max evicts the least recently used entries,
 // and cache ls, prune and clear work through the binary, touching nothing
 // but entries.
@@ -166,7 +223,6 @@ func TestCacheCommands(t *testing.T) {
 		{[]string{"cache", "prune", "--cache-dir", cache, "--older-than", "-3h"}, "--older-than"},
 		{[]string{"run", "--model", tiny, "--prompt-tokens", "4", "--cache-dir", cache, "--cache-max", "8 apples"}, "--cache-max"},
 		{[]string{"run", "--model", tiny, "--prompt-tokens", "4", "--ladder", "16", "--decode-tokens", "1", "--cache-dir", mine}, "rung cache: output folder " + mine + ": not a directory"},
-		{[]string{"run", "--model", tiny, "--prompt-tokens", "4", "--ladder", "16", "--decode-tokens", "1", "--cache-dir", cache, "--compile-in", "worker"}, "does not work with compile workers"},
 	} {
 		_, stderr, code := ovrun(t, nil, tc.args...)
 		assertOneLineError(t, stderr, code, tc.want)

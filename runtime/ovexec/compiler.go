@@ -124,6 +124,9 @@ type Compiler struct {
 	vocab   int
 	faults  *faultPlan
 	cache   *rungCache // nil without a cache folder
+	// workerCache is the cache folder of a compiler whose workers key and
+	// store the graphs; nil otherwise.
+	workerCache *rungcache.Cache
 
 	mu        sync.Mutex
 	effective string // INFERENCE_PRECISION_HINT the device reports after compiling
@@ -174,9 +177,6 @@ func NewCompiler(ck *model.Checkpoint, opts Options) (*Compiler, error) {
 	c.shape.ElemBytes = kvElement(opts.KVPrecision).Size()
 	c.weights = model.NewWeightsWith(ck, model.WeightOptions{Format: opts.Weights})
 	c.props = opts.compileProperties(c.weights.Compressed())
-	if opts.Worker != nil && opts.CacheDir != "" {
-		return nil, errors.Join(errors.New("the compiled-rung cache (--cache-dir) does not work with compile workers (--compile-in worker) yet: drop one of them"), c.Close())
-	}
 	if opts.Worker != nil || opts.CacheDir != "" {
 		// Import takes no properties: graphs imported from workers or from
 		// the compiled-rung cache get the compile properties from the core.
@@ -188,7 +188,13 @@ func NewCompiler(ck *model.Checkpoint, opts Options) (*Compiler, error) {
 	}
 	if opts.Worker != nil {
 		// Workers read the weights themselves, and the graphs carry their
-		// own copy.
+		// own copy. With a compiled-rung cache the workers key the graphs
+		// (they hold the weights); this process only reads entries back.
+		if opts.CacheDir != "" {
+			if c.workerCache, err = rungcache.Open(opts.CacheDir, opts.CacheMax); err != nil {
+				return nil, errors.Join(err, c.Close())
+			}
+		}
 		return c, nil
 	}
 	if c.blob, err = ov.AllocHost(int(c.weights.Size())); err != nil {

@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/ovtoolkit/ovrun/internal/childproc"
+	"github.com/ovtoolkit/ovrun/internal/rungcache"
 	"github.com/ovtoolkit/ovrun/model"
 	"github.com/ovtoolkit/ovrun/ov"
 	"github.com/ovtoolkit/ovrun/runtime"
@@ -57,6 +58,14 @@ type WorkerResult struct {
 	PeakRSSBytes int64   `json:"peak_rss_bytes"`
 	IRBytes      int     `json:"ir_bytes"`
 	Precision    string  `json:"precision"` // INFERENCE_PRECISION_HINT of the compiled model
+	// With a compiled-rung cache: the graph's key, and whether the graph
+	// is in the cache for the parent to import from there (Cached: it was
+	// already, nothing was compiled; otherwise the worker compiled and
+	// stored it). Notes are what the cache had to say.
+	Key     string   `json:"key,omitempty"`
+	InCache bool     `json:"in_cache,omitempty"`
+	Cached  bool     `json:"cached,omitempty"`
+	Notes   []string `json:"notes,omitempty"`
 }
 
 // compileInWorker compiles spec in a child process and imports the result.
@@ -81,30 +90,59 @@ func (c *Compiler) compileInWorker(ctx context.Context, spec model.GraphSpec) (r
 		return nil, err
 	}
 	name := fmt.Sprintf("compile worker for graph %s (capacity %d)", spec.Name(), spec.Capacity)
-	out, err := childproc.Run(ctx, childproc.Cmd{
-		Name: name, Path: w.Exe, Args: append(slices.Clone(w.Args), "--graph", spec.Name(), "--out", blob),
-		// The parent injects faults (OVRUN_FAIL_COMPILE) once per compile; a
-		// fresh child would fire them again on every retry.
-		Env:   childproc.EnvWithout(append(os.Environ(), w.Env...), FailCompileEnv),
-		Stdin: req, Timeout: w.Timeout, MemoryMiB: w.MemoryMiB,
-	})
-	if err != nil {
-		var ce *childproc.Error
-		if errors.As(err, &ce) && ce.Limit != "" {
-			return nil, fmt.Errorf("%w (limits: --compile-timeout, --compile-memory; 0 lifts them)", err)
+	run := func() (WorkerResult, error) {
+		var res WorkerResult
+		out, err := childproc.Run(ctx, childproc.Cmd{
+			Name: name, Path: w.Exe, Args: append(slices.Clone(w.Args), "--graph", spec.Name(), "--out", blob),
+			// The parent injects faults (OVRUN_FAIL_COMPILE) once per compile; a
+			// fresh child would fire them again on every retry.
+			Env:   childproc.EnvWithout(append(os.Environ(), w.Env...), FailCompileEnv),
+			Stdin: req, Timeout: w.Timeout, MemoryMiB: w.MemoryMiB,
+		})
+		if err != nil {
+			var ce *childproc.Error
+			if errors.As(err, &ce) && ce.Limit != "" {
+				return res, fmt.Errorf("%w (limits: --compile-timeout, --compile-memory; 0 lifts them)", err)
+			}
+			return res, err
 		}
+		if err := childproc.DecodeLastJSONLine(out, &res); err != nil {
+			return res, fmt.Errorf("%s: %w", name, err)
+		}
+		return res, nil
+	}
+	res, err := run()
+	if err != nil {
 		return nil, err
 	}
-	var res WorkerResult
-	if err := childproc.DecodeLastJSONLine(out, &res); err != nil {
-		return nil, fmt.Errorf("%s: %w", name, err)
-	}
 	t0 := time.Now()
-	cm, err := c.importFile(blob)
+	var cm *ov.CompiledModel
+	if res.Cached {
+		// The worker found the graph cached and compiled nothing. An entry
+		// that does not read back whole (damaged, or evicted meanwhile) was
+		// discarded: the worker compiles the graph again.
+		if cm, err = c.importCached(res.Key); err != nil {
+			note := fmt.Sprintf("graph %s: %v; compiling it again", spec.Name(), err)
+			if res, err = run(); err != nil {
+				return nil, err
+			}
+			res.Notes = append([]string{note}, res.Notes...)
+			t0 = time.Now()
+		}
+	}
+	origin := runtime.Origin{Source: runtime.OriginCompiled, ExportS: res.ExportS}
+	switch {
+	case cm != nil:
+		origin.Source = runtime.OriginImported
+	case res.InCache:
+		cm, err = c.importCached(res.Key)
+	default:
+		cm, err = c.importFile(blob)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("import graph %s compiled by a worker: %w", spec.Name(), err)
 	}
-	importS := time.Since(t0).Seconds()
+	origin.ImportS = time.Since(t0).Seconds()
 	if p, err := cm.Property("INFERENCE_PRECISION_HINT"); err == nil {
 		if res.Precision != "" && p != res.Precision {
 			cm.Close()
@@ -114,7 +152,34 @@ func (c *Compiler) compileInWorker(ctx context.Context, spec model.GraphSpec) (r
 		c.effective = p
 		c.mu.Unlock()
 	}
-	return c.newExecutable(spec, cm, res.IRBytes, runtime.Origin{Source: runtime.OriginCompiled, ImportS: importS, ExportS: res.ExportS})
+	return c.newExecutable(spec, cm, res.IRBytes, origin, res.Notes...)
+}
+
+// importCached imports the graph a worker found or stored under key in
+// the compiled-rung cache, checked like any cache read: a damaged entry is
+// discarded and the error says why.
+func (c *Compiler) importCached(key string) (*ov.CompiledModel, error) {
+	if c.workerCache == nil {
+		return nil, errors.New("the worker used a compiled-rung cache this process did not open")
+	}
+	k, err := rungcache.ParseKey(key)
+	if err != nil {
+		return nil, fmt.Errorf("the worker's cache key: %w", err)
+	}
+	b, _, ok, note := c.workerCache.Get(k)
+	if !ok {
+		if note == "" {
+			note = "the entry is gone (evicted by another process?)"
+		}
+		return nil, fmt.Errorf("cache entry %s: %s", k.Short(), note)
+	}
+	defer b.Close()
+	cm, err := c.core.ImportModel(b.Bytes(), c.opts.Device)
+	if err != nil {
+		c.workerCache.Discard(k)
+		return nil, fmt.Errorf("OpenVINO refused cache entry %s (discarded): %w", k.Short(), err)
+	}
+	return cm, nil
 }
 
 // importFile imports a compiled model from a file mapped for the call: its
@@ -182,12 +247,31 @@ func WorkerMain(ctx context.Context, in io.Reader, out io.Writer, graph, blob st
 	if err != nil {
 		return err
 	}
+	res.IRBytes = len(xml)
+	var key rungcache.Key
+	if comp.cache != nil {
+		key = comp.key(req.Spec, xml)
+		res.Key = key.String()
+		if comp.cache.store.Has(key) {
+			res.Cached, res.InCache = true, true
+			return printResult(out, res)
+		}
+	}
 	cm, err := comp.compileModel(req.Spec, xml)
 	if err != nil {
 		return err
 	}
 	defer cm.Close()
-	res.CompileS, res.IRBytes, res.Precision = time.Since(t1).Seconds(), len(xml), comp.EffectivePrecision()
+	res.CompileS, res.Precision = time.Since(t1).Seconds(), comp.EffectivePrecision()
+	if comp.cache != nil {
+		o, notes := comp.export(req.Spec, key, cm, res.CompileS)
+		res.ExportS, res.Notes = o.ExportS, notes
+		if res.InCache = comp.cache.store.Has(key); res.InCache {
+			res.PeakRSSBytes = runtime.PeakRSS()
+			return printResult(out, res)
+		}
+		// Not stored (a note says why): the parent takes the file below.
+	}
 	t2 := time.Now()
 	tmp := blob + ".partial"
 	if err := cm.Export(tmp); err != nil {
@@ -198,8 +282,13 @@ func WorkerMain(ctx context.Context, in io.Reader, out io.Writer, graph, blob st
 		os.Remove(tmp)
 		return err
 	}
-	res.ExportS = time.Since(t2).Seconds()
+	res.ExportS += time.Since(t2).Seconds()
 	res.PeakRSSBytes = runtime.PeakRSS()
+	return printResult(out, res)
+}
+
+// printResult writes a worker's result as its one JSON line.
+func printResult(out io.Writer, res WorkerResult) error {
 	b, err := json.Marshal(res)
 	if err != nil {
 		return err
