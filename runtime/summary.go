@@ -1,5 +1,7 @@
 package runtime
 
+import "github.com/ovtoolkit/ovrun/tracing"
+
 // Summary is the run summary written by `ovrun run --json`. Fields ending in
 // _s are seconds: *_start_s and *_end_s are offsets from process start, the
 // rest durations. See docs/design.md §5 and §6 for the definitions.
@@ -138,4 +140,16 @@ type BoundarySummary struct {
 	Cosine   float64 `json:"cosine"`
 	MaxAbs   float64 `json:"max_abs_diff"`
 	Verified bool    `json:"verified"`
+}
+
+// Outcome is the compile's outcome as spans and metrics name it:
+// tracing.OutcomeOK, OutcomeError or OutcomeStopped.
+func (c CompileRecord) Outcome() string {
+	switch {
+	case c.Error != "":
+		return tracing.OutcomeError
+	case c.Stopped:
+		return tracing.OutcomeStopped
+	}
+	return tracing.OutcomeOK
 }

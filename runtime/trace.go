@@ -49,13 +49,7 @@ func EmitSpans(ctx context.Context, tracer trace.Tracer, s *Summary, processStar
 		if stop < c.StartS {
 			stop = end // never finished
 		}
-		outcome := tracing.OutcomeOK
-		switch {
-		case c.Error != "":
-			outcome = tracing.OutcomeError
-		case c.Stopped:
-			outcome = tracing.OutcomeStopped
-		}
+		outcome := c.Outcome()
 		attrs := []attribute.KeyValue{tracing.AttrCapacity.Int(c.Capacity), tracing.AttrChunk.Int(c.Chunk), device,
 			tracing.AttrCompileForeground.Bool(c.Foreground), tracing.AttrCompileKind.String(c.Kind),
 			tracing.AttrCompileAttempt.Int(c.Attempt), tracing.AttrCompileS.Float64(c.CompileS),

@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"github.com/ovtoolkit/ovrun/tracing"
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -64,14 +63,7 @@ func (m *engineMetrics) Collect(ch chan<- prometheus.Metric) {
 	type key struct{ kind, capacity, outcome string }
 	counts, secs := map[key]float64{}, map[string]float64{}
 	for _, c := range m.compilesOf() {
-		outcome := tracing.OutcomeOK
-		switch {
-		case c.Error != "":
-			outcome = tracing.OutcomeError
-		case c.Stopped:
-			outcome = tracing.OutcomeStopped
-		}
-		counts[key{c.Kind, fmt.Sprint(c.Capacity), outcome}]++
+		counts[key{c.Kind, fmt.Sprint(c.Capacity), c.Outcome()}]++
 		secs[c.Kind] += c.CompileS
 	}
 	for k, n := range counts {
