@@ -1,14 +1,13 @@
 package runtime
 
 import (
-	"bufio"
 	"fmt"
-	"os"
 	"strconv"
 	"strings"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/ovtoolkit/ovrun/internal/procfs"
 	"github.com/ovtoolkit/ovrun/ladder"
 	"github.com/ovtoolkit/ovrun/model"
 )
@@ -123,21 +122,7 @@ func cpuRanges(set map[int]bool) string {
 
 // MemTotal is the machine's physical memory in bytes (MemTotal of
 // /proc/meminfo), 0 when unknown.
-func MemTotal() int64 {
-	f, err := os.Open("/proc/meminfo")
-	if err != nil {
-		return 0
-	}
-	defer f.Close()
-	s := bufio.NewScanner(f)
-	for s.Scan() {
-		if rest, ok := strings.CutPrefix(s.Text(), "MemTotal:"); ok {
-			kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
-			return kb * 1024
-		}
-	}
-	return 0
-}
+func MemTotal() int64 { return procfs.KB("/proc/meminfo", "MemTotal:") }
 
 // CheckMemory fails when need bytes (for what) exceed the machine's
 // physical memory: such a request can only end in an allocation failure.

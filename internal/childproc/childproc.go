@@ -12,7 +12,6 @@
 package childproc
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -25,6 +24,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/ovtoolkit/ovrun/internal/procfs"
 )
 
 // Cmd is one child process.
@@ -177,21 +178,7 @@ wait:
 }
 
 // ResidentBytes is a process's resident set (VmRSS), 0 when it cannot be read.
-func ResidentBytes(pid int) int64 {
-	f, err := os.Open("/proc/" + strconv.Itoa(pid) + "/status")
-	if err != nil {
-		return 0
-	}
-	defer f.Close()
-	s := bufio.NewScanner(f)
-	for s.Scan() {
-		if rest, ok := strings.CutPrefix(s.Text(), "VmRSS:"); ok {
-			kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
-			return kb << 10
-		}
-	}
-	return 0
-}
+func ResidentBytes(pid int) int64 { return procfs.Status(strconv.Itoa(pid), "VmRSS:") }
 
 // LastLine is the last non-empty line of s, trimmed.
 func LastLine(s string) string {
