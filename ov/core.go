@@ -8,6 +8,7 @@ import "C"
 
 import (
 	"errors"
+	"fmt"
 	"unsafe"
 )
 
@@ -96,6 +97,19 @@ func (c *Core) SetProperty(device, key, value string) error {
 	defer C.free(unsafe.Pointer(ckey))
 	defer C.free(unsafe.Pointer(cval))
 	return statusError("ov_core_set_property", C.ovr_core_set_property(c.p, cdev, ckey, cval))
+}
+
+// SetProperties sets each property for a device, in order: what an
+// import needs, since ImportModel takes no properties of its own and a
+// graph imported without its compile properties may run differently (an
+// f32 graph comes back bf16). The error names the property that failed.
+func (c *Core) SetProperties(device string, props ...Property) error {
+	for _, p := range props {
+		if err := c.SetProperty(device, p.Key, p.Value); err != nil {
+			return fmt.Errorf("set %s=%s on %s: %w", p.Key, p.Value, device, err)
+		}
+	}
+	return nil
 }
 
 // Property reads a device property as a string.

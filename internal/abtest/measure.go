@@ -310,10 +310,8 @@ func measureImport(core *ov.Core, cm *ov.CompiledModel, device string, props []o
 		return err
 	}
 	m.ExportBytes = int64(len(b))
-	for _, p := range props {
-		if err := core.SetProperty(device, p.Key, p.Value); err != nil {
-			return fmt.Errorf("set %s=%s on %s before the import: %w", p.Key, p.Value, device, err)
-		}
+	if err := core.SetProperties(device, props...); err != nil {
+		return fmt.Errorf("before the import: %w", err)
 	}
 	t = time.Now()
 	im, err := core.ImportModel(b, device)

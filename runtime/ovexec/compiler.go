@@ -180,10 +180,8 @@ func NewCompiler(ck *model.Checkpoint, opts Options) (*Compiler, error) {
 	if opts.Worker != nil || opts.CacheDir != "" {
 		// Import takes no properties: graphs imported from workers or from
 		// the compiled-rung cache get the compile properties from the core.
-		for _, p := range c.props {
-			if err := core.SetProperty(opts.Device, p.Key, p.Value); err != nil {
-				return nil, errors.Join(fmt.Errorf("set %s=%s on %s for imported graphs: %w", p.Key, p.Value, opts.Device, err), c.Close())
-			}
+		if err := core.SetProperties(opts.Device, c.props...); err != nil {
+			return nil, errors.Join(fmt.Errorf("properties for imported graphs: %w", err), c.Close())
 		}
 	}
 	if opts.Worker != nil {
