@@ -166,24 +166,35 @@ func (c *Compiler) Cached(spec model.GraphSpec) bool {
 // imported is spec's graph imported from the cache, nil on a miss; notes
 // say why an entry was discarded.
 func (c *Compiler) imported(spec model.GraphSpec, key rungcache.Key) (*ov.CompiledModel, runtime.Origin, []string) {
-	blob, _, ok, note := c.cache.store.Get(key)
+	cm, importS, note := c.importEntry(c.cache.store, key)
 	var notes []string
 	if note != "" {
 		notes = append(notes, fmt.Sprintf("graph %s: %s", spec.Name(), note))
 	}
-	if !ok {
+	if cm == nil {
 		return nil, runtime.Origin{}, notes
 	}
+	c.recordPrecision(cm)
+	return cm, runtime.Origin{Source: runtime.OriginImported, ImportS: importS}, notes
+}
+
+// importEntry imports the entry under key from store, checked as
+// store.Get checks it, and times the import. On a plain miss it returns
+// nil and no note; an entry that is damaged or that OpenVINO refuses is
+// discarded, and the note says so (the caller compiles the graph again).
+func (c *Compiler) importEntry(store *rungcache.Cache, key rungcache.Key) (cm *ov.CompiledModel, importS float64, note string) {
+	blob, _, ok, note := store.Get(key)
+	if !ok {
+		return nil, 0, note
+	}
+	defer blob.Close()
 	start := time.Now()
 	cm, err := c.core.ImportModel(blob.Bytes(), c.opts.Device)
-	blob.Close()
 	if err != nil {
-		c.cache.store.Discard(key)
-		return nil, runtime.Origin{}, append(notes, fmt.Sprintf("graph %s: rung cache: OpenVINO refused entry %s (%v); discarded it, compiling again", spec.Name(), key.Short(), err))
+		store.Discard(key)
+		return nil, 0, fmt.Sprintf("rung cache: OpenVINO refused entry %s (%v); discarded it, compiling it again", key.Short(), err)
 	}
-	o := runtime.Origin{Source: runtime.OriginImported, ImportS: time.Since(start).Seconds()}
-	c.recordPrecision(cm)
-	return cm, o, notes
+	return cm, time.Since(start).Seconds(), note
 }
 
 // export stores a compiled graph in the cache; a failure is a note, not an

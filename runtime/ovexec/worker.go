@@ -115,71 +115,63 @@ func (c *Compiler) compileInWorker(ctx context.Context, spec model.GraphSpec) (r
 	if err != nil {
 		return nil, err
 	}
-	t0 := time.Now()
+	origin := runtime.Origin{Source: runtime.OriginCompiled}
 	var cm *ov.CompiledModel
 	if res.Cached {
 		// The worker found the graph cached and compiled nothing. An entry
-		// that does not read back whole (damaged, or evicted meanwhile) was
+		// that does not read back whole (damaged, or evicted meanwhile) is
 		// discarded: the worker compiles the graph again.
-		if cm, err = c.importCached(res.Key); err != nil {
-			note := fmt.Sprintf("graph %s: %v; compiling it again", spec.Name(), err)
+		var note string
+		if cm, origin.ImportS, note, err = c.importWorkerEntry(res.Key); err != nil {
+			return nil, err
+		}
+		if cm != nil {
+			origin.Source = runtime.OriginImported
+		} else {
 			if res, err = run(); err != nil {
 				return nil, err
 			}
-			res.Notes = append([]string{note}, res.Notes...)
-			t0 = time.Now()
+			res.Notes = append([]string{fmt.Sprintf("graph %s: %s", spec.Name(), note)}, res.Notes...)
 		}
 	}
-	origin := runtime.Origin{Source: runtime.OriginCompiled, ExportS: res.ExportS}
-	switch {
-	case cm != nil:
-		origin.Source = runtime.OriginImported
-	case res.InCache:
-		cm, err = c.importCached(res.Key)
-	default:
-		cm, err = c.importFile(blob)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("import graph %s compiled by a worker: %w", spec.Name(), err)
-	}
-	origin.ImportS = time.Since(t0).Seconds()
-	if p, err := cm.Property("INFERENCE_PRECISION_HINT"); err == nil {
-		if res.Precision != "" && p != res.Precision {
-			cm.Close()
-			return nil, fmt.Errorf("import graph %s: the worker compiled it for %s but it imported as %s", spec.Name(), res.Precision, p)
+	if cm == nil {
+		origin.ExportS = res.ExportS
+		if res.InCache {
+			var note string
+			if cm, origin.ImportS, note, err = c.importWorkerEntry(res.Key); err == nil && cm == nil {
+				err = errors.New(note)
+			}
+		} else {
+			t0 := time.Now()
+			cm, err = c.importFile(blob)
+			origin.ImportS = time.Since(t0).Seconds()
 		}
-		c.mu.Lock()
-		c.effective = p
-		c.mu.Unlock()
+		if err != nil {
+			return nil, fmt.Errorf("import graph %s compiled by a worker: %w", spec.Name(), err)
+		}
 	}
+	if p, err := cm.Property("INFERENCE_PRECISION_HINT"); err == nil && res.Precision != "" && p != res.Precision {
+		cm.Close()
+		return nil, fmt.Errorf("import graph %s: the worker compiled it for %s but it imported as %s", spec.Name(), res.Precision, p)
+	}
+	c.recordPrecision(cm)
 	return c.newExecutable(spec, cm, res.IRBytes, origin, res.Notes...)
 }
 
-// importCached imports the graph a worker found or stored under key in
-// the compiled-rung cache, checked like any cache read: a damaged entry is
-// discarded and the error says why.
-func (c *Compiler) importCached(key string) (*ov.CompiledModel, error) {
+// importWorkerEntry imports the cache entry a worker named by key
+// (importEntry); note says why there was none to import.
+func (c *Compiler) importWorkerEntry(key string) (cm *ov.CompiledModel, importS float64, note string, err error) {
 	if c.workerCache == nil {
-		return nil, errors.New("the worker used a compiled-rung cache this process did not open")
+		return nil, 0, "", errors.New("the worker used a compiled-rung cache this process did not open")
 	}
 	k, err := rungcache.ParseKey(key)
 	if err != nil {
-		return nil, fmt.Errorf("the worker's cache key: %w", err)
+		return nil, 0, "", fmt.Errorf("the worker's cache key: %w", err)
 	}
-	b, _, ok, note := c.workerCache.Get(k)
-	if !ok {
-		if note == "" {
-			note = "the entry is gone (evicted by another process?)"
-		}
-		return nil, fmt.Errorf("cache entry %s: %s", k.Short(), note)
+	if cm, importS, note = c.importEntry(c.workerCache, k); cm == nil && note == "" {
+		note = fmt.Sprintf("rung cache: entry %s is gone (evicted by another process?); compiling it again", k.Short())
 	}
-	defer b.Close()
-	cm, err := c.core.ImportModel(b.Bytes(), c.opts.Device)
-	if err != nil {
-		c.workerCache.Discard(k)
-		return nil, fmt.Errorf("OpenVINO refused cache entry %s (discarded): %w", k.Short(), err)
-	}
-	return cm, nil
+	return cm, importS, note, nil
 }
 
 // importFile imports a compiled model from a file mapped for the call: its
@@ -267,7 +259,6 @@ func WorkerMain(ctx context.Context, in io.Reader, out io.Writer, graph, blob st
 		o, notes := comp.export(req.Spec, key, cm, res.CompileS)
 		res.ExportS, res.Notes = o.ExportS, notes
 		if res.InCache = comp.cache.store.Has(key); res.InCache {
-			res.PeakRSSBytes = runtime.PeakRSS()
 			return printResult(out, res)
 		}
 		// Not stored (a note says why): the parent takes the file below.
@@ -283,12 +274,13 @@ func WorkerMain(ctx context.Context, in io.Reader, out io.Writer, graph, blob st
 		return err
 	}
 	res.ExportS += time.Since(t2).Seconds()
-	res.PeakRSSBytes = runtime.PeakRSS()
 	return printResult(out, res)
 }
 
-// printResult writes a worker's result as its one JSON line.
+// printResult writes a worker's result, with its peak RSS so far, as its
+// one JSON line.
 func printResult(out io.Writer, res WorkerResult) error {
+	res.PeakRSSBytes = runtime.PeakRSS()
 	b, err := json.Marshal(res)
 	if err != nil {
 		return err
