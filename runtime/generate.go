@@ -180,9 +180,9 @@ func Generate(ctx context.Context, comp Compiler, shape KVShape, cfg GenerateCon
 // far, is the estimate of the prefill graph's). Compile time goes to
 // res.CompileS, the rest to res.PrefillS.
 func generatePrefillAuto(res *GenerateResult, dec Executable, kv *KV, cfg GenerateConfig, compilePrefill func() (Executable, error)) ([]float32, error) {
-	prompt, est := cfg.Prompt, res.CompileS
+	prompt := cfg.Prompt
+	feed := autoFeed{chunk: cfg.PrefillChunk, est: res.CompileS, source: "the decode graph's compile time"}
 	var logits []float32
-	var stepSum float64
 	t1 := time.Now()
 	for k := range prompt {
 		t := time.Now()
@@ -191,22 +191,12 @@ func generatePrefillAuto(res *GenerateResult, dec Executable, kv *KV, cfg Genera
 			return nil, fmt.Errorf("prompt token %d through the decode graph: %w", k, err)
 		}
 		logits = out
-		if k > 0 { // the first call pays one-time costs
-			stepSum += time.Since(t).Seconds()
-		}
-		rest := len(prompt) - k - 1
-		if rest == 0 || k == 0 {
-			continue
-		}
-		step := stepSum / float64(k)
-		feed, graph, pays := prefillGraphPays(rest, cfg.PrefillChunk, step, est)
+		why, pays := feed.fed(k, time.Since(t).Seconds(), len(prompt))
 		if !pays {
 			continue
 		}
 		res.PrefillS += time.Since(t1).Seconds()
-		res.PrefillUsed = PrefillUsedSwitch
-		res.PrefillReason = fmt.Sprintf("after %d prompt tokens through the decode graph (%.1f ms each), the %d left would take %.2f s there against %.2f s to compile the prefill graph (%.2f s, the decode graph's compile time) and run them through it",
-			k+1, 1000*step, rest, feed, graph, est)
+		res.PrefillUsed, res.PrefillReason = PrefillUsedSwitch, why
 		pre, err := compilePrefill()
 		if err != nil {
 			return nil, err
@@ -220,9 +210,7 @@ func generatePrefillAuto(res *GenerateResult, dec Executable, kv *KV, cfg Genera
 		return logits, err
 	}
 	res.PrefillS = time.Since(t1).Seconds()
-	res.PrefillUsed = PrefillUsedDecode
-	res.PrefillReason = fmt.Sprintf("the %d prompt tokens went through the decode graph (%.1f ms each) in less time than the prefill graph would take to compile (%.2f s, the decode graph's compile time)",
-		len(prompt), 1000*stepSum/float64(max(len(prompt)-1, 1)), est)
+	res.PrefillUsed, res.PrefillReason = PrefillUsedDecode, feed.stayedReason(len(prompt))
 	return logits, nil
 }
 

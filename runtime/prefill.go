@@ -144,8 +144,7 @@ func (q *Sequence) prefillAuto(ctx context.Context) (compileS float64, err error
 	prompt, chunk := q.cfg.Prompt, q.l.cfg.PrefillChunk
 	r, exe := q.l.rungs[q.cur], q.exe
 	est, source := q.prefillEstimate()
-	var stepSum float64
-	var steps int
+	feed := autoFeed{chunk: chunk, est: est, source: source}
 	failed := false // the prefill graph failed to compile: the decode graph takes the rest
 	for k := range prompt {
 		if err := ctx.Err(); err != nil {
@@ -163,21 +162,11 @@ func (q *Sequence) prefillAuto(ctx context.Context) (compileS float64, err error
 			return 0, fmt.Errorf("prompt token %d through the decode graph: %w", k, err)
 		}
 		q.s.PrefillDecodeTokens = k + 1
-		if k > 0 {
-			stepSum += dt
-			steps++
-		}
-		rest := len(prompt) - k - 1
-		if rest == 0 || steps == 0 || failed {
+		why, pays := feed.fed(k, dt, len(prompt))
+		if !pays || failed {
 			continue
 		}
-		step := stepSum / float64(steps)
-		feed, graph, pays := prefillGraphPays(rest, chunk, step, est)
-		if !pays {
-			continue
-		}
-		q.choosePrefill(PrefillUsedSwitch, "after %d prompt tokens through the decode graph (%.1f ms each), the %d left would take %.2f s there against %.2f s to compile the prefill graph (%.2f s, %s) and run them through it",
-			k+1, 1000*step, rest, feed, graph, est, source)
+		q.choosePrefill(PrefillUsedSwitch, "%s", why)
 		t0 := q.now()
 		pr, pexe, err := q.l.prefillGraph(q.l.caps[q.cur])
 		compileS += q.now().Sub(t0).Seconds()
@@ -203,10 +192,48 @@ func (q *Sequence) prefillAuto(ctx context.Context) (compileS float64, err error
 	if failed {
 		return compileS, nil
 	}
-	q.choosePrefill(PrefillUsedDecode, "the %d prompt tokens went through the decode graph (%.1f ms each) in less time than the prefill graph would take to compile (%.2f s, %s)",
-		len(prompt), 1000*stepSum/float64(max(steps, 1)), est, source)
+	q.choosePrefill(PrefillUsedDecode, "%s", feed.stayedReason(len(prompt)))
 	q.bgPre = q.l.cfg.KeepRungs
 	return 0, nil
+}
+
+// autoFeed is auto mode's account of a prompt fed token by token through
+// the decode graph, shared by sequences and Generate: the mean step time
+// (the first call pays one-time costs and is left out) and, after each
+// token, whether the prefill graph now pays for the rest (prefillGraphPays)
+// and why.
+type autoFeed struct {
+	chunk   int     // tokens per prefill call
+	est     float64 // the prefill graph's compile, estimated, s
+	source  string  // where est comes from
+	stepSum float64
+	steps   int
+}
+
+// fed records the step time dt of prompt token k of n; when the prefill
+// graph should take the tokens left, pays is true and why says so.
+func (a *autoFeed) fed(k int, dt float64, n int) (why string, pays bool) {
+	if k > 0 {
+		a.stepSum += dt
+		a.steps++
+	}
+	rest := n - k - 1
+	if rest == 0 || a.steps == 0 {
+		return "", false
+	}
+	step := a.stepSum / float64(a.steps)
+	feed, graph, pays := prefillGraphPays(rest, a.chunk, step, a.est)
+	if !pays {
+		return "", false
+	}
+	return fmt.Sprintf("after %d prompt tokens through the decode graph (%.1f ms each), the %d left would take %.2f s there against %.2f s to compile the prefill graph (%.2f s, %s) and run them through it",
+		k+1, 1000*step, rest, feed, graph, a.est, a.source), true
+}
+
+// stayedReason says why all n prompt tokens stayed on the decode graph.
+func (a *autoFeed) stayedReason(n int) string {
+	return fmt.Sprintf("the %d prompt tokens went through the decode graph (%.1f ms each) in less time than the prefill graph would take to compile (%.2f s, %s)",
+		n, 1000*a.stepSum/float64(max(a.steps, 1)), a.est, a.source)
 }
 
 // prefillGraphPays is auto mode's one rule: the rest of a prompt goes
