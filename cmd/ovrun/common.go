@@ -231,9 +231,7 @@ func describeRun(c *cli.Context, comp *ovexec.Compiler, sum *runtime.Summary) {
 	sum.KVPrecision = comp.KVPrecision()
 	sum.Seed = seedFlag.Get(c)
 	sum.OpenVINOVersion, _ = ov.Version()
-	if sum.CompileIn == "" {
-		sum.CompileIn = compileIn(comp)
-	}
+	sum.CompileIn = compileIn(comp)
 }
 
 // compileIn says where comp compiles: process or worker.
