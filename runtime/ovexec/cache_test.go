@@ -38,7 +38,7 @@ func compileOnce(t *testing.T, dir string, opts Options, cached bool) (runtime.O
 		t.Fatal(err)
 	}
 	defer exe.Close()
-	buf, kv, err := runtime.AllocFullView(runtime.ShapeOf(ck.Config), spec.Capacity)
+	buf, kv, err := runtime.AllocFullView(comp.KVShape(), spec.Capacity)
 	if err != nil {
 		t.Fatal(err)
 	}
