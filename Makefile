@@ -101,10 +101,7 @@ FUZZ_TARGETS := \
 	./model:FuzzGGUFHeader ./tokenizer:FuzzEncodeDecode
 
 fuzz: setup
-	@for t in $(FUZZ_TARGETS); do \
-		echo "fuzz $${t#*:} in $${t%%:*} for $(FUZZTIME)"; \
-		go test -run='^$$' -fuzz="^$${t#*:}\$$" -fuzztime=$(FUZZTIME) $${t%%:*} || exit 1; \
-	done
+	@FUZZTIME=$(FUZZTIME) scripts/fuzz.sh $(FUZZ_TARGETS)
 
 test: lint unit fuzz
 
