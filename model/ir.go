@@ -171,6 +171,10 @@ func (g *irGraph) weight(name string) port {
 	case zpPlane:
 		z := g.constAt(name+"/zero_point", f32, perGroup, s.zpOff, s.zpSize) // [out, in/G, 1]
 		x = g.op("Subtract", "opset1", bcast, grouped, f32, x, z)            // [out, in/G, G]
+	case zpRounded:
+		z := g.constAt(name+"/zero_point", u8, perGroup, s.zpOff, s.zpSize) // [out, in/G, 1] u8
+		z = g.op("Convert", "opset1", toF32, perGroup, f32, z)              // [out, in/G, 1]
+		x = g.op("Subtract", "opset1", bcast, grouped, f32, x, z)           // [out, in/G, G]
 	}
 	sc := g.constAt(name+"/scale", s.pack.scale, perGroup, s.scaleOff, s.scaleSize) // [out, in/G, 1]
 	if s.pack.scale != f32 {

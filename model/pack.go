@@ -22,6 +22,11 @@ const (
 	zpNone   zeroPoint = iota // w = q * scale
 	zpScalar                  // w = (q - value) * scale, one u8 constant for the tensor
 	zpPlane                   // w = (q - zp) * scale, one f32 zero point per group
+	// zpRounded is zpPlane with each zero point rounded to the nearest
+	// integer in 0..255 and stored as u8 (WeightsRounded): the CPU plugin
+	// decompresses integer zero points in a faster kernel, and the weights
+	// are no longer exact (see WeightsRounded).
+	zpRounded
 )
 
 // packing is the compressed form of one block type.
@@ -73,17 +78,29 @@ func (p packing) planeBytes(rows, n int64) (w, scale, zp int64) {
 	if p.scale == f16 {
 		scale = groups * 2
 	}
-	if p.zp == zpPlane {
+	switch p.zp {
+	case zpPlane:
 		zp = groups * 4
+	case zpRounded:
+		zp = groups
 	}
 	return w, scale, zp
 }
 
-// packRow repacks one row of n elements (src holds exactly its blocks) into
-// the row's slices of the three planes.
-func packRow(d DType, src []byte, n int, w, scale, zp []byte) {
+// putZP writes group g's zero point v into a plane of the packing's kind.
+func (p packing) putZP(plane []byte, g int, v float32) {
+	if p.zp == zpRounded {
+		plane[g] = uint8(max(0, min(255, math.Round(float64(v)))))
+		return
+	}
+	putF32(plane[4*g:], v)
+}
+
+// packRow repacks one row of n elements of type d (src holds exactly its
+// blocks) into the row's slices of the three planes of packing p
+// (packingOf(d), its zero points possibly rounded).
+func packRow(d DType, p packing, src []byte, n int, w, scale, zp []byte) {
 	be, bb := d.block()
-	p := packingOf(d)
 	gpb := be / int(p.group) // groups per block
 	for b := range n / be {
 		blk := src[b*bb : (b+1)*bb]
@@ -96,9 +113,9 @@ func packRow(d DType, src []byte, n int, w, scale, zp []byte) {
 			pack4(w[b*16:], func(j int) uint8 { return q4Nibble(blk[2:], j) }, 32)
 			copy(scale[2*g0:], blk[:2])
 		case DTypeQ4_1:
-			packQ4_1(blk, w[b*16:], scale[2*g0:], zp[4*g0:])
+			packQ4_1(p, blk, w[b*16:], scale[2*g0:], zp, g0)
 		case DTypeQ4_K:
-			packQ4_K(blk, w[b*128:], scale[4*g0:], zp[4*g0:])
+			packQ4_K(p, blk, w[b*128:], scale[4*g0:], zp, g0)
 		case DTypeQ6_K:
 			d := f16At(blk[208:])
 			for e := range 256 {
@@ -118,39 +135,39 @@ func pack4(dst []byte, q func(int) uint8, n int) {
 	}
 }
 
-// packQ4_1 writes w = d*q + m as (q - zp) * d with zp = -m/d. A block with
-// d = 0 holds m everywhere: its nibbles become 0, its scale m, its zero
-// point -1.
-func packQ4_1(blk, w, scale, zp []byte) {
+// packQ4_1 writes w = d*q + m as (q - zp) * d with zp = -m/d into group g
+// of the zero-point plane. A block with d = 0 holds m everywhere: its
+// nibbles become 1, its scale m, its zero point 0.
+func packQ4_1(p packing, blk, w, scale, zp []byte, g int) {
 	d, m := f16At(blk), f16At(blk[2:])
 	if d == 0 {
-		clear(w[:16])
+		pack4(w, func(int) uint8 { return 1 }, 32)
 		copy(scale, blk[2:4])
-		putF32(zp, -1)
+		p.putZP(zp, g, 0)
 		return
 	}
 	pack4(w, func(j int) uint8 { return q4Nibble(blk[4:], j) }, 32)
 	copy(scale, blk[:2])
-	putF32(zp, -m/d)
+	p.putZP(zp, g, -m/d)
 }
 
 // packQ4_K writes each sub-block's w = s*q - dm (s = d*sc, dm = dmin*m) as
-// (q - dm/s) * s, or, when s = 0, as (0 - (-1)) * (-dm).
-func packQ4_K(blk, w, scale, zp []byte) {
+// (q - dm/s) * s into groups g..g+7, or, when s = 0, as (1 - 0) * (-dm).
+func packQ4_K(p packing, blk, w, scale, zp []byte, g int) {
 	d, dmin := f16At(blk), f16At(blk[2:])
 	for s := range 8 {
 		sc, m := q4KScaleMin(blk[4:16], s)
 		ds, dm := float32(d*float32(sc)), float32(dmin*float32(m))
 		out := w[16*s : 16*s+16]
 		if ds == 0 {
-			clear(out)
+			pack4(out, func(int) uint8 { return 1 }, 32)
 			putF32(scale[4*s:], -dm)
-			putF32(zp[4*s:], -1)
+			p.putZP(zp, g+s, 0)
 			continue
 		}
 		pack4(out, func(j int) uint8 { return q4KNibble(blk[16:], 32*s+j) }, 32)
 		putF32(scale[4*s:], ds)
-		putF32(zp[4*s:], dm/ds)
+		p.putZP(zp, g+s, dm/ds)
 	}
 }
 

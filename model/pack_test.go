@@ -53,10 +53,79 @@ func unpack(p packing, n int, w, scale, zp []byte) []float32 {
 			q -= float32(p.zpValue)
 		case zpPlane:
 			q -= math.Float32frombits(binary.LittleEndian.Uint32(zp[4*g:]))
+		case zpRounded:
+			q -= float32(zp[g])
 		}
 		out[e] = q * s
 	}
 	return out
+}
+
+// packRows packs rows rows of n elements of type d from raw into fresh planes.
+func packRows(d DType, p packing, raw []byte, rows, n int) (w, sc, zp []byte) {
+	wb, sb, zb := p.planeBytes(int64(rows), int64(n))
+	w, sc, zp = make([]byte, wb), make([]byte, sb), make([]byte, zb)
+	wr, sr, zr := p.planeBytes(1, int64(n))
+	src := len(raw) / rows
+	for r := range int64(rows) {
+		packRow(d, p, raw[r*int64(src):(r+1)*int64(src)], n, w[r*wr:(r+1)*wr], sc[r*sr:(r+1)*sr], zp[r*zr:(r+1)*zr])
+	}
+	return w, sc, zp
+}
+
+// TestRoundedZeroPoints packs Q4_1 and Q4_K blocks both ways: the rounded
+// form has the same weight and scale planes, each zero point is the float
+// one rounded to the nearest integer in 0..255, and so every element moves
+// by at most half its group's scale (groups whose zero point was clamped
+// are only counted: the test data makes some).
+func TestRoundedZeroPoints(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	for _, d := range []DType{DTypeQ4_1, DTypeQ4_K} {
+		t.Run(string(d), func(t *testing.T) {
+			be, _ := d.block()
+			const rows = 8
+			n := 2 * be
+			raw := randomBlocks(d, rows*2, rng)
+			p := packingOf(d)
+			r := p
+			r.zp = zpRounded
+			w, sc, zp := packRows(d, p, raw, rows, n)
+			rw, rsc, rzp := packRows(d, r, raw, rows, n)
+			if string(w) != string(rw) || string(sc) != string(rsc) {
+				t.Fatal("rounding the zero points changed the weight or scale plane")
+			}
+			if len(rzp) != len(zp)/4 {
+				t.Fatalf("rounded zero-point plane has %d bytes, want one per group (%d)", len(rzp), len(zp)/4)
+			}
+			exact, got := unpack(p, rows*n, w, sc, zp), unpack(r, rows*n, rw, rsc, rzp)
+			inRange := 0
+			for g := range len(rzp) {
+				f := math.Float32frombits(binary.LittleEndian.Uint32(zp[4*g:]))
+				want := uint8(max(0, min(255, math.Round(float64(f)))))
+				if rzp[g] != want {
+					t.Fatalf("group %d: zero point %g rounded to %d, want %d", g, f, rzp[g], want)
+				}
+				if f < -0.5 || f > 255.5 || f != f {
+					continue
+				}
+				inRange++
+				var s float64
+				if p.scale == f16 {
+					s = float64(F16ToFloat32(binary.LittleEndian.Uint16(sc[2*g:])))
+				} else {
+					s = float64(math.Float32frombits(binary.LittleEndian.Uint32(sc[4*g:])))
+				}
+				for e := g * int(p.group); e < (g+1)*int(p.group); e++ {
+					if diff := math.Abs(float64(got[e] - exact[e])); diff > 0.5*math.Abs(s)*(1+1e-6)+1e-30 && !math.IsInf(s, 0) {
+						t.Fatalf("element %d moved by %g, more than half the scale %g", e, diff, s)
+					}
+				}
+			}
+			if inRange < len(rzp)/2 {
+				t.Errorf("only %d of %d zero points in range: the test data is degenerate", inRange, len(rzp))
+			}
+		})
+	}
 }
 
 // TestPackMatchesDequantize repacks random blocks of every block type into
@@ -72,13 +141,7 @@ func TestPackMatchesDequantize(t *testing.T) {
 			n := 2 * be // two blocks per row
 			raw := randomBlocks(d, rows*2, rng)
 			p := packingOf(d)
-			wb, sb, zb := p.planeBytes(rows, int64(n))
-			w, sc, zp := make([]byte, wb), make([]byte, sb), make([]byte, zb)
-			wr, sr, zr := p.planeBytes(1, int64(n))
-			src := len(raw) / rows
-			for r := range rows {
-				packRow(d, raw[r*src:(r+1)*src], n, w[int64(r)*wr:int64(r+1)*wr], sc[int64(r)*sr:int64(r+1)*sr], zp[int64(r)*zr:int64(r+1)*zr])
-			}
+			w, sc, zp := packRows(d, p, raw, rows, n)
 			got := unpack(p, rows*n, w, sc, zp)
 			want, err := Dequantize(d, raw, rows*n)
 			if err != nil {

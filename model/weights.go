@@ -24,19 +24,26 @@ const (
 	// point) that the CPU plugin decompresses inside its matrix
 	// multiplications and Gather. Block-typed vectors become f32.
 	WeightsNative WeightFormat = "native"
+	// WeightsRounded is WeightsNative with the float minimum of Q4_1 and
+	// Q4_K blocks rounded to an integer zero point per group (u8), the form
+	// OpenVINO GenAI's GGUF reader builds: the CPU plugin runs integer zero
+	// points in a faster kernel, and every weight of a group moves by the
+	// same amount, at most half a quantization step, so the weights are no
+	// longer those of the file. The other block types are as in native.
+	WeightsRounded WeightFormat = "rounded"
 	// WeightsF32 dequantizes every tensor to f32 constants.
 	WeightsF32 WeightFormat = "f32"
 )
 
-// ParseWeightFormat accepts "native" (or "") and "f32".
+// ParseWeightFormat accepts "native" (or ""), "rounded" and "f32".
 func ParseWeightFormat(s string) (WeightFormat, error) {
-	switch s {
-	case "", "native":
+	switch f := WeightFormat(s); f {
+	case "":
 		return WeightsNative, nil
-	case "f32":
-		return WeightsF32, nil
+	case WeightsNative, WeightsRounded, WeightsF32:
+		return f, nil
 	}
-	return "", fmt.Errorf("unknown weight format %q (want native or f32)", s)
+	return "", fmt.Errorf("unknown weight format %q (want native, rounded or f32)", s)
 }
 
 // WeightOptions configures a Weights blob.
@@ -114,8 +121,11 @@ func NewWeightsWith(ck *Checkpoint, opts WeightOptions) *Weights {
 		t := ck.Tensors[n]
 		s := &slot{kind: slotRaw, et: elem(strings.ToLower(string(t.DType)))}
 		switch {
-		case t.DType.IsQuantized() && format == WeightsNative && len(t.Shape) == 2:
+		case t.DType.IsQuantized() && format != WeightsF32 && len(t.Shape) == 2:
 			s.kind, s.pack = slotPacked, packingOf(t.DType)
+			if format == WeightsRounded && s.pack.zp == zpPlane {
+				s.pack.zp = zpRounded
+			}
 			s.et = s.pack.wt
 			s.size, s.scaleSize, s.zpSize = s.pack.planeBytes(t.Shape[0], t.Shape[1])
 			s.off, s.scaleOff, s.zpOff = place(s.size), place(s.scaleSize), place(s.zpSize)
@@ -228,7 +238,7 @@ func (w *Weights) fillPacked(buf []byte, t *Tensor, s *slot, i int, src []byte) 
 	}
 	for r := range count {
 		row := first + r
-		packRow(t.DType, src[r*srcRow:(r+1)*srcRow], int(in),
+		packRow(t.DType, s.pack, src[r*srcRow:(r+1)*srcRow], int(in),
 			buf[s.off+row*wRow:s.off+(row+1)*wRow],
 			buf[s.scaleOff+row*scRow:s.scaleOff+(row+1)*scRow],
 			buf[s.zpOff+row*zpRow:s.zpOff+(row+1)*zpRow])

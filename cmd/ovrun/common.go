@@ -19,7 +19,7 @@ import (
 // Flags shared by the commands that compile.
 var (
 	modelFlag   = &cli.StringFlag{Name: "model", Usage: "a `.gguf` file (llama.cpp/ollama; F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q6_K) or a checkpoint DIR in Hugging Face layout (config.json, *.safetensors)", Required: true, EnvVars: []string{"OVRUN_MODEL"}}
-	weightsFlag = &cli.StringFlag{Name: "weights", Value: "native", Usage: "`FORMAT` of the weights in the compiled graphs: native keeps quantized and 16-bit weights compressed (decompressed inside the matrix multiplications), f32 expands every weight to f32 constants",
+	weightsFlag = &cli.StringFlag{Name: "weights", Value: "native", Usage: "`FORMAT` of the weights in the compiled graphs: native keeps quantized and 16-bit weights compressed and exact (decompressed inside the matrix multiplications), rounded is native with the float minimum of Q4_1/Q4_K blocks rounded to an integer zero point (OpenVINO GenAI's form of a GGUF file: faster on CPU, each weight off by up to half a quantization step), f32 expands every weight to f32 constants",
 		Action: func(_ *cli.Context, v string) error { _, err := model.ParseWeightFormat(v); return err }}
 	deviceFlag    = cliutil.DeviceFlag()
 	attentionFlag = &cli.StringFlag{Name: "attention", Value: string(model.AttentionAuto), Usage: "`FORM` of attention over the KV cache: bounded reads only the live prefix (position rounded up to 64 slots, a dynamic shape inside the graph), static reads every slot of the capacity (fully static graph, as NPU needs), auto is bounded on CPU and GPU and static elsewhere",
@@ -227,7 +227,7 @@ func describeRun(c *cli.Context, comp *ovexec.Compiler, sum *runtime.Summary) {
 	sum.Device = comp.Options().Device
 	sum.Precision = comp.Options().Precision
 	sum.PrecisionUsed = comp.EffectivePrecision()
-	sum.Attention = string(comp.Attention())
+	sum.Attention = comp.DescribeAttention(sum.Ladder...)
 	sum.KVPrecision = comp.KVPrecision()
 	sum.Seed = seedFlag.Get(c)
 	sum.OpenVINOVersion, _ = ov.Version()

@@ -19,9 +19,10 @@ var exportIRCommand = &cli.Command{
 	Description: `The files open in OpenVINO's own tools (benchmark_app, Netron, ov.Core.read_model).
 KV is explicit graph I/O: past_key.N / past_value.N are f32 [capacity, kv_heads, head_dim].
 --attention and --device choose the graph's attention form as the compiling
-commands do (auto: bounded for CPU and GPU, static for NPU); --kv-precision
-the element type of the K/V inputs and outputs (auto is f32 here: an IR
-file has no inference precision).`,
+commands do (auto: on the CPU static while the whole past cache takes at most
+24 MiB, bounded above; bounded on GPU; static on NPU); --kv-precision the
+element type of the K/V inputs and outputs (auto is f32 here: an IR file has
+no inference precision); --weights how the weights are stored, as for run.`,
 	Flags: []cli.Flag{
 		modelFlag,
 		capacityFlag,
@@ -29,6 +30,7 @@ file has no inference precision).`,
 		deviceFlag,
 		attentionFlag,
 		kvPrecisionFlag,
+		weightsFlag,
 		outDirFlag,
 	},
 	Action: func(c *cli.Context) error {
@@ -46,7 +48,10 @@ file has no inference precision).`,
 		if err != nil {
 			return err
 		}
-		attention = ovexec.ResolveAttention(attention, deviceFlag.Get(c))
+		format, err := model.ParseWeightFormat(weightsFlag.Get(c))
+		if err != nil {
+			return err
+		}
 		kv, err := ovexec.ParseKVPrecision(kvPrecisionFlag.Get(c))
 		if err != nil {
 			return fmt.Errorf("--kv-precision: %w", err)
@@ -59,7 +64,10 @@ file has no inference precision).`,
 			return err
 		}
 		defer ck.Close()
-		w := model.NewWeights(ck)
+		shape := runtime.ShapeOf(ck.Config)
+		shape.ElemBytes = ovexec.KVElemBytes(kv)
+		attention = ovexec.ResolveAttention(attention, deviceFlag.Get(c), shape.BufferBytes(capacity))
+		w := model.NewWeightsWith(ck, model.WeightOptions{Format: format})
 		blob := make([]byte, w.Size())
 		if err := w.Bind(blob); err != nil {
 			return err

@@ -10,6 +10,7 @@ weight and every intermediate value in float64.
 Usage:
     reference.py --model DIR|FILE.gguf (--ids 1,2,3 | --ids-file F) --steps N \
                  --out LOGITS.npy [--tokens-out TOKENS.json] [--force 5,6,7]
+                 [--round-zero-points]
     reference.py --selftest
 
 Greedy run: the prompt ids are processed (in one chunk, filling a KV cache)
@@ -25,7 +26,11 @@ array of shape [1+N, vocab]. TOKENS.json holds
 (llama.cpp's gguf-py) reads it and gguf.quants.dequantize decodes every
 tensor exactly to float32; the weights are then widened to float64, renamed
 to Hugging Face names, and for llama the q/k rows llama.cpp's converter
-permuted are put back (see load_gguf).
+permuted are put back (see load_gguf). With --round-zero-points, Q4_1
+and Q4_K blocks are decoded as OpenVINO GenAI's GGUF reader (and ovrun
+--weights rounded) store them: w = d * (q - z) with the block minimum's
+zero point z = -m/d (Q4_1) or dm/d (Q4_K sub-blocks) rounded half away
+from zero to an integer and clamped to 0..255 (dequantize_rounded).
 
 --ids-file accepts a JSON list of ints, or ints separated by commas and/or
 whitespace.
@@ -150,7 +155,38 @@ def gguf_unpermute(w, n_head):
     return w.reshape(n_head, w.shape[0] // n_head // 2, 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
 
 
-def load_gguf(path):
+def dequantize_rounded(data, qtype):
+    """Q4_1 / Q4_K blocks decoded with integer zero points (see the module
+    docstring); None for any other type. d, m and the zero point are
+    float32 as in the packing; a block with d = 0 holds its minimum exactly."""
+    import gguf
+
+    name = qtype.name
+    if name not in ("Q4_1", "Q4_K"):
+        return None
+    blocks = np.asarray(data, dtype=np.uint8).reshape(-1, {"Q4_1": 20, "Q4_K": 144}[name])
+    f16 = lambda b: b.copy().view(np.float16).astype(np.float32)  # noqa: E731
+    if name == "Q4_1":
+        d, m = f16(blocks[:, 0:2]), f16(blocks[:, 2:4])      # [n, 1]
+        qs = blocks[:, 4:]
+        q = np.concatenate([qs & 15, qs >> 4], axis=1).astype(np.float32)  # [n, 32]
+        zp = -m / np.where(d == 0, 1, d)
+        off = m                                              # value where d = 0
+    else:
+        d0, dmin = f16(blocks[:, 0:2]), f16(blocks[:, 2:4])
+        sc, mn = gguf.quants.Q4_K.get_scale_min(blocks[:, 4:16])
+        d = (d0 * sc.astype(np.float32)).reshape(-1, 8, 1)
+        dm = (dmin * mn.astype(np.float32)).reshape(-1, 8, 1)
+        qs = blocks[:, 16:].reshape(-1, 4, 1, 32) >> np.array([0, 4], dtype=np.uint8).reshape(1, 1, 2, 1)
+        q = (qs & 15).reshape(-1, 8, 32).astype(np.float32)
+        zp = dm / np.where(d == 0, 1, d)
+        off = -dm
+    z = np.clip(np.floor(zp.astype(np.float64) + 0.5), 0, 255).astype(np.float32)
+    w = np.where(d == 0, off, d * (q - z))
+    return w.reshape(-1)
+
+
+def load_gguf(path, round_zero_points=False):
     """(config dict, {HF name: float64 array}) of a llama / qwen2 GGUF file."""
     import gguf  # only GGUF runs need the package
 
@@ -190,6 +226,10 @@ def load_gguf(path):
         # dequantize() returns float32 in numpy order: a GGUF [ne0, ne1]
         # tensor comes back as ne1 rows of ne0.
         w = gguf.quants.dequantize(t.data, t.tensor_type).astype(np.float64)
+        if round_zero_points:
+            r = dequantize_rounded(t.data, t.tensor_type)
+            if r is not None:
+                w = r.astype(np.float64).reshape(w.shape)
         if arch == "llama" and ".q_proj." in name:
             w = gguf_unpermute(w, heads)
         elif arch == "llama" and ".k_proj." in name:
@@ -485,6 +525,8 @@ def main(argv=None):
     ap.add_argument("--out", help="output .npy, float32 [1+steps, vocab]")
     ap.add_argument("--tokens-out", help="output JSON {tokens, argmax}")
     ap.add_argument("--force", help="comma-separated tokens to feed instead of argmax")
+    ap.add_argument("--round-zero-points", action="store_true",
+                    help="GGUF: decode Q4_1/Q4_K with rounded integer zero points (GenAI's form)")
     ap.add_argument("--selftest", action="store_true", help="run the self test")
     a = ap.parse_args(argv)
 
@@ -502,7 +544,7 @@ def main(argv=None):
     force = parse_ids(a.force) if a.force else None
 
     if os.path.isfile(a.model):
-        cfgd, weights = load_gguf(a.model)
+        cfgd, weights = load_gguf(a.model, a.round_zero_points)
         cfg = Config(cfgd)
     else:
         cfg, weights = Config.load(a.model), load_weights(a.model)

@@ -3,6 +3,7 @@ package ovexec
 import (
 	"context"
 	"encoding/binary"
+	"fmt"
 	"math"
 	"slices"
 	"testing"
@@ -98,25 +99,54 @@ func TestBoundedReadsOnlyLivePrefix(t *testing.T) {
 	}
 }
 
-// TestResolveAttention pins auto: bounded where the device takes dynamic
-// shapes inside a graph, static on NPU; explicit forms are kept.
+// TestResolveAttention pins auto: on the CPU static up to StaticCacheMax
+// bytes of past cache and bounded above, bounded on GPU, static on NPU;
+// explicit forms are kept.
 func TestResolveAttention(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
 		asked  model.Attention
 		device string
+		bytes  int64
 		want   model.Attention
 	}{
-		{name: "auto on CPU", asked: model.AttentionAuto, device: "CPU", want: model.AttentionBounded},
-		{name: "empty on GPU", asked: "", device: "GPU", want: model.AttentionBounded},
-		{name: "auto on NPU", asked: model.AttentionAuto, device: "NPU", want: model.AttentionStatic},
-		{name: "static on CPU", asked: model.AttentionStatic, device: "CPU", want: model.AttentionStatic},
+		{name: "auto on CPU, small cache", asked: model.AttentionAuto, device: "CPU", bytes: StaticCacheMax, want: model.AttentionStatic},
+		{name: "auto on CPU, large cache", asked: model.AttentionAuto, device: "CPU", bytes: StaticCacheMax + 1, want: model.AttentionBounded},
+		{name: "empty on cpu", asked: "", device: "cpu", bytes: 1 << 20, want: model.AttentionStatic},
+		{name: "empty on GPU", asked: "", device: "GPU", bytes: 1 << 20, want: model.AttentionBounded},
+		{name: "auto on NPU", asked: model.AttentionAuto, device: "NPU", bytes: 1 << 30, want: model.AttentionStatic},
+		{name: "static on CPU", asked: model.AttentionStatic, device: "CPU", bytes: 1 << 30, want: model.AttentionStatic},
+		{name: "bounded on CPU", asked: model.AttentionBounded, device: "CPU", bytes: 1, want: model.AttentionBounded},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := ResolveAttention(tc.asked, tc.device); got != tc.want {
-				t.Errorf("ResolveAttention(%q, %s) = %q, want %q", tc.asked, tc.device, got, tc.want)
+			if got := ResolveAttention(tc.asked, tc.device, tc.bytes); got != tc.want {
+				t.Errorf("ResolveAttention(%q, %s, %d) = %q, want %q", tc.asked, tc.device, tc.bytes, got, tc.want)
 			}
 		})
+	}
+}
+
+// TestAutoAttentionPerCapacity: with auto, a compiler gives each graph the
+// form its capacity's cache size calls for, the summary's description names
+// the split, and an explicit form holds for every capacity.
+func TestAutoAttentionPerCapacity(t *testing.T) {
+	_, comp := openOVWith(t, "tiny", "F32", model.AttentionAuto)
+	limit := int(StaticCacheMax / comp.KVShape().TokenBytes()) // the largest static capacity
+	if comp.AttentionFor(limit) != model.AttentionStatic || comp.AttentionFor(limit+1) != model.AttentionBounded {
+		t.Fatalf("AttentionFor(%d), (%d) = %s, %s: want static, bounded", limit, limit+1, comp.AttentionFor(limit), comp.AttentionFor(limit+1))
+	}
+	if got := comp.withAttention(model.GraphSpec{Capacity: limit + 1, Chunk: 1}).Attention; got != model.AttentionBounded {
+		t.Errorf("a graph of capacity %d gets %s, want bounded", limit+1, got)
+	}
+	if got, want := comp.DescribeAttention(limit/2, limit, 2*limit), fmt.Sprintf("static %d-%d, bounded %d", limit/2, limit, 2*limit); got != want {
+		t.Errorf("DescribeAttention = %q, want %q", got, want)
+	}
+	if got := comp.DescribeAttention(256, 512); got != "static" {
+		t.Errorf("DescribeAttention(256, 512) = %q, want static", got)
+	}
+	_, static := openOVWith(t, "tiny", "F32", model.AttentionStatic)
+	if got := static.DescribeAttention(limit/2, 2*limit); got != "static" {
+		t.Errorf("--attention static: DescribeAttention = %q, want static", got)
 	}
 }
 

@@ -31,8 +31,9 @@ type Options struct {
 	Properties     map[string]string // any further key/value
 	DisablePinning bool              // ENABLE_CPU_PINNING=NO (CPU only)
 	// Weights is how checkpoint tensors enter the graphs: "" or
-	// model.WeightsNative keeps GGUF blocks compressed, model.WeightsF32
-	// dequantizes everything to f32.
+	// model.WeightsNative keeps GGUF blocks compressed and exact,
+	// model.WeightsRounded compressed with integer zero points (GenAI's
+	// form), model.WeightsF32 dequantizes everything to f32.
 	Weights model.WeightFormat
 	// Attention is the form of attention over the past KV slots: ""
 	// or model.AttentionAuto resolves per device (ResolveAttention).
@@ -56,18 +57,44 @@ func ParseKVPrecision(s string) (string, error) {
 	return "", fmt.Errorf("kv precision %q: want auto, f32, bf16 or f16", s)
 }
 
-// ResolveAttention turns auto (or "") into the form the device runs:
-// bounded where the device accepts dynamic shapes inside a graph (CPU,
-// GPU), static elsewhere (NPU compiles static shapes only).
-func ResolveAttention(a model.Attention, device string) model.Attention {
+// StaticCacheMax is the largest past cache (every layer's K and V over the
+// graph's capacity, in the cache's element type) for which auto picks the
+// static form on the CPU. A static decode step reads the whole cache; a
+// bounded one reads the live prefix but pays for the dynamic shapes inside
+// the graph (shape inference of every attention node on every call, about
+// 1 ms a step for SmolLM2's 30 layers). Measured on an AMD EPYC with 2
+// cores (docs/design.md, "Attention form"): SmolLM2 decode with a bf16 cache
+// is faster static up to capacity 1024 (22.5 MiB), with an f32 cache up to
+// 512 (22.5 MiB); bounded wins from 2048 (bf16) and 1024 (f32) on.
+const StaticCacheMax = 24 << 20
+
+// dynamicShapes reports whether the device accepts dynamic shapes inside a
+// graph (CPU, GPU); NPU compiles static shapes only.
+func dynamicShapes(device string) bool {
+	switch strings.ToUpper(device) {
+	case "", "CPU", "GPU":
+		return true
+	}
+	return false
+}
+
+// ResolveAttention turns auto (or "") into the form a graph whose past
+// cache takes cacheBytes runs: static on devices that compile static shapes
+// only (NPU); on the CPU static up to StaticCacheMax and bounded above;
+// bounded on the GPU (not measured there). Explicit forms are kept.
+func ResolveAttention(a model.Attention, device string, cacheBytes int64) model.Attention {
 	if a != "" && a != model.AttentionAuto {
 		return a
 	}
-	switch strings.ToUpper(device) {
-	case "", "CPU", "GPU":
+	switch {
+	case !dynamicShapes(device):
+		return model.AttentionStatic
+	case strings.EqualFold(device, "GPU"):
 		return model.AttentionBounded
+	case cacheBytes <= StaticCacheMax:
+		return model.AttentionStatic
 	}
-	return model.AttentionStatic
+	return model.AttentionBounded
 }
 
 // properties lists the compile properties in a stable order.
@@ -155,10 +182,12 @@ func NewCompiler(ck *model.Checkpoint, opts Options) (*Compiler, error) {
 			return nil, err
 		}
 	}
-	if opts.Attention == model.AttentionBounded && ResolveAttention("", opts.Device) != model.AttentionBounded {
+	if opts.Attention == model.AttentionBounded && !dynamicShapes(opts.Device) {
 		return nil, fmt.Errorf("attention bounded: device %s compiles static shapes only; use --attention static or auto", opts.Device)
 	}
-	opts.Attention = ResolveAttention(opts.Attention, opts.Device)
+	if opts.Attention == "" {
+		opts.Attention = model.AttentionAuto
+	}
 	if opts.KVPrecision != "" {
 		if _, err := ParseKVPrecision(opts.KVPrecision); err != nil {
 			return nil, err
@@ -238,9 +267,37 @@ func (c *Compiler) NonFiniteWeight() string {
 	return fmt.Sprintf("the checkpoint's first non-finite weight is %s[%d] = %v", name, i, v)
 }
 
-// Attention is the form of attention every graph of this compiler gets
-// (auto resolved for the device).
+// Attention is the form of attention asked for: static, bounded, or auto,
+// which each graph resolves by its capacity (AttentionFor).
 func (c *Compiler) Attention() model.Attention { return c.opts.Attention }
+
+// AttentionFor is the form of attention a graph of this capacity gets.
+func (c *Compiler) AttentionFor(capacity int) model.Attention {
+	return ResolveAttention(c.opts.Attention, c.opts.Device, c.shape.BufferBytes(capacity))
+}
+
+// DescribeAttention says which form the graphs of these capacities get:
+// one form, or each form with its capacities ("static 256-1024, bounded
+// 2048-4096") when auto splits them.
+func (c *Compiler) DescribeAttention(capacities ...int) string {
+	var parts []string
+	first := 0
+	for i, cp := range capacities {
+		f := c.AttentionFor(cp)
+		if i+1 < len(capacities) && c.AttentionFor(capacities[i+1]) == f {
+			continue
+		}
+		part := fmt.Sprintf("%s %d", f, capacities[first])
+		if i > first {
+			part += fmt.Sprintf("-%d", cp)
+		}
+		parts, first = append(parts, part), i+1
+	}
+	if len(parts) < 2 {
+		return string(c.AttentionFor(capacities[0]))
+	}
+	return strings.Join(parts, ", ")
+}
 
 // KVPrecision is the element type of the KV cache of every graph (auto
 // resolved): f32, bf16 or f16.
@@ -253,8 +310,8 @@ func (c *Compiler) KVShape() runtime.KVShape { return c.shape }
 // withAttention gives spec the compiler's attention form and KV precision
 // unless it names them.
 func (c *Compiler) withAttention(spec model.GraphSpec) model.GraphSpec {
-	if spec.Attention == "" {
-		spec.Attention = c.opts.Attention
+	if spec.Attention == "" || spec.Attention == model.AttentionAuto {
+		spec.Attention = c.AttentionFor(spec.Capacity)
 	}
 	if spec.KVPrecision == "" {
 		spec.KVPrecision = c.opts.KVPrecision
@@ -299,6 +356,10 @@ func kvElement(p string) ov.ElementType {
 	}
 	return ov.F32
 }
+
+// KVElemBytes is the size of one cache element of a resolved KV precision
+// (f32, bf16 or f16).
+func KVElemBytes(p string) int { return kvElement(p).Size() }
 
 // Options reports the compile options in use.
 func (c *Compiler) Options() Options { return c.opts }

@@ -49,8 +49,9 @@ func generateGGUF(t *testing.T, path string, format model.WeightFormat, prompt [
 
 // TestGGUFSyntheticMatchesReference runs small random GGUF models whose
 // matrices use every block type (Q6_K embedding, Q4_K q and down, Q4_0 k,
-// Q8_0 v and lm_head, Q4_1 o, Q6_K gate, F16 up) in both weight formats
-// against the float64 reference over gguf.quants.dequantize: llama (q/k
+// Q8_0 v and lm_head, Q4_1 o, Q6_K gate, F16 up) in every weight format
+// against the float64 reference over gguf.quants.dequantize (for rounded:
+// over the reference's own decoding with rounded zero points): llama (q/k
 // stored permuted, untied) and qwen2 (biases, tied Q6_K embedding).
 func TestGGUFSyntheticMatchesReference(t *testing.T) {
 	const steps = 12
@@ -59,11 +60,16 @@ func TestGGUFSyntheticMatchesReference(t *testing.T) {
 		testenv.Run(t, testenv.Python(t), filepath.Join(testenv.RepoRoot(t), "model", "testdata", "gguf_helper.py"),
 			"model", path, "--arch", arch, "--seed", "3")
 		prompt := runtime.SeededTokens(5, 11, 512)
-		want, wantTok := reference(t, path, prompt, steps)
-		for _, format := range []model.WeightFormat{model.WeightsNative, model.WeightsF32} {
+		exact, exactTok := reference(t, path, prompt, steps)
+		rounded, roundedTok := reference(t, path, prompt, steps, "--round-zero-points")
+		for _, format := range []model.WeightFormat{model.WeightsNative, model.WeightsF32, model.WeightsRounded} {
 			t.Run(arch+" "+string(format), func(t *testing.T) {
+				want, wantTok := exact, exactTok
+				if format == model.WeightsRounded {
+					want, wantTok = rounded, roundedTok
+				}
 				res, comp := generateGGUF(t, path, format, prompt, steps)
-				if got := comp.Weights().Compressed(); got != (format == model.WeightsNative) {
+				if got := comp.Weights().Compressed(); got != (format != model.WeightsF32) {
 					t.Errorf("Compressed() = %v with format %s", got, format)
 				}
 				if !slices.Equal(res.Tokens, wantTok) {
@@ -118,6 +124,33 @@ func TestGGUFSmolLM2MatchesReference(t *testing.T) {
 	if !slices.Equal(f32.Tokens, native.Tokens) {
 		t.Errorf("f32-dequantized weights give other greedy tokens:\n   f32 %v\nnative %v", f32.Tokens, native.Tokens)
 	}
+
+	// Rounded zero points (GenAI's form of the file) against the reference
+	// decoding the same rounded weights: as close as native is to the exact
+	// reference; how far both are from the file's model is logged.
+	wantR, wantRTok := reference(t, path, smolPrompt, steps, "--round-zero-points")
+	rounded, compR := generateGGUF(t, path, model.WeightsRounded, smolPrompt, steps)
+	if !compR.Weights().Compressed() || compR.Weights().TensorBytes() >= comp.Weights().TensorBytes() {
+		t.Errorf("rounded weights: compressed %v, %d bytes in the blob (native %d): want compressed, with smaller zero points",
+			compR.Weights().Compressed(), compR.Weights().TensorBytes(), comp.Weights().TensorBytes())
+	}
+	lastR := len(wantR) - 1
+	for i, row := range wantR {
+		if gap := top2Gap(row); gap < 0.1 {
+			lastR = i
+			break
+		}
+	}
+	for i := 0; i <= lastR; i++ {
+		if i < lastR && rounded.Tokens[i] != wantRTok[i] {
+			t.Fatalf("rounded, row %d: greedy token %d, rounded reference %d", i, rounded.Tokens[i], wantRTok[i])
+		}
+		if c := runtime.Cosine(rounded.Logits[i], wantR[i]); c < 0.999 {
+			t.Errorf("rounded, row %d: cosine %.6f < 0.999 against the rounded reference", i, c)
+		}
+	}
+	t.Logf("rounded weights: %d bytes in the blob; rows 0..%d against the rounded reference: %s; row 0 against the file's model: cosine %.4f",
+		compR.Weights().TensorBytes(), lastR, rowErrors(rounded.Logits[:lastR+1], wantR[:lastR+1]), runtime.Cosine(wantR[0], want[0]))
 }
 
 func top2Gap(row []float32) float64 {

@@ -46,7 +46,7 @@ func openOVWith(t *testing.T, preset string, dtype model.DType, attention model.
 
 // reference runs model/testdata/reference.py (numpy, float64, sharing no
 // code with the graph emitter) and returns its logits rows and greedy tokens.
-func reference(t *testing.T, dir string, prompt []int64, steps int) ([][]float32, []int64) {
+func reference(t *testing.T, dir string, prompt []int64, steps int, flags ...string) ([][]float32, []int64) {
 	t.Helper()
 	root := testenv.RepoRoot(t)
 	tmp := t.TempDir()
@@ -55,8 +55,9 @@ func reference(t *testing.T, dir string, prompt []int64, steps int) ([][]float32
 		ids[i] = fmt.Sprint(p)
 	}
 	out, toks := filepath.Join(tmp, "ref.npy"), filepath.Join(tmp, "ref.json")
-	testenv.Run(t, testenv.Python(t), filepath.Join(root, "model", "testdata", "reference.py"),
-		"--model", dir, "--ids", strings.Join(ids, ","), "--steps", fmt.Sprint(steps), "--out", out, "--tokens-out", toks)
+	args := append([]string{filepath.Join(root, "model", "testdata", "reference.py"),
+		"--model", dir, "--ids", strings.Join(ids, ","), "--steps", fmt.Sprint(steps), "--out", out, "--tokens-out", toks}, flags...)
+	testenv.Run(t, testenv.Python(t), args...)
 	rows, err := npy.ReadFile(out)
 	if err != nil {
 		t.Fatal(err)
