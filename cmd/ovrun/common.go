@@ -22,7 +22,7 @@ var (
 	weightsFlag = &cli.StringFlag{Name: "weights", Value: "native", Usage: "`FORMAT` of the weights in the compiled graphs: native keeps quantized and 16-bit weights compressed and exact (decompressed inside the matrix multiplications), rounded is native with the float minimum of Q4_1/Q4_K blocks rounded to an integer zero point (OpenVINO GenAI's form of a GGUF file: faster on CPU, each weight off by up to half a quantization step), f32 expands every weight to f32 constants",
 		Action: func(_ *cli.Context, v string) error { _, err := model.ParseWeightFormat(v); return err }}
 	deviceFlag    = cliutil.DeviceFlag()
-	attentionFlag = &cli.StringFlag{Name: "attention", Value: string(model.AttentionAuto), Usage: "`FORM` of attention over the KV cache: bounded reads only the live prefix (position rounded up to 64 slots, a dynamic shape inside the graph), static reads every slot of the capacity (fully static graph, as NPU needs), auto is bounded on CPU and GPU and static elsewhere",
+	attentionFlag = &cli.StringFlag{Name: "attention", Value: string(model.AttentionAuto), Usage: "`FORM` of attention over the KV cache: bounded reads only the live prefix (position rounded up to 64 slots, a dynamic shape inside the graph), static reads every slot of the capacity (fully static graph, as NPU needs), auto is static on the CPU while the whole past cache takes at most 24 MiB and bounded above, bounded on GPU, static on NPU",
 		Action: func(_ *cli.Context, v string) error {
 			if _, err := model.ParseAttention(v); err != nil {
 				return fmt.Errorf("--attention: %w", err)

@@ -37,7 +37,7 @@ type Config struct {
 	// Precision is passed as --precision when set ("" = the device default).
 	Precision string `json:"precision,omitempty"`
 	// Attention is passed as --attention when set ("" = auto, the
-	// device's form: bounded on CPU and GPU, static on NPU).
+	// device's form per capacity: see ovexec.ResolveAttention).
 	Attention string `json:"attention,omitempty"`
 	// VerifyBoundaries passes --verify to every run (boundary logits are
 	// compared with a control; the comparison is excluded from the timings).

@@ -1,0 +1,112 @@
+#!/usr/bin/env python3
+"""Decode-step time of several graphs, interleaved in one process.
+
+Each argument is an ovrun decode graph that `ovrun export-ir` wrote, or
+genai:XML, the stateful model OpenVINO GenAI builds from a GGUF file
+(LLMPipeline(path, "CPU", enable_save_ov_model=True) saves it beside the
+file as openvino_model.xml). Every graph is compiled on the CPU, then the
+graphs take turns, three decode steps each, --rounds times, so a busy or
+throttled machine slows all of them alike. Each step starts with --live
+tokens in the cache (GenAI's cache is refilled by a prefill every three
+steps, outside the timing). Prints min, first quartile and median ms:
+
+  bin/ovrun export-ir --model M --capacity 1024 --prefill-chunk 0 --attention static --kv-precision bf16 --out /tmp/s
+  bin/ovrun export-ir --model M --capacity 1024 --prefill-chunk 0 --attention bounded --kv-precision bf16 --out /tmp/b
+  .venv/bin/python scripts/step_time.py --live 500 /tmp/s/decode-c1024.xml /tmp/b/decode-c1024.xml genai:DIR/openvino_model.xml
+
+--precision f32 compiles at f32 (then export with --kv-precision f32).
+"""
+import argparse
+import time
+
+import numpy as np
+import openvino as ov
+
+
+def ovrun_step(core, path, live, props):
+    """A timed decode step of an ovrun graph: position live, zero cache."""
+    cm = core.compile_model(core.read_model(path), "CPU", props)
+    req, keep = cm.create_infer_request(), []
+    for p in cm.inputs:
+        shape, name = list(p.get_partial_shape().to_shape()), p.get_any_name()
+        if name == "input_ids":
+            t = ov.Tensor(np.full(shape, 5, np.int64))
+        elif name == "position_ids":
+            t = ov.Tensor(np.full(shape, live, np.int64))
+        elif name == "logits_index":
+            t = ov.Tensor(np.zeros(shape, np.int64))
+        elif p.get_element_type() == ov.Type.bf16:
+            a = np.zeros(shape, np.uint16)
+            keep.append(a)
+            t = ov.Tensor(a, shape, ov.Type.bf16)
+        else:
+            t = ov.Tensor(np.zeros(shape, p.get_element_type().to_dtype()))
+        keep.append(t)  # the tensors share the arrays' memory
+        req.set_tensor(name, t)
+
+    def step():
+        t0 = time.perf_counter()
+        req.infer()
+        return time.perf_counter() - t0
+    step.keep = keep
+    return step
+
+
+def genai_step(core, path, live, props):
+    """A timed decode step of GenAI's stateful model at positions live..live+2."""
+    cm = core.compile_model(core.read_model(path), "CPU", props)
+    req = cm.create_infer_request()
+    names = {i.get_any_name() for i in cm.inputs}
+    n = [0]
+
+    def feed(ids, first):
+        total = first + len(ids)
+        d = {"input_ids": np.array([ids], np.int64), "attention_mask": np.ones((1, total), np.int64),
+             "position_ids": np.arange(first, total, dtype=np.int64)[None], "beam_idx": np.zeros(1, np.int32)}
+        return {k: v for k, v in d.items() if k in names}
+
+    def step():
+        if n[0] % 3 == 0:
+            req.reset_state()
+            req.infer(feed(list(range(1, live + 1)), 0))
+        pos = live + n[0] % 3
+        n[0] += 1
+        f = feed([5], pos)
+        t0 = time.perf_counter()
+        req.infer(f)
+        return time.perf_counter() - t0
+    return step
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("graphs", nargs="+", help="decode graph XML, or genai:XML")
+    ap.add_argument("--live", type=int, default=144, help="tokens already in the cache")
+    ap.add_argument("--rounds", type=int, default=60)
+    ap.add_argument("--precision", default="", help="INFERENCE_PRECISION_HINT (default: the device's)")
+    a = ap.parse_args()
+    props = {}
+    if a.precision:
+        props = {"INFERENCE_PRECISION_HINT": a.precision}
+        if a.precision == "f32":
+            props["DYNAMIC_QUANTIZATION_GROUP_SIZE"] = "0"
+    core = ov.Core()
+    runs = []
+    for g in a.graphs:
+        if g.startswith("genai:"):
+            step = genai_step(core, g[len("genai:"):], a.live, props)
+        else:
+            step = ovrun_step(core, g, a.live, props)
+        step()  # warm-up
+        runs.append((g, step, []))
+    for _ in range(a.rounds):
+        for _, step, times in runs:
+            times.extend(step() for _ in range(3))
+    width = max(len(g) for g in a.graphs)
+    for g, _, times in runs:
+        t = np.sort(times) * 1e3
+        print(f"{g:{width}s}  min {t[0]:6.2f}  p25 {t[len(t) // 4]:6.2f}  median {np.median(t):6.2f} ms")
+
+
+if __name__ == "__main__":
+    main()
