@@ -13,6 +13,11 @@ Usage (with the repository's .venv, which has numpy and gguf):
 DIR holds config.json and model.safetensors (ovrun synth --out DIR writes
 them); llama and qwen2 model types are supported.
 
+GenAI 2026.3 builds F16, Q8_0, Q4_0, Q4_1, Q4_K and Q6_K matrices only: an
+F32 or BF16 matrix fails in its building_blocks.cpp make_weights_subgraph
+with "Unsupported quantization type" (tried). So for GenAI use --dtype f16,
+and let ovrun run the same file.
+
 What is exact:
   * tensor values: by default (--dtype keep) every matrix keeps the
     checkpoint's own type (F32, F16 or BF16) and its bytes; 1-D tensors
