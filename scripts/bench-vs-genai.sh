@@ -7,12 +7,17 @@
 # GenAI (openvino-genai and openvino-tokenizers at the release of the pinned
 # openvino) is installed with pip into its own virtual environment,
 # .cache/genai-venv, the first time; nothing is downloaded while measuring.
-# Only GGUF files: GenAI reads them directly (F16, Q8_0, Q4_0, Q4_1, Q4_K,
-# Q6_K); a safetensors checkpoint would need an OpenVINO IR stateful model.
+# GenAI reads GGUF files directly, with F16, Q8_0, Q4_0, Q4_1, Q4_K or Q6_K
+# matrices (F32 and BF16 ones fail: "Unsupported quantization type"); a
+# safetensors checkpoint would need an OpenVINO IR stateful model. So the
+# synthetic checkpoints (--models small,qwen) are written once as F16 GGUF
+# files by scripts/synth_to_gguf.py, and both tools run that same file.
 #
 # Usage: scripts/bench-vs-genai.sh [bench_vs_genai.py flags]
 #   default: the SmolLM2 GGUF, precisions default,f32, prompts 16,512,
 #   capacities 256,1024,4096 (where prompt + 128 new tokens fit), 3 pairs.
+#   --models smollm2,small,qwen adds ovrun synth's small preset (F32 -> F16
+#   GGUF, precision f32) and qwen2.5-0.5b (BF16 -> F16 GGUF, precision bf16).
 # Prints a Markdown table; raw JSON goes to .cache/bench/vs-genai/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -27,4 +32,4 @@ if [ ! -e "$stamp" ]; then
 fi
 [ -x bin/ovrun ] || make build
 exec "$venv/bin/python" scripts/bench_vs_genai.py --genai-python "$venv/bin/python" \
-  --model .venv/SmolLM2-135M-Instruct.Q4_1.gguf "$@"
+  --smollm2 .venv/SmolLM2-135M-Instruct.Q4_1.gguf "$@"

@@ -23,6 +23,24 @@ tokens, and prints one Markdown table of medians and ratios (ovrun / GenAI):
                    otherwise); GenAI's GGUF conversion is not exact, so its
                    count is reported, not required
 
+--models names what is measured, one table row group after another:
+  smollm2        the SmolLM2 GGUF (--smollm2), precisions default,f32
+  small          ovrun synth --preset small --seed 1 (F32), precision f32
+  qwen           ovrun synth --preset qwen2.5-0.5b --seed 1 (BF16), precision bf16
+  a .gguf file   as it is, precisions default,f32
+  a folder       a checkpoint folder (config.json, model.safetensors)
+A synthetic preset is synthesized into .cache/models/ once. GenAI's GGUF
+reader builds F16 and quantized matrices only (F32 and BF16 ones fail with
+"Unsupported quantization type"), so a folder is converted once by
+scripts/synth_to_gguf.py --dtype f16 into DIR.f16.gguf and both tools run
+that same F16 file; prompts are seeded random token ids (synthetic
+checkpoints have no real tokenizer). At f32 the "equal" cell also gives
+ovrun on a safetensors folder against ovrun on the GGUF: for an F32 preset
+the F16 folder of the same seed (ovrun synth --dtype f16, exactly the
+GGUF's values), for an F16 or BF16 folder the folder itself (BF16 -> F16
+changes the few values below 2^-17; synth_to_gguf.py prints how many).
+--precisions, when given, applies to every model.
+
 Raw JSON of every run goes to --out. Used by scripts/bench-vs-genai.sh.
 """
 import argparse
@@ -62,7 +80,60 @@ def run(cmd, log):
     return wall, ru.ru_maxrss * 1024
 
 
-def prompt_ids(ovrun, model, n):
+PRESETS = {"small": "small", "qwen": "qwen2.5-0.5b"}
+DEFAULT_PRECISIONS = {"small": "f32", "qwen": "bf16"}
+
+
+def prepare(a, spec):
+    """(GGUF file, its source folder or None, safetensors folder to check
+    ovrun's GGUF reading against or None, default precisions) of one
+    --models entry."""
+    if spec == "smollm2":
+        return a.smollm2, None, None, "default,f32"
+    prec = DEFAULT_PRECISIONS.get(spec, "default,f32")
+    if spec in PRESETS:
+        folder = f".cache/models/{PRESETS[spec]}-seed1"
+        synth(a.ovrun, PRESETS[spec], folder, None)
+    elif os.path.isdir(spec):
+        folder = spec.rstrip("/")
+    else:
+        return spec, None, None, prec
+    gguf_file = folder + ".f16.gguf"
+    if not os.path.exists(gguf_file):
+        out = subprocess.run([a.reference_python, os.path.join(HERE, "synth_to_gguf.py"), "--dtype", "f16",
+                              folder, gguf_file], check=True, capture_output=True, text=True).stdout
+        print(out.strip(), file=sys.stderr, flush=True)
+    check = folder
+    if json.load(open(os.path.join(folder, "config.json"))).get("torch_dtype") == "float32":
+        check = folder + "-f16"
+        if spec in PRESETS:
+            synth(a.ovrun, PRESETS[spec], check, "f16")
+        elif not os.path.isdir(check):
+            check = None
+    return gguf_file, folder, check, prec
+
+
+def synth(ovrun, preset, folder, dtype):
+    if os.path.exists(os.path.join(folder, "config.json")):
+        return
+    cmd = [ovrun, "synth", "--preset", preset, "--seed", "1", "--out", folder]
+    subprocess.run(cmd + (["--dtype", dtype] if dtype else []), check=True, capture_output=True)
+
+
+def prompt_ids(ovrun, model, n, folder=None):
+    """n prompt ids: the model's own tokens of TEXT, or for a checkpoint
+    folder (no real tokenizer) seeded random ids, the eos id left out."""
+    if folder:
+        import random
+        cfg = json.load(open(os.path.join(folder, "config.json")))
+        eos = cfg.get("eos_token_id")
+        eos = cfg["vocab_size"] - 1 if eos is None else (eos[0] if isinstance(eos, list) else eos)
+        r, ids = random.Random(1), []
+        while len(ids) < n:
+            t = r.randrange(cfg["vocab_size"])
+            if t != eos:
+                ids.append(t)
+        return ids
     out = subprocess.run([ovrun, "tokenize", "--model", model, TEXT * 40],
                          check=True, capture_output=True, text=True).stdout
     ids = [int(t) for t in out.strip().split(",")]
@@ -80,9 +151,9 @@ def agree(a, b):
     return k
 
 
-def reference(py, model, ids, n, out):
+def reference(py, model, ids, n, out, tag):
     """The first n greedy tokens of the float64 reference forward pass."""
-    toks = f"{out}/reference-p{len(ids)}.json"
+    toks = f"{out}/reference-{tag}-p{len(ids)}.json"
     subprocess.run([py, os.path.join(HERE, "..", "model", "testdata", "reference.py"), "--model", model,
                     "--ids", ",".join(map(str, ids)), "--steps", str(n - 1), "--tokens-out", toks,
                     "--out", toks[:-len(".json")] + ".npy"],
@@ -92,10 +163,13 @@ def reference(py, model, ids, n, out):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--model", required=True)
+    ap.add_argument("--models", default="smollm2",
+                    help="comma-separated: smollm2, small, qwen, a .gguf file or a checkpoint folder")
+    ap.add_argument("--model", help="one .gguf file or checkpoint folder (the same as --models MODEL)")
+    ap.add_argument("--smollm2", default=".venv/SmolLM2-135M-Instruct.Q4_1.gguf", help="the SmolLM2 GGUF file")
     ap.add_argument("--ovrun", default="bin/ovrun")
     ap.add_argument("--genai-python", required=True, help="python of the GenAI virtual environment")
-    ap.add_argument("--precisions", default="default,f32")
+    ap.add_argument("--precisions", help="default, f32, bf16 (default: each model's own, see above)")
     ap.add_argument("--prompts", default="16,512", help="prompt lengths in tokens")
     ap.add_argument("--capacities", default="256,1024,4096", help="ovrun capacities (those that fit)")
     ap.add_argument("--new-tokens", type=int, default=128)
@@ -108,37 +182,58 @@ def main():
     os.makedirs(a.out, exist_ok=True)
 
     prompts = [int(x) for x in a.prompts.split(",")]
-    ids_all = prompt_ids(a.ovrun, a.model, max(prompts))
     rows, failures = [], []
     t_start = time.perf_counter()
+    for spec in (a.model or a.models).split(","):
+        model, folder, check, precs = prepare(a, spec)
+        measure(a, model, folder, check, (a.precisions or precs).split(","), prompts, rows, failures, t_start)
+
+    print(f"| model | precision | prompt + new | ovrun capacity | decode tok/s ovrun / GenAI | ratio "
+          f"| TTFT ms ovrun / GenAI | ratio | load+compile s ovrun / GenAI | ratio "
+          f"| peak RSS MiB ovrun / GenAI | ratio | leading tokens equal ovrun = GenAI; at f32 vs reference ovrun / GenAI |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        cells = [r["model"], r["prec"], f"{r['P']} + {a.new_tokens}", str(r["C"])]
+        for key, fmt in (("dec", "{:.1f}"), ("ttft", "{:.0f}"), ("load", "{:.2f}"), ("rss", "{:.0f}")):
+            x, y = r[key]
+            cells += [f"{fmt.format(x)} / {fmt.format(y)}", f"{x / y:.2f}" if y else "-"]
+        cells.append(r["agree"])
+        print("| " + " | ".join(cells) + " |")
+    print(f"\n{a.pairs} interleaved pairs per row, medians; {time.perf_counter() - t_start:.0f} s in all; "
+          f"raw JSON in {a.out}", file=sys.stderr)
+    if failures:
+        sys.exit("f32 check failed: " + "; ".join(failures))
+
+
+def measure(a, model, folder, check, precisions, prompts, rows, failures, t_start):
+    """Runs every case of one model, appending a row per case."""
+    tag = os.path.basename(model)[:-len(".gguf")] if model.endswith(".gguf") else os.path.basename(model)
+    ids_all = prompt_ids(a.ovrun, model, max(prompts), folder)
     ref = {}
-    if a.reference_tokens > 0 and "f32" in a.precisions.split(","):
+    if a.reference_tokens > 0 and "f32" in precisions:
         for P in prompts:
-            ref[P] = reference(a.reference_python, a.model, ids_all[:P], min(a.reference_tokens, a.new_tokens), a.out)
-        print(f"reference tokens ready ({time.perf_counter() - t_start:.0f} s)", file=sys.stderr, flush=True)
-    for prec in a.precisions.split(","):
+            ref[P] = reference(a.reference_python, model, ids_all[:P], min(a.reference_tokens, a.new_tokens),
+                               a.out, tag)
+        print(f"{tag}: reference tokens ready ({time.perf_counter() - t_start:.0f} s)", file=sys.stderr, flush=True)
+    for prec in precisions:
         for P in prompts:
             ids = ",".join(str(t) for t in ids_all[:P])
             for C in [int(x) for x in a.capacities.split(",")]:
                 if P + a.new_tokens - 1 > C:
                     continue
-                name = f"{prec}-p{P}-c{C}"
+                name = f"{tag}-{prec}-p{P}-c{C}"
                 g, o = [], []
                 for i in range(a.pairs):
                     jg = f"{a.out}/{name}-genai-{i}.json"
                     wall, rss = run([a.genai_python, os.path.join(HERE, "genai_generate.py"),
-                                     "--model", a.model, "--prompt-ids", ids,
+                                     "--model", model, "--prompt-ids", ids,
                                      "--max-new-tokens", str(a.new_tokens),
                                      "--precision", prec, "--json", jg], jg + ".log")
                     d = json.load(open(jg))
                     d.update(wall_s=wall, rusage_peak_rss_bytes=rss, load_compile_s=d["load_s"])
                     g.append(d)
                     jo = f"{a.out}/{name}-ovrun-{i}.json"
-                    cmd = [a.ovrun, "generate", "--model", a.model, "--capacity", str(C),
-                           "--prompt-ids", ids, "--max-new-tokens", str(a.new_tokens), "--json", jo]
-                    if prec != "default":
-                        cmd += ["--precision", prec]
-                    wall, rss = run(cmd + a.ovrun_arg, jo + ".log")
+                    wall, rss = run(ovrun_cmd(a, model, C, ids, prec, jo), jo + ".log")
                     d = json.load(open(jo))
                     d.update(wall_s=wall, rusage_peak_rss_bytes=rss,
                              load_compile_s=wall - d["prefill_s"] - d["decode_s"])
@@ -153,11 +248,18 @@ def main():
                     eq += f"; vs reference {ko}/{len(ref[P])} / {kg}/{len(ref[P])}"
                     if ko < len(ref[P]):
                         failures.append(f"{name}: ovrun leaves the reference after {ko} tokens")
+                if prec == "f32" and check:
+                    jf = f"{a.out}/{name}-ovrun-folder.json"
+                    run(ovrun_cmd(a, check, C, ids, prec, jf), jf + ".log")
+                    kf = agree(json.load(open(jf))["generated_ids"], o[0]["generated_ids"])
+                    st = json.load(open(os.path.join(check, "config.json"))).get("torch_dtype", "?")
+                    eq += f"; ovrun {st} folder = GGUF {kf}/{a.new_tokens}"
                 for tool, runs in (("ovrun", o), ("GenAI", g)):
                     if any(r["generated_ids"] != runs[0]["generated_ids"] for r in runs):
                         print(f"note: {name}: {tool}'s tokens differ between its runs", file=sys.stderr)
                 med = lambda runs, key: statistics.median(r[key] for r in runs)  # noqa: E731
                 rows.append(dict(
+                    model=os.path.basename(model),
                     prec=prec + (f" ({o[0].get('precision_effective')})" if o[0].get("precision_effective") else ""),
                     P=P, C=C, agree=eq,
                     dec=(med(o, "decode_tokens_per_s"), med(g, "decode_tokens_per_s")),
@@ -166,22 +268,13 @@ def main():
                     rss=(med(o, "rusage_peak_rss_bytes") / 2**20, med(g, "rusage_peak_rss_bytes") / 2**20),
                 ))
 
-    model = os.path.basename(a.model)
-    print(f"| model | precision | prompt + new | ovrun capacity | decode tok/s ovrun / GenAI | ratio "
-          f"| TTFT ms ovrun / GenAI | ratio | load+compile s ovrun / GenAI | ratio "
-          f"| peak RSS MiB ovrun / GenAI | ratio | leading tokens equal ovrun = GenAI; at f32 vs reference ovrun / GenAI |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
-    for r in rows:
-        cells = [model, r["prec"], f"{r['P']} + {a.new_tokens}", str(r["C"])]
-        for key, fmt in (("dec", "{:.1f}"), ("ttft", "{:.0f}"), ("load", "{:.2f}"), ("rss", "{:.0f}")):
-            x, y = r[key]
-            cells += [f"{fmt.format(x)} / {fmt.format(y)}", f"{x / y:.2f}" if y else "-"]
-        cells.append(r["agree"])
-        print("| " + " | ".join(cells) + " |")
-    print(f"\n{a.pairs} interleaved pairs per row, medians; {time.perf_counter() - t_start:.0f} s in all; "
-          f"raw JSON in {a.out}", file=sys.stderr)
-    if failures:
-        sys.exit("f32 check failed: " + "; ".join(failures))
+
+def ovrun_cmd(a, model, C, ids, prec, json_out):
+    cmd = [a.ovrun, "generate", "--model", model, "--capacity", str(C),
+           "--prompt-ids", ids, "--max-new-tokens", str(a.new_tokens), "--json", json_out]
+    if prec != "default":
+        cmd += ["--precision", prec]
+    return cmd + a.ovrun_arg
 
 
 if __name__ == "__main__":

@@ -14,8 +14,10 @@ same thing:
   generated_ids        the tokens
 
 --precision f32 asks for f32 throughout (inference, KV cache, no dynamic
-quantization of activations), as ovrun --precision f32 does; default leaves
-GenAI's own defaults (bf16 and a u8 KV cache on CPUs with AMX).
+quantization of activations), as ovrun --precision f32 does; bf16 asks for
+bf16 inference and a bf16 KV cache, as ovrun --precision bf16 stores its
+cache on the CPU; default leaves GenAI's own defaults (bf16 and a u8 KV
+cache on CPUs with AMX).
 
 Run with the virtual environment scripts/bench-vs-genai.sh makes.
 """
@@ -38,7 +40,7 @@ def main():
     ap.add_argument("--model", required=True, help="GGUF file or OpenVINO IR folder")
     ap.add_argument("--prompt-ids", required=True, help="comma-separated token ids")
     ap.add_argument("--max-new-tokens", type=int, required=True)
-    ap.add_argument("--precision", choices=["default", "f32"], default="default")
+    ap.add_argument("--precision", choices=["default", "f32", "bf16"], default="default")
     ap.add_argument("--device", default="CPU")
     ap.add_argument("--json", required=True, help="output file")
     a = ap.parse_args()
@@ -53,6 +55,8 @@ def main():
     if a.precision == "f32":
         props = {"INFERENCE_PRECISION_HINT": "f32", "KV_CACHE_PRECISION": "f32",
                  "DYNAMIC_QUANTIZATION_GROUP_SIZE": "0"}
+    elif a.precision == "bf16":
+        props = {"INFERENCE_PRECISION_HINT": "bf16", "KV_CACHE_PRECISION": "bf16"}
     t0 = time.perf_counter()
     pipe = genai.LLMPipeline(a.model, a.device, **props)
     load_s = time.perf_counter() - t0
