@@ -63,7 +63,7 @@ func ParseKVPrecision(s string) (string, error) {
 // bounded one reads the live prefix but pays for the dynamic shapes inside
 // the graph (shape inference of every attention node on every call, about
 // 1 ms a step for SmolLM2's 30 layers). Measured on an AMD EPYC with 2
-// cores (docs/design.md, "Attention form"): SmolLM2 decode with a bf16 cache
+// cores (docs/design.md, "Graph forms on the CPU"): SmolLM2 decode with a bf16 cache
 // is faster static up to capacity 1024 (22.5 MiB), with an f32 cache up to
 // 512 (22.5 MiB); bounded wins from 2048 (bf16) and 1024 (f32) on.
 const StaticCacheMax = 24 << 20
