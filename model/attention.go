@@ -11,9 +11,10 @@ const (
 	// shape in the graph is static, as NPU needs.
 	AttentionStatic Attention = "static"
 	// AttentionBounded slices each layer's past K/V to the first
-	// LiveSlots(position) slots inside the graph: the graph's inputs keep
-	// their static shapes, the attention costs O(live tokens) instead of
-	// O(capacity). Needs a device that accepts dynamic shapes inside a
+	// LiveSlots(position) slots inside the graph: the runtime binds all
+	// Capacity slots (the inputs are declared 1..Capacity, which spares
+	// the CPU plugin a buffer of its own per input), the attention costs
+	// O(live tokens) instead of O(capacity). Needs a device that accepts dynamic shapes inside a
 	// graph (CPU, GPU).
 	AttentionBounded Attention = "bounded"
 	// AttentionAuto picks bounded where the device takes dynamic shapes

@@ -107,6 +107,14 @@ func (b *decoderBuilder) build() {
 	li := g.parameter(LogitsIndex, i64, []int64{1})       // [1]
 	past := make([][2]port, cfg.NumHiddenLayers)
 	for i := range past {
+		if b.bounded {
+			// Bound with all C slots, read up to the live prefix: the
+			// dimension is declared 1..C so the plugin keeps no
+			// C-slot buffer of its own per input.
+			past[i][0] = g.parameterUpTo(PastKey(i), b.kv, b.C, []int64{Hkv, D})   // [C, Hkv, D]
+			past[i][1] = g.parameterUpTo(PastValue(i), b.kv, b.C, []int64{Hkv, D}) // [C, Hkv, D]
+			continue
+		}
 		past[i][0] = g.parameter(PastKey(i), b.kv, []int64{b.C, Hkv, D})   // [C, Hkv, D]
 		past[i][1] = g.parameter(PastValue(i), b.kv, []int64{b.C, Hkv, D}) // [C, Hkv, D]
 	}

@@ -106,6 +106,19 @@ func (g *irGraph) parameter(name string, et elem, shape []int64) port {
 	return p
 }
 
+// parameterUpTo declares a named input whose first dimension is dynamic,
+// 1 to upTo (IR interval "1..upTo"), and the rest static. A static input
+// gets a buffer of the CPU plugin's own at compile time, as large as the
+// input, even when every call binds the caller's memory; a dynamic one
+// does not.
+func (g *irGraph) parameterUpTo(name string, et elem, upTo int64, rest []int64) port {
+	shape := append([]int64{-1}, rest...)
+	decl := fmt.Sprintf("1..%d,%s", upTo, dims(rest))
+	p := g.add("Parameter", "opset1", name, []attr{{"shape", decl}, {"element_type", string(et)}}, nil, port{shape: shape, et: et})[0]
+	g.layers[p.layer].names[0] = name
+	return p
+}
+
 // result declares a named graph output.
 func (g *irGraph) result(name string, p port) {
 	g.layers[p.layer].names[p.id-len(g.layers[p.layer].inputs)] = name
