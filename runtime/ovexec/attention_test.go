@@ -141,6 +141,9 @@ func TestAutoAttentionPerCapacity(t *testing.T) {
 	if got, want := comp.DescribeAttention(limit/2, limit, 2*limit), fmt.Sprintf("static %d-%d, bounded %d", limit/2, limit, 2*limit); got != want {
 		t.Errorf("DescribeAttention = %q, want %q", got, want)
 	}
+	if got := comp.DescribeAttention(); got != "auto" {
+		t.Errorf("DescribeAttention() = %q, want auto", got)
+	}
 	if got := comp.DescribeAttention(256, 512); got != "static" {
 		t.Errorf("DescribeAttention(256, 512) = %q, want static", got)
 	}

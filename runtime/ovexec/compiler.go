@@ -36,7 +36,8 @@ type Options struct {
 	// form), model.WeightsF32 dequantizes everything to f32.
 	Weights model.WeightFormat
 	// Attention is the form of attention over the past KV slots: ""
-	// or model.AttentionAuto resolves per device (ResolveAttention).
+	// or model.AttentionAuto resolves per graph, by device and capacity
+	// (ResolveAttention).
 	Attention model.Attention
 	// KVPrecision is the element type the KV cache is stored in: f32,
 	// bf16 or f16; "" or "auto" stores it in the inference precision on
@@ -280,6 +281,9 @@ func (c *Compiler) AttentionFor(capacity int) model.Attention {
 // one form, or each form with its capacities ("static 256-1024, bounded
 // 2048-4096") when auto splits them.
 func (c *Compiler) DescribeAttention(capacities ...int) string {
+	if len(capacities) == 0 {
+		return string(c.opts.Attention)
+	}
 	var parts []string
 	first := 0
 	for i, cp := range capacities {
