@@ -21,6 +21,22 @@ type irNet struct {
 	} `xml:"edges>edge"`
 }
 
+// boundWeights loads a synthetic F32 checkpoint of the preset and binds its
+// weights to a Go buffer, enough to build IR.
+func boundWeights(t *testing.T, preset string) (*Checkpoint, *Weights) {
+	t.Helper()
+	ck, err := Load(synthTo(t, preset, 1, DTypeF32))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ck.Close() })
+	w := NewWeights(ck)
+	if err := w.Bind(make([]byte, w.Size())); err != nil {
+		t.Fatal(err)
+	}
+	return ck, w
+}
+
 // TestDecodeReadsKVInPlace checks the property that decode speed at large
 // capacities rests on: in a decode graph every past K/V input is only
 // reshaped (a view) and read by MatMuls (or has its static shape read), never concatenated or transposed
@@ -36,15 +52,7 @@ func TestDecodeReadsKVInPlace(t *testing.T) {
 		{name: "llama MQA", preset: "tiny-llama"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			ck, err := Load(synthTo(t, tc.preset, 1, DTypeF32))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer ck.Close()
-			w := NewWeights(ck)
-			if err := w.Bind(make([]byte, w.Size())); err != nil {
-				t.Fatal(err)
-			}
+			ck, w := boundWeights(t, tc.preset)
 			layers := ck.Config.NumHiddenLayers
 			for _, spec := range []GraphSpec{
 				{Capacity: 16, Chunk: 1}, {Capacity: 16, Chunk: 4},
@@ -136,15 +144,7 @@ func TestDecodeReadsKVInPlace(t *testing.T) {
 // input (SmolLM2 at capacity 4096, bf16: peak RSS of generate 489 -> 401
 // MiB); the runtime binds all C slots either way.
 func TestPastInputShapes(t *testing.T) {
-	ck, err := Load(synthTo(t, "tiny", 1, DTypeF32))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ck.Close()
-	w := NewWeights(ck)
-	if err := w.Bind(make([]byte, w.Size())); err != nil {
-		t.Fatal(err)
-	}
+	ck, w := boundWeights(t, "tiny")
 	rest := fmt.Sprintf("%d,%d", ck.Config.KVHeads(), ck.Config.HeadDim())
 	for _, spec := range []GraphSpec{
 		{Capacity: 96, Chunk: 1}, {Capacity: 96, Chunk: 8},
