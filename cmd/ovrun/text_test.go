@@ -160,3 +160,41 @@ func TestTokenizerThatDoesNotMatchTheModel(t *testing.T) {
 	_, stderr, code := ovrun(t, nil, "generate", "--model", dir, "--prompt", "hello", "--max-new-tokens", "2")
 	assertOneLineError(t, stderr, code, "tokenizer")
 }
+
+// TestGenerateWeightsRounded runs GenAI's form of the GGUF file through the
+// binary: the summary names the format and its smaller blob, and a format
+// that does not exist is one line naming the choices.
+func TestGenerateWeightsRounded(t *testing.T) {
+	g := testenv.SmolLM2(t)
+	sizes := map[string]int64{}
+	for _, weights := range []string{"native", "rounded"} {
+		js := filepath.Join(t.TempDir(), weights+".json")
+		_, stderr, code := ovrun(t, nil, "generate", "--model", g, "--weights", weights, "--prompt", colorsPrompt,
+			"--max-new-tokens", "4", "--capacity", "128", "--json", js)
+		if code != 0 {
+			t.Fatalf("generate --weights %s: exit %d: %s", weights, code, stderr)
+		}
+		b, err := os.ReadFile(js)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var r struct {
+			Weights     string `json:"weights"`
+			WeightBytes int64  `json:"weight_bytes"`
+			Generated   []int  `json:"generated_ids"`
+		}
+		if err := json.Unmarshal(b, &r); err != nil {
+			t.Fatal(err)
+		}
+		if r.Weights != weights || len(r.Generated) != 4 {
+			t.Errorf("generate --weights %s: summary says weights %q, %d tokens", weights, r.Weights, len(r.Generated))
+		}
+		sizes[weights] = r.WeightBytes
+	}
+	// A u8 zero point per group of 32 instead of an f32 one.
+	if sizes["rounded"] >= sizes["native"] {
+		t.Errorf("rounded blob %d bytes, native %d: want smaller", sizes["rounded"], sizes["native"])
+	}
+	_, stderr, code := ovrun(t, nil, "generate", "--model", g, "--weights", "u4", "--prompt-tokens", "4")
+	assertOneLineError(t, stderr, code, "want native, rounded or f32")
+}
