@@ -229,6 +229,7 @@ func describeRun(c *cli.Context, comp *ovexec.Compiler, sum *runtime.Summary) {
 	sum.PrecisionUsed = comp.EffectivePrecision()
 	sum.Attention = comp.DescribeAttention(sum.Ladder...)
 	sum.KVPrecision = comp.KVPrecision()
+	sum.Weights = string(comp.Weights().Format())
 	sum.Seed = seedFlag.Get(c)
 	sum.OpenVINOVersion, _ = ov.Version()
 	sum.CompileIn = compileIn(comp)

@@ -4,23 +4,27 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/ovtoolkit/ovrun/model"
 	"github.com/ovtoolkit/ovrun/runtime"
 )
 
 // Arm is one arm of a campaign: a run policy and, optionally, a prefill
-// mode and where graphs compile. It is written POLICY, then +prefill=MODE
-// and +compile-in=WHERE in any order (as in
-// --arms grow-one-ahead+prefill=graph,grow-one-ahead+prefill=auto or
-// grow-one-ahead,grow-one-ahead+compile-in=worker), so that a campaign can
-// compare prefill schedules or compile workers under one policy.
+// mode, where graphs compile and the weight format. It is written POLICY,
+// then +prefill=MODE, +compile-in=WHERE and +weights=FORMAT in any order
+// (as in --arms grow-one-ahead+prefill=graph,grow-one-ahead+prefill=auto,
+// grow-one-ahead,grow-one-ahead+compile-in=worker or
+// grow-one-ahead,grow-one-ahead+weights=rounded), so that a campaign can
+// compare prefill schedules, compile workers or weight forms under one
+// policy.
 type Arm struct {
 	Policy    runtime.Policy
 	Prefill   runtime.PrefillMode // "" leaves ovrun run's default
 	CompileIn string              // "" leaves ovrun run's default (process)
+	Weights   model.WeightFormat  // "" leaves ovrun run's default (native)
 }
 
 // armSyntax is how an arm is written, for errors.
-const armSyntax = "POLICY[+prefill=MODE][+compile-in=WHERE]"
+const armSyntax = "POLICY[+prefill=MODE][+compile-in=WHERE][+weights=FORMAT]"
 
 // ParseArm reads an arm's name.
 func ParseArm(s string) (Arm, error) {
@@ -44,6 +48,10 @@ func ParseArm(s string) (Arm, error) {
 			if a.CompileIn, err = runtime.ParseCompileIn(v); err != nil {
 				return Arm{}, fmt.Errorf("arm %q: %w", s, err)
 			}
+		case key == "weights" && a.Weights == "" && v != "":
+			if a.Weights, err = model.ParseWeightFormat(v); err != nil {
+				return Arm{}, fmt.Errorf("arm %q: %w", s, err)
+			}
 		default:
 			return Arm{}, fmt.Errorf("arm %q: want %s", s, armSyntax)
 		}
@@ -60,6 +68,9 @@ func (a Arm) args() []string {
 	if a.CompileIn != "" {
 		args = append(args, "--compile-in", a.CompileIn)
 	}
+	if a.Weights != "" {
+		args = append(args, "--weights", string(a.Weights))
+	}
 	return args
 }
 
@@ -72,6 +83,8 @@ func (a Arm) made(s *runtime.Summary) (bool, string) {
 		return false, fmt.Sprintf("prefill %s, want %s", s.PrefillMode, a.Prefill)
 	case a.CompileIn != "" && s.CompileIn != a.CompileIn:
 		return false, fmt.Sprintf("compile_in %s, want %s", s.CompileIn, a.CompileIn)
+	case a.Weights != "" && s.Weights != string(a.Weights):
+		return false, fmt.Sprintf("weights %s, want %s", s.Weights, a.Weights)
 	}
 	return true, ""
 }

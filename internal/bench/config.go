@@ -92,7 +92,7 @@ func (c *Config) Validate(allowSmall bool) error {
 	if len(c.Arms) < 2 {
 		return fmt.Errorf("--arms %q: want at least two arms, the control first", strings.Join(c.Arms, ","))
 	}
-	prefillArms, workerArms := false, false
+	prefillArms, workerArms, weightArms := false, false, false
 	for i, a := range c.Arms {
 		arm, err := ParseArm(a)
 		if err != nil {
@@ -100,6 +100,7 @@ func (c *Config) Validate(allowSmall bool) error {
 		}
 		prefillArms = prefillArms || arm.Prefill != ""
 		workerArms = workerArms || arm.CompileIn != ""
+		weightArms = weightArms || arm.Weights != ""
 		if slices.Index(c.Arms, a) != i {
 			return fmt.Errorf("--arms: %s appears twice", a)
 		}
@@ -125,7 +126,7 @@ func (c *Config) Validate(allowSmall bool) error {
 		if !strings.HasPrefix(f, "-") {
 			return fmt.Errorf("--run-flag %q: want a flag such as --infer-threads=1", f)
 		}
-		if slices.Contains(reservedRunFlags, name) || (prefillArms && name == "prefill") || (workerArms && name == "compile-in") {
+		if slices.Contains(reservedRunFlags, name) || (prefillArms && name == "prefill") || (workerArms && name == "compile-in") || (weightArms && name == "weights") {
 			return fmt.Errorf("--run-flag %q: the bench sets --%s itself", f, name)
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/ovtoolkit/ovrun/internal/stats"
+	"github.com/ovtoolkit/ovrun/model"
 	"github.com/ovtoolkit/ovrun/runtime"
 )
 
@@ -197,7 +198,10 @@ func TestArms(t *testing.T) {
 		{in: "grow-one-ahead", want: Arm{Policy: runtime.GrowOneAhead}},
 		{in: "grow-eager+prefill=auto", want: Arm{Policy: runtime.GrowEager, Prefill: runtime.PrefillAuto}},
 		{in: "grow-eager+prefill=eager", wantErr: "prefill mode"},
-		{in: "grow-eager+chunk=4", wantErr: "POLICY[+prefill=MODE][+compile-in=WHERE]"},
+		{in: "grow-eager+chunk=4", wantErr: "POLICY[+prefill=MODE][+compile-in=WHERE][+weights=FORMAT]"},
+		{in: "grow-one-ahead+weights=rounded", want: Arm{Policy: runtime.GrowOneAhead, Weights: model.WeightsRounded}},
+		{in: "grow-one-ahead+weights=u4", wantErr: "want native, rounded or f32"},
+		{in: "grow-one-ahead+weights=", wantErr: "POLICY[+prefill=MODE]"},
 		{in: "grow-one-ahead+compile-in=worker", want: Arm{Policy: runtime.GrowOneAhead, CompileIn: runtime.CompileInWorker}},
 		{in: "grow-one-ahead+compile-in=worker+prefill=decode", want: Arm{Policy: runtime.GrowOneAhead, Prefill: runtime.PrefillDecode, CompileIn: runtime.CompileInWorker}},
 		{in: "grow-one-ahead+compile-in=thread", wantErr: "want process or worker"},
@@ -214,6 +218,11 @@ func TestArms(t *testing.T) {
 		if err != nil || got != tc.want {
 			t.Errorf("ParseArm(%q) = %+v, %v; want %+v", tc.in, got, err, tc.want)
 		}
+	}
+	weights := Config{Model: "/m", Ladder: []int{64}, Arms: []string{"grow-one-ahead", "grow-one-ahead+weights=rounded"},
+		Pairs: 6, PromptTokens: 4, DecodeTokens: 4, RunFlags: []string{"--weights=f32"}}
+	if err := weights.Validate(false); err == nil || !strings.Contains(err.Error(), "sets --weights itself") {
+		t.Errorf("Validate with --run-flag=--weights and weight arms: %v", err)
 	}
 	cfg := Config{Model: "/m", Ladder: []int{64}, Arms: []string{"grow-one-ahead+prefill=graph", "grow-one-ahead+prefill=auto"},
 		Pairs: 6, PromptTokens: 4, DecodeTokens: 4, RunFlags: []string{"--prefill=decode"}}
