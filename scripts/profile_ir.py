@@ -42,7 +42,8 @@ def main():
     req = cm.create_infer_request()
     feeds = {}
     for p in cm.inputs:
-        shape = list(p.get_partial_shape().to_shape())
+        # a bounded graph's past inputs are declared 1..C: bind all C slots
+        shape = [d.get_max_length() for d in p.get_partial_shape()]
         name = p.get_any_name()
         if name == "input_ids":
             feeds[name] = rng.integers(0, 1000, shape).astype(np.int64)
