@@ -9,22 +9,24 @@ import (
 )
 
 // Arm is one arm of a campaign: a run policy and, optionally, a prefill
-// mode, where graphs compile and the weight format. It is written POLICY,
-// then +prefill=MODE, +compile-in=WHERE and +weights=FORMAT in any order
-// (as in --arms grow-one-ahead+prefill=graph,grow-one-ahead+prefill=auto,
+// mode, where graphs compile, the weight format and the attention form. It
+// is written POLICY, then +prefill=MODE, +compile-in=WHERE,
+// +weights=FORMAT and +attention=FORM in any order (as in
+// --arms grow-one-ahead+prefill=graph,grow-one-ahead+prefill=auto,
 // grow-one-ahead,grow-one-ahead+compile-in=worker or
-// grow-one-ahead,grow-one-ahead+weights=rounded), so that a campaign can
-// compare prefill schedules, compile workers or weight forms under one
-// policy.
+// grow-one-ahead+attention=bounded,grow-one-ahead), so that a campaign can
+// compare prefill schedules, compile workers, weight or attention forms
+// under one policy.
 type Arm struct {
 	Policy    runtime.Policy
 	Prefill   runtime.PrefillMode // "" leaves ovrun run's default
 	CompileIn string              // "" leaves ovrun run's default (process)
 	Weights   model.WeightFormat  // "" leaves ovrun run's default (native)
+	Attention model.Attention     // "" leaves ovrun run's default (auto)
 }
 
 // armSyntax is how an arm is written, for errors.
-const armSyntax = "POLICY[+prefill=MODE][+compile-in=WHERE][+weights=FORMAT]"
+const armSyntax = "POLICY[+prefill=MODE][+compile-in=WHERE][+weights=FORMAT][+attention=FORM]"
 
 // ParseArm reads an arm's name.
 func ParseArm(s string) (Arm, error) {
@@ -46,6 +48,10 @@ func ParseArm(s string) (Arm, error) {
 			}
 		case key == "compile-in" && a.CompileIn == "":
 			if a.CompileIn, err = runtime.ParseCompileIn(v); err != nil {
+				return Arm{}, fmt.Errorf("arm %q: %w", s, err)
+			}
+		case key == "attention" && a.Attention == "" && v != "":
+			if a.Attention, err = model.ParseAttention(v); err != nil {
 				return Arm{}, fmt.Errorf("arm %q: %w", s, err)
 			}
 		case key == "weights" && a.Weights == "" && v != "":
@@ -71,6 +77,9 @@ func (a Arm) args() []string {
 	if a.Weights != "" {
 		args = append(args, "--weights", string(a.Weights))
 	}
+	if a.Attention != "" {
+		args = append(args, "--attention", string(a.Attention))
+	}
 	return args
 }
 
@@ -85,6 +94,8 @@ func (a Arm) made(s *runtime.Summary) (bool, string) {
 		return false, fmt.Sprintf("compile_in %s, want %s", s.CompileIn, a.CompileIn)
 	case a.Weights != "" && s.Weights != string(a.Weights):
 		return false, fmt.Sprintf("weights %s, want %s", s.Weights, a.Weights)
+	case a.Attention != "" && a.Attention != model.AttentionAuto && s.Attention != string(a.Attention):
+		return false, fmt.Sprintf("attention %s, want %s", s.Attention, a.Attention)
 	}
 	return true, ""
 }

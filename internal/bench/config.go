@@ -92,7 +92,7 @@ func (c *Config) Validate(allowSmall bool) error {
 	if len(c.Arms) < 2 {
 		return fmt.Errorf("--arms %q: want at least two arms, the control first", strings.Join(c.Arms, ","))
 	}
-	prefillArms, workerArms, weightArms := false, false, false
+	prefillArms, workerArms, weightArms, attentionArms := false, false, false, false
 	for i, a := range c.Arms {
 		arm, err := ParseArm(a)
 		if err != nil {
@@ -101,6 +101,10 @@ func (c *Config) Validate(allowSmall bool) error {
 		prefillArms = prefillArms || arm.Prefill != ""
 		workerArms = workerArms || arm.CompileIn != ""
 		weightArms = weightArms || arm.Weights != ""
+		attentionArms = attentionArms || arm.Attention != ""
+		if attentionArms && c.Attention != "" {
+			return fmt.Errorf("--attention %s with +attention= arms: the arms set it", c.Attention)
+		}
 		if slices.Index(c.Arms, a) != i {
 			return fmt.Errorf("--arms: %s appears twice", a)
 		}
@@ -126,7 +130,7 @@ func (c *Config) Validate(allowSmall bool) error {
 		if !strings.HasPrefix(f, "-") {
 			return fmt.Errorf("--run-flag %q: want a flag such as --infer-threads=1", f)
 		}
-		if slices.Contains(reservedRunFlags, name) || (prefillArms && name == "prefill") || (workerArms && name == "compile-in") || (weightArms && name == "weights") {
+		if slices.Contains(reservedRunFlags, name) || (prefillArms && name == "prefill") || (workerArms && name == "compile-in") || (weightArms && name == "weights") || (attentionArms && name == "attention") {
 			return fmt.Errorf("--run-flag %q: the bench sets --%s itself", f, name)
 		}
 	}

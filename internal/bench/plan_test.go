@@ -198,7 +198,9 @@ func TestArms(t *testing.T) {
 		{in: "grow-one-ahead", want: Arm{Policy: runtime.GrowOneAhead}},
 		{in: "grow-eager+prefill=auto", want: Arm{Policy: runtime.GrowEager, Prefill: runtime.PrefillAuto}},
 		{in: "grow-eager+prefill=eager", wantErr: "prefill mode"},
-		{in: "grow-eager+chunk=4", wantErr: "POLICY[+prefill=MODE][+compile-in=WHERE][+weights=FORMAT]"},
+		{in: "grow-eager+chunk=4", wantErr: "POLICY[+prefill=MODE][+compile-in=WHERE][+weights=FORMAT][+attention=FORM]"},
+		{in: "grow-one-ahead+attention=bounded+weights=rounded", want: Arm{Policy: runtime.GrowOneAhead, Attention: model.AttentionBounded, Weights: model.WeightsRounded}},
+		{in: "grow-one-ahead+attention=dense", wantErr: "want auto, bounded or static"},
 		{in: "grow-one-ahead+weights=rounded", want: Arm{Policy: runtime.GrowOneAhead, Weights: model.WeightsRounded}},
 		{in: "grow-one-ahead+weights=u4", wantErr: "want native, rounded or f32"},
 		{in: "grow-one-ahead+weights=", wantErr: "POLICY[+prefill=MODE]"},
@@ -218,6 +220,11 @@ func TestArms(t *testing.T) {
 		if err != nil || got != tc.want {
 			t.Errorf("ParseArm(%q) = %+v, %v; want %+v", tc.in, got, err, tc.want)
 		}
+	}
+	att := Config{Model: "/m", Ladder: []int{64}, Arms: []string{"grow-one-ahead", "grow-one-ahead+attention=bounded"},
+		Pairs: 6, PromptTokens: 4, DecodeTokens: 4, Attention: "static"}
+	if err := att.Validate(false); err == nil || !strings.Contains(err.Error(), "the arms set it") {
+		t.Errorf("Validate with --attention and attention arms: %v", err)
 	}
 	weights := Config{Model: "/m", Ladder: []int{64}, Arms: []string{"grow-one-ahead", "grow-one-ahead+weights=rounded"},
 		Pairs: 6, PromptTokens: 4, DecodeTokens: 4, RunFlags: []string{"--weights=f32"}}
