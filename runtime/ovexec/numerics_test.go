@@ -73,6 +73,23 @@ func reference(t *testing.T, dir string, prompt []int64, steps int, flags ...str
 	return rows, r.Argmax
 }
 
+// matchReference checks a synthetic model's generation against the float64
+// reference: identical greedy tokens, at least 3 distinct ones (else the
+// model is degenerate and the check weak), and every logits row within
+// checkRow's bounds.
+func matchReference(t *testing.T, res *runtime.GenerateResult, want [][]float32, wantTok []int64) {
+	t.Helper()
+	if !slices.Equal(res.Tokens, wantTok) {
+		t.Fatalf("greedy tokens differ:\n got %v\nwant %v", res.Tokens, wantTok)
+	}
+	if distinct := len(slices.Compact(slices.Sorted(slices.Values(res.Tokens)))); distinct < 3 {
+		t.Errorf("only %d distinct tokens in %v: the synthetic model is degenerate and the test weak", distinct, res.Tokens)
+	}
+	for i := range want {
+		checkRow(t, i, res.Logits[i], want[i])
+	}
+}
+
 // TestLogitsMatchReference compares OpenVINO f32 logits for the prompt and
 // 16 decode steps with the float64 reference: cosine >= 0.9999 and max abs
 // error <= 2e-3 * max(1, max|logit|) on every row, identical greedy tokens.
@@ -102,15 +119,7 @@ func TestLogitsMatchReference(t *testing.T) {
 				if len(res.Logits) != steps+1 || len(want) != steps+1 {
 					t.Fatalf("rows: got %d, reference %d, want %d", len(res.Logits), len(want), steps+1)
 				}
-				if !slices.Equal(res.Tokens, wantTok) {
-					t.Fatalf("greedy tokens differ:\n got %v\nwant %v", res.Tokens, wantTok)
-				}
-				if distinct := len(slices.Compact(slices.Sorted(slices.Values(res.Tokens)))); distinct < 3 {
-					t.Errorf("only %d distinct tokens in %v: the synthetic model is degenerate and the test weak", distinct, res.Tokens)
-				}
-				for i := range want {
-					checkRow(t, i, res.Logits[i], want[i])
-				}
+				matchReference(t, res, want, wantTok)
 			})
 		}
 	}

@@ -36,6 +36,18 @@ func testWorker(t *testing.T) *WorkerOptions {
 }
 
 // openWorkerOV is openOV's checkpoint with a compiler that compiles in workers.
+// smolWorkerOV loads the SmolLM2 GGUF and opens an f32 compiler whose
+// compiles run in test workers; both close when the test ends.
+func smolWorkerOV(t *testing.T) (*model.Checkpoint, *Compiler) {
+	t.Helper()
+	ck, err := model.Load(testenv.SmolLM2(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ck.Close() })
+	return ck, openWorkerOV(t, ck, testWorker(t))
+}
+
 func openWorkerOV(t *testing.T, ck *model.Checkpoint, w *WorkerOptions) *Compiler {
 	t.Helper()
 	comp, err := NewCompiler(ck, Options{Device: "CPU", Precision: "f32", Worker: w})
@@ -94,12 +106,7 @@ func TestWorkerThreadsCarryCPUSetAndNice(t *testing.T) {
 	if goruntime.NumCPU() < 2 {
 		t.Skip("needs 2 CPUs")
 	}
-	ck, err := model.Load(testenv.SmolLM2(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ck.Close()
-	comp := openWorkerOV(t, ck, testWorker(t))
+	_, comp := smolWorkerOV(t)
 	stop := watchWorkerThreads("compile-worker")
 	errc := make(chan error, 1)
 	go func() {
@@ -118,7 +125,7 @@ func TestWorkerThreadsCarryCPUSetAndNice(t *testing.T) {
 		}
 		errc <- err
 	}()
-	err = <-errc
+	err := <-errc
 	seen := stop()
 	if err != nil {
 		t.Fatal(err)
@@ -133,12 +140,7 @@ func TestBackgroundWorkersCarryTheLadderCPUSetAndNice(t *testing.T) {
 	if goruntime.NumCPU() < 2 {
 		t.Skip("needs 2 CPUs")
 	}
-	ck, err := model.Load(testenv.SmolLM2(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ck.Close()
-	comp := openWorkerOV(t, ck, testWorker(t))
+	ck, comp := smolWorkerOV(t)
 	stop := watchWorkerThreads("decode-c64")
 	s, err := runtime.Run(context.Background(), comp, runtime.ShapeOf(ck.Config), runtime.RunConfig{
 		Ladder: runtime.Ladder{32, 64}, Policy: runtime.GrowOneAhead, Prefill: runtime.PrefillDecode,
@@ -276,12 +278,7 @@ func TestWorkerLimits(t *testing.T) {
 // TestCancelledWorkerLeavesNothing: cancelling a compile kills its worker
 // and removes the blob's folder.
 func TestCancelledWorkerLeavesNothing(t *testing.T) {
-	ck, err := model.Load(testenv.SmolLM2(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ck.Close()
-	comp := openWorkerOV(t, ck, testWorker(t))
+	_, comp := smolWorkerOV(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	pid := make(chan int, 1)
 	go func() {
@@ -295,7 +292,7 @@ func TestCancelledWorkerLeavesNothing(t *testing.T) {
 			time.Sleep(2 * time.Millisecond)
 		}
 	}()
-	_, err = comp.Compile(ctx, model.GraphSpec{Capacity: 256, Chunk: 1})
+	_, err := comp.Compile(ctx, model.GraphSpec{Capacity: 256, Chunk: 1})
 	cancel()
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("error %v, want context.Canceled (the compile ended before the test saw it)", err)
