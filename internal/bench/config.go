@@ -102,12 +102,12 @@ func (c *Config) Validate(allowSmall bool) error {
 		workerArms = workerArms || arm.CompileIn != ""
 		weightArms = weightArms || arm.Weights != ""
 		attentionArms = attentionArms || arm.Attention != ""
-		if attentionArms && c.Attention != "" {
-			return fmt.Errorf("--attention %s with +attention= arms: the arms set it", c.Attention)
-		}
 		if slices.Index(c.Arms, a) != i {
 			return fmt.Errorf("--arms: %s appears twice", a)
 		}
+	}
+	if attentionArms && c.Attention != "" {
+		return fmt.Errorf("--attention %s with +attention= arms: the arms set it", c.Attention)
 	}
 	if c.Prompt == "" && c.PromptTokens < 1 {
 		return errors.New("--prompt-tokens must be at least 1")

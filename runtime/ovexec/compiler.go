@@ -204,7 +204,7 @@ func NewCompiler(ck *model.Checkpoint, opts Options) (*Compiler, error) {
 		return nil, errors.Join(err, core.Close())
 	}
 	c := &Compiler{ck: ck, core: core, opts: opts, shape: runtime.ShapeOf(ck.Config), vocab: ck.Config.VocabSize, faults: faults}
-	c.shape.ElemBytes = kvElement(opts.KVPrecision).Size()
+	c.shape.ElemBytes = KVElemBytes(opts.KVPrecision)
 	c.weights = model.NewWeightsWith(ck, model.WeightOptions{Format: opts.Weights})
 	c.props = opts.compileProperties(c.weights.Compressed())
 	if opts.Worker != nil || opts.CacheDir != "" {
