@@ -43,6 +43,7 @@ const (
 	PrefillAuto   = "auto"
 	PrefillGraph  = "graph"
 	PrefillDecode = "decode"
+	PrefillShared = "shared"
 )
 
 // Policies returns the policy names Simulate accepts.
@@ -88,6 +89,12 @@ type SimConfig struct {
 	// the prefill graph after the first rung and running the prompt through
 	// it, else that.
 	Prefill string
+	// SharedGraphs says the device compiles shared graphs (a dynamic token
+	// axis: CPU, GPU). PrefillShared makes the first rung one graph that
+	// takes the prompt (taken to cost PrefillS) and decodes with steps
+	// SharedStepPenalty longer; PrefillAuto chooses that where SharedPays,
+	// as the runtime does, when SharedGraphs is set.
+	SharedGraphs bool
 	// PrefillCompileS is the compile time of the prefill graph (of the
 	// first rung's capacity) as the first compile of the process, and
 	// PrefillCompileSuccessorS after the first rung's decode graph (0: as
@@ -140,8 +147,8 @@ func (c SimConfig) Validate() error {
 	if !finiteNonNeg(c.PrefillS) {
 		return bad("prefill time %v is not a finite non-negative time", c.PrefillS)
 	}
-	if !slices.Contains([]string{"", PrefillGraph, PrefillDecode, PrefillAuto}, c.Prefill) {
-		return bad("unknown prefill mode %q (want %s, %s or %s)", c.Prefill, PrefillAuto, PrefillGraph, PrefillDecode)
+	if !slices.Contains([]string{"", PrefillGraph, PrefillDecode, PrefillAuto, PrefillShared}, c.Prefill) {
+		return bad("unknown prefill mode %q (want %s, %s, %s or %s)", c.Prefill, PrefillAuto, PrefillGraph, PrefillDecode, PrefillShared)
 	}
 	for _, v := range []float64{c.PrefillCompileS, c.PrefillCompileSuccessorS} {
 		if !finiteNonNeg(v) {

@@ -209,6 +209,16 @@ func (p *plan) choosePrefill() {
 	if succ == 0 {
 		succ = cfg.PrefillCompileS
 	}
+	decoded := min(p.steps, p.ladder[p.r0]-cfg.PromptTokens)
+	switch {
+	case cfg.Prefill == PrefillShared:
+		p.share("prefill mode shared: the first rung is one graph that takes the prompt in chunks (taken to cost the prefill time) and decodes")
+	case cfg.Prefill == PrefillAuto && cfg.SharedGraphs && SharedPays(cfg.PromptTokens, decoded):
+		p.share(fmt.Sprintf("auto: %d prompt tokens through the decode graph would take %d steps, more than a shared graph's %.0f%% longer steps over the %d tokens the first rung decodes", cfg.PromptTokens, cfg.PromptTokens, 100*SharedStepPenalty, decoded))
+	}
+	if p.used != "" {
+		return
+	}
 	switch cfg.Prefill {
 	case PrefillDecode:
 		p.used, p.prefillS = PrefillDecode, viaDecode
@@ -231,6 +241,13 @@ func (p *plan) choosePrefill() {
 			p.reason += " (its compile is not modelled: none given)"
 		}
 	}
+}
+
+// share makes the first rung a shared graph: no prefill graph, the prompt
+// in its chunks (PrefillS), and its decode steps SharedStepPenalty longer.
+func (p *plan) share(reason string) {
+	p.used, p.prefillS, p.reason = PrefillShared, p.cfg.PrefillS, reason
+	p.decodeStep[p.r0] *= 1 + SharedStepPenalty
 }
 
 // first and last return the decode steps run on rung j; count their number.

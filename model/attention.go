@@ -10,12 +10,12 @@ const (
 	// removes the unused ones from the result, not from the work): every
 	// shape in the graph is static, as NPU needs.
 	AttentionStatic Attention = "static"
-	// AttentionBounded slices each layer's past K/V to the first
-	// LiveSlots(position) slots inside the graph: the runtime binds all
-	// Capacity slots (the inputs are declared 1..Capacity, which spares
-	// the CPU plugin a buffer of its own per input), the attention costs
-	// O(live tokens) instead of O(capacity). Needs a device that accepts dynamic shapes inside a
-	// graph (CPU, GPU).
+	// AttentionBounded declares each layer's past K/V inputs 1..Capacity
+	// slots and attends over the slots bound: the runtime binds the first
+	// LiveSlots(position) of its cache (a prefix view, no copy), so the
+	// attention costs O(live tokens) instead of O(capacity), and the CPU
+	// plugin keeps no Capacity-slot buffer of its own per input. Needs a
+	// device that accepts dynamic shapes inside a graph (CPU, GPU).
 	AttentionBounded Attention = "bounded"
 	// AttentionAuto picks bounded where the device takes dynamic shapes
 	// inside a graph and static elsewhere (see ovexec).
@@ -23,14 +23,15 @@ const (
 )
 
 // BoundedBlock is the granularity of a bounded graph's live prefix: the
-// slots attended over are the chunk's first position rounded up to the next
+// slots bound are the chunk's first position rounded up to the next
 // multiple of BoundedBlock (so the plugin sees a new shape once every
 // BoundedBlock tokens, not every step), capped at the capacity.
 const BoundedBlock = 64
 
-// LiveSlots is the number of past slots a bounded graph of capacity c
-// reads when its chunk starts at position p: (p/BoundedBlock+1)*BoundedBlock,
-// at most c. Slots p.. among them are masked as in the static graph.
+// LiveSlots is the number of past slots the runtime binds to a bounded
+// graph of capacity c when its chunk starts at position p:
+// (p/BoundedBlock+1)*BoundedBlock, at most c. Slots p.. among them are
+// masked as in the static graph.
 func LiveSlots(p, c int) int {
 	return min(c, (p/BoundedBlock+1)*BoundedBlock)
 }
@@ -44,35 +45,14 @@ func ParseAttention(s string) (Attention, error) {
 	return "", fmt.Errorf("attention %q: want auto, bounded or static", s)
 }
 
-// livePrefix computes, from the chunk's first position, the number of past
-// slots a bounded graph reads (LiveSlots inside the graph) and sets b.P to a
-// dynamic dimension.
-func (b *decoderBuilder) livePrefix(start port) {
-	g := b.g
-	blk := g.scalarI64(BoundedBlock)
-	n := g.op("Divide", "opset1", []attr{{"auto_broadcast", "numpy"}, {"m_pythondiv", "true"}}, []int64{}, i64, start, blk) // [] = p / 64
-	n = b.add(n, g.scalarI64(1), []int64{})                                                                                 // []
-	n = b.mul(n, blk, []int64{})                                                                                            // []
-	b.pastLen = g.op("Minimum", "opset1", []attr{{"auto_broadcast", "numpy"}}, []int64{}, i64, n, g.scalarI64(b.C))         // [] = L
-	b.pastStop = b.reshape(b.pastLen, []int64{1})                                                                           // [1]
-	b.P = -1
-}
-
-// slicePast is the f32 value of a past K/V input [C, Hkv, D] as attention
-// reads it: its first L slots when bounded (sliced before any conversion,
-// so a cache stored in bf16 is converted for the live prefix alone), all of
-// it when static.
-func (b *decoderBuilder) slicePast(x port) port {
-	g := b.g
-	if b.P != b.C {
-		shape := append([]int64{b.P}, x.shape[1:]...)
-		x = g.op("Slice", "opset8", nil, shape, x.et, x,
-			g.constI64([]int64{1}, 0), b.pastStop, g.constI64([]int64{1}, 1), g.constI64([]int64{1}, 0)) // [L, Hkv, D]
-	}
+// pastF32 is the f32 value of a past K/V input as attention reads it: all
+// of its slots (a bounded graph gets the live prefix bound, so a cache
+// stored in bf16 is converted for the live prefix alone).
+func (b *decoderBuilder) pastF32(x port) port {
 	if x.et == f32 {
 		return x
 	}
-	return g.op("Convert", "opset1", []attr{{"destination_type", "f32"}}, x.shape, f32, x) // [L, Hkv, D] f32
+	return b.g.op("Convert", "opset1", []attr{{"destination_type", "f32"}}, x.shape, f32, x) // [P, Hkv, D] f32
 }
 
 // toKV converts a chunk's K or V rows to the cache's element type.

@@ -3,6 +3,7 @@ package model
 import (
 	"fmt"
 	"math"
+	"slices"
 )
 
 // Graph I/O names. KV is explicit graph input and output owned by the
@@ -41,10 +42,19 @@ type GraphSpec struct {
 	// a bf16 / f16 run's attention consumes (no per-step conversion of the
 	// cache, half its memory). The graph computes in f32 either way.
 	KVPrecision string
+	// Shared makes the token axis dynamic: the graph takes 1 to Chunk
+	// tokens per call, so one graph serves both a rung's prompt and its
+	// decoding (prefill mode shared) and nothing is padded. It needs
+	// bounded attention and a device that accepts dynamic shapes.
+	Shared bool
 }
 
-// Name is a stable label such as "decode-c1024" or "prefill-c1024-t64".
+// Name is a stable label such as "decode-c1024", "prefill-c1024-t64" or
+// "shared-c1024-t64".
 func (s GraphSpec) Name() string {
+	if s.Shared {
+		return fmt.Sprintf("shared-c%d-t%d", s.Capacity, s.Chunk)
+	}
 	if s.Chunk == 1 {
 		return fmt.Sprintf("decode-c%d", s.Capacity)
 	}
@@ -59,7 +69,8 @@ func (s GraphSpec) Name() string {
 // token logits_index and the K/V rows of the T tokens, which the caller
 // stores into slots p..p+T-1 before the next call. Tokens of a chunk padded
 // past the prompt never influence earlier tokens (causal mask); their K/V rows
-// are simply not stored.
+// are simply not stored. A shared graph (spec.Shared) takes any T from 1 to
+// spec.Chunk and pads nothing.
 func BuildIR(w *Weights, spec GraphSpec) ([]byte, error) {
 	if spec.Capacity < 1 || spec.Chunk < 1 {
 		return nil, fmt.Errorf("graph %s: capacity and chunk must be positive", spec.Name())
@@ -69,11 +80,17 @@ func BuildIR(w *Weights, spec GraphSpec) ([]byte, error) {
 	default:
 		return nil, fmt.Errorf("graph %s: attention %q: want static or bounded (auto is resolved by the compiler)", spec.Name(), spec.Attention)
 	}
+	if spec.Shared && spec.Attention != AttentionBounded {
+		return nil, fmt.Errorf("graph %s: a shared graph (1 to %d tokens per call) needs bounded attention, not %q", spec.Name(), spec.Chunk, spec.Attention)
+	}
 	kv, err := kvElem(spec.KVPrecision)
 	if err != nil {
 		return nil, fmt.Errorf("graph %s: %w", spec.Name(), err)
 	}
-	b := &decoderBuilder{g: newGraph(spec.Name(), w), cfg: w.Config(), kv: kv, C: int64(spec.Capacity), T: int64(spec.Chunk), bounded: spec.Attention == AttentionBounded}
+	b := &decoderBuilder{g: newGraph(spec.Name(), w), cfg: w.Config(), kv: kv, C: int64(spec.Capacity), T: int64(spec.Chunk), maxT: int64(spec.Chunk), bounded: spec.Attention == AttentionBounded}
+	if spec.Shared {
+		b.T = -1
+	}
 	b.P = b.C
 	b.build()
 	if b.g.err != nil {
@@ -86,13 +103,16 @@ type decoderBuilder struct {
 	g   *irGraph
 	cfg *Config
 	C   int64 // capacity
-	T   int64 // chunk length
+	T   int64 // chunk length in shapes: the chunk, or -1 (dynamic) when shared
+	// maxT is the most tokens a call takes (the spec's chunk).
+	maxT int64
 	// P is the past slots' dimension in shapes: C, or -1 (dynamic) when
-	// bounded, where pastLen ([]) and pastStop ([1]) hold it in the graph.
-	P                 int64
-	bounded           bool
-	kv                elem // element type of the K/V I/O
-	pastLen, pastStop port
+	// bounded, where pastSlots holds it in the graph.
+	P         int64
+	bounded   bool
+	kv        elem // element type of the K/V I/O
+	pastSlots port // [1]: the past slots bound
+	tokens    port // [1]: the chunk's length, when it is dynamic
 
 	cos, sin port // [T, 1, D]
 	mask     port // [T, P+T] additive f32
@@ -102,34 +122,41 @@ func (b *decoderBuilder) build() {
 	g, cfg := b.g, b.cfg
 	V, H := int64(cfg.VocabSize), int64(cfg.HiddenSize)
 	Hkv, D := int64(cfg.KVHeads()), int64(cfg.HeadDim())
-	ids := g.parameter(InputIDs, i64, []int64{1, b.T})    // [1, T]
-	pos := g.parameter(PositionIDs, i64, []int64{1, b.T}) // [1, T]
-	li := g.parameter(LogitsIndex, i64, []int64{1})       // [1]
+	tokens := func(name string) port { return g.parameter(name, i64, []int64{1, b.T}) }
+	if b.T < 0 {
+		tokens = func(name string) port { return g.parameterUpTo(name, i64, []int64{1, b.T}, []int64{1, b.maxT}) }
+	}
+	ids, pos := tokens(InputIDs), tokens(PositionIDs) // [1, T] each
+	li := g.parameter(LogitsIndex, i64, []int64{1})   // [1]
 	past := make([][2]port, cfg.NumHiddenLayers)
 	for i := range past {
 		if b.bounded {
 			// Bound with all C slots, read up to the live prefix: the
 			// dimension is declared 1..C so the plugin keeps no
 			// C-slot buffer of its own per input.
-			past[i][0] = g.parameterUpTo(PastKey(i), b.kv, b.C, []int64{Hkv, D})   // [C, Hkv, D]
-			past[i][1] = g.parameterUpTo(PastValue(i), b.kv, b.C, []int64{Hkv, D}) // [C, Hkv, D]
+			shape, upTo := []int64{-1, Hkv, D}, []int64{b.C, Hkv, D}
+			past[i][0] = g.parameterUpTo(PastKey(i), b.kv, shape, upTo)   // [C, Hkv, D]
+			past[i][1] = g.parameterUpTo(PastValue(i), b.kv, shape, upTo) // [C, Hkv, D]
 			continue
 		}
 		past[i][0] = g.parameter(PastKey(i), b.kv, []int64{b.C, Hkv, D})   // [C, Hkv, D]
 		past[i][1] = g.parameter(PastValue(i), b.kv, []int64{b.C, Hkv, D}) // [C, Hkv, D]
 	}
 
+	if b.T < 0 {
+		shape := g.op("ShapeOf", "opset3", []attr{{"output_type", "i64"}}, []int64{2}, i64, ids)                                            // [2]
+		b.tokens = g.op("Gather", "opset8", []attr{{"batch_dims", "0"}}, []int64{1}, i64, shape, g.constI64([]int64{1}, 1), g.scalarI64(0)) // [1] = T
+	}
 	b.rotary(pos)
 	if b.bounded {
-		qpos := b.reshape(pos, []int64{b.T})                                                                                      // [T]
-		b.livePrefix(g.op("Gather", "opset8", []attr{{"batch_dims", "0"}}, []int64{}, i64, qpos, g.scalarI64(0), g.scalarI64(0))) // [] = p
+		b.P = -1
 	}
 	b.attentionMask(pos, past[0][0])
 
 	emb := g.weight("model.embed_tokens.weight")                                                                  // [V, H]
 	x := g.op("Gather", "opset8", []attr{{"batch_dims", "0"}}, []int64{1, b.T, H}, f32, emb, ids, g.scalarI64(0)) // [1, T, H]
 	for i := 0; i < cfg.NumHiddenLayers; i++ {
-		x = b.layer(i, x, b.slicePast(past[i][0]), b.slicePast(past[i][1]))
+		x = b.layer(i, x, b.pastF32(past[i][0]), b.pastF32(past[i][1]))
 	}
 	x = b.rmsNorm(x, "model.norm.weight")                                                                       // [1, T, H]
 	last := g.op("Gather", "opset8", []attr{{"batch_dims", "0"}}, []int64{1, 1, H}, f32, x, li, g.scalarI64(1)) // [1, 1, H]
@@ -174,7 +201,7 @@ func (b *decoderBuilder) rotary(pos port) {
 	rest := b.reshape(pos, []int64{b.T}) // [T] i64
 	var cos, sin port
 	// Every position a (padded) chunk can have is below C+T.
-	for k, scale := 0, 1.0; k == 0 || scale < float64(b.C+b.T); k, scale = k+1, scale*base {
+	for k, scale := 0, 1.0; k == 0 || scale < float64(b.C+b.maxT); k, scale = k+1, scale*base {
 		d := g.op("FloorMod", "opset1", []attr{{"auto_broadcast", "numpy"}}, []int64{b.T}, i64, rest, g.scalarI64(base)) // [T] digit k
 		c, s := look(table(scale, math.Cos), d), look(table(scale, math.Sin), d)                                         // [T, D/2]
 		if k == 0 {
@@ -195,11 +222,9 @@ func (b *decoderBuilder) rotary(pos port) {
 func (b *decoderBuilder) attentionMask(pos, pastKey port) {
 	g := b.g
 	P, T, K := b.P, b.T, b.keys()
-	past := b.pastLen
-	if !b.bounded {
-		shape := g.op("ShapeOf", "opset3", []attr{{"output_type", "i64"}}, []int64{3}, i64, pastKey)                        // [3]
-		past = g.op("Gather", "opset8", []attr{{"batch_dims", "0"}}, []int64{}, i64, shape, g.scalarI64(0), g.scalarI64(0)) // [] = C
-	}
+	shape := g.op("ShapeOf", "opset3", []attr{{"output_type", "i64"}}, []int64{3}, i64, pastKey)                                     // [3]
+	past := g.op("Gather", "opset8", []attr{{"batch_dims", "0"}}, []int64{}, i64, shape, g.scalarI64(0), g.scalarI64(0))             // [] = P
+	b.pastSlots = b.reshape(past, []int64{1})                                                                                        // [1]
 	slots := g.op("Range", "opset4", []attr{{"output_type", "i64"}}, []int64{P}, i64, g.scalarI64(0), past, g.scalarI64(1))          // [P]
 	qpos := b.reshape(pos, []int64{T})                                                                                               // [T]
 	start := g.op("Gather", "opset8", []attr{{"batch_dims", "0"}}, []int64{1}, i64, qpos, g.constI64([]int64{1}, 0), g.scalarI64(0)) // [1]
@@ -233,7 +258,7 @@ func (b *decoderBuilder) layer(i int, x, pastK, pastV port) port {
 	g.result(PresentValue(i), b.toKV(v))
 
 	var att port
-	if T == 1 {
+	if T == 1 || b.T < 0 {
 		att = b.attendRows(q, k, v, pastK, pastV) // [1, T, Nh*D]
 	} else {
 		att = b.attendSDPA(q, k, v, pastK, pastV) // [1, T, Nh*D]
@@ -287,6 +312,9 @@ func (b *decoderBuilder) attendRows(q, k, v, pastK, pastV port) port {
 	T, P, K := b.T, b.P, b.keys()
 	Nh, Hkv, D := int64(cfg.NumAttentionHeads), int64(cfg.KVHeads()), int64(cfg.HeadDim())
 	G, KD, R := Nh/Hkv, Hkv*D, T*Nh
+	if T < 0 {
+		R = -1
+	}
 	// pick[n, h] is 1 where query head n reads KV head h.
 	pick, scaled := make([]float32, Nh*Hkv), make([]float32, Nh*Hkv)
 	for n := int64(0); n < Nh; n++ {
@@ -303,15 +331,52 @@ func (b *decoderBuilder) attendRows(q, k, v, pastK, pastV port) port {
 	vn := b.reshape(v, []int64{T, KD})                                            // [T, Hkv*D]
 	s := g.op("Concat", "opset1", []attr{{"axis", "1"}}, []int64{R, K}, f32,
 		b.matmulT(qb, kp, []int64{R, P}), b.matmulT(qb, kn, []int64{R, T})) // [T*Nh, P+T]
-	s = b.add(b.reshape(s, []int64{T, Nh, K}), b.reshape(b.mask, []int64{T, 1, K}), []int64{T, Nh, K}) // [T, Nh, P+T]
-	p := g.op("Softmax", "opset8", []attr{{"axis", "-1"}}, []int64{T, Nh, K}, f32, s)                  // [T, Nh, P+T]
-	p = b.reshape(p, []int64{R, K})                                                                    // [T*Nh, P+T]
-	parts := g.add("VariadicSplit", "opset1", "", nil, []port{p, g.scalarI64(1), g.constI64([]int64{2}, P, T)},
+	s = b.add(b.reshapeTo(s, []int64{T, Nh, K}), b.unsqueeze(b.mask, 1), []int64{T, Nh, K}) // [T, Nh, P+T]
+	p := g.op("Softmax", "opset8", []attr{{"axis", "-1"}}, []int64{T, Nh, K}, f32, s)       // [T, Nh, P+T]
+	p = b.reshapeTo(p, []int64{R, K})                                                       // [T*Nh, P+T]
+	parts := g.add("VariadicSplit", "opset1", "", nil, []port{p, g.scalarI64(1), b.splitLengths()},
 		port{shape: []int64{R, P}, et: f32}, port{shape: []int64{R, T}, et: f32}) // [T*Nh, P], [T*Nh, T]
 	o := b.add(b.matmul(parts[0], vp, []int64{R, KD}), b.matmul(parts[1], vn, []int64{R, KD}), []int64{R, KD})            // [T*Nh, Hkv*D]
 	o = b.mul(b.reshape(o, []int64{T, Nh, Hkv, D}), sel, []int64{T, Nh, Hkv, D})                                          // [T, Nh, Hkv, D]
 	o = g.op("ReduceSum", "opset1", []attr{{"keep_dims", "false"}}, []int64{T, Nh, D}, f32, o, g.constI64([]int64{1}, 2)) // [T, Nh, D]
 	return b.reshape(o, []int64{1, T, Nh * D})                                                                            // [1, T, Nh*D]
+}
+
+// reshapeTo reshapes x to shape, whose dynamic dimensions (-1) are among
+// the chunk's tokens T, T*Nh rows and the attended keys K: a constant
+// target where at most one is dynamic, else one computed from the graph's
+// dimensions.
+func (b *decoderBuilder) reshapeTo(x port, shape []int64) port {
+	if dynamic := len(shape) - len(slices.DeleteFunc(slices.Clone(shape), func(d int64) bool { return d < 0 })); dynamic <= 1 {
+		return b.reshape(x, shape)
+	}
+	g := b.g
+	keys := b.add(b.pastSlots, b.tokens, []int64{1}) // [1] = P+T
+	dims := make([]port, len(shape))
+	for i, d := range shape {
+		switch {
+		case d >= 0:
+			dims[i] = g.constI64([]int64{1}, d)
+		case i == len(shape)-1:
+			dims[i] = keys
+		case i == 0 && len(shape) == 3:
+			dims[i] = b.tokens
+		default:
+			dims[i] = g.constI64([]int64{1}, -1)
+		}
+	}
+	target := g.op("Concat", "opset1", []attr{{"axis", "0"}}, []int64{int64(len(shape))}, i64, dims...)
+	return g.op("Reshape", "opset1", []attr{{"special_zero", "false"}}, shape, x.et, x, target)
+}
+
+// splitLengths is [P, T], the past slots and the chunk's tokens of the
+// attended keys: a constant where at most one of them is dynamic, computed
+// from the live prefix and the chunk's length where both are.
+func (b *decoderBuilder) splitLengths() port {
+	if b.P >= 0 || b.T >= 0 {
+		return b.g.constI64([]int64{2}, b.P, b.T)
+	}
+	return b.g.op("Concat", "opset1", []attr{{"axis", "0"}}, []int64{2}, i64, b.pastSlots, b.tokens)
 }
 
 // rope applies the rotary embedding to x [T, heads, D]: x*cos + rotate_half(x)*sin.

@@ -106,15 +106,20 @@ func (g *irGraph) parameter(name string, et elem, shape []int64) port {
 	return p
 }
 
-// parameterUpTo declares a named input whose first dimension is dynamic,
-// 1 to upTo (IR interval "1..upTo"), and the rest static. A static input
-// gets a buffer of the CPU plugin's own at compile time, as large as the
-// input, even when every call binds the caller's memory; a dynamic one
-// does not.
-func (g *irGraph) parameterUpTo(name string, et elem, upTo int64, rest []int64) port {
-	shape := append([]int64{-1}, rest...)
-	decl := fmt.Sprintf("1..%d,%s", upTo, dims(rest))
-	p := g.add("Parameter", "opset1", name, []attr{{"shape", decl}, {"element_type", string(et)}}, nil, port{shape: shape, et: et})[0]
+// parameterUpTo declares a named input with dynamic dimensions: where
+// shape has -1 the dimension is 1 to upTo's (IR interval "1..N"), elsewhere
+// it is static. A static input gets a buffer of the CPU plugin's own at
+// compile time, as large as the input, even when every call binds the
+// caller's memory; a dynamic one does not.
+func (g *irGraph) parameterUpTo(name string, et elem, shape, upTo []int64) port {
+	decl := make([]string, len(shape))
+	for i, d := range shape {
+		decl[i] = fmt.Sprint(d)
+		if d < 0 {
+			decl[i] = fmt.Sprintf("1..%d", upTo[i])
+		}
+	}
+	p := g.add("Parameter", "opset1", name, []attr{{"shape", strings.Join(decl, ",")}, {"element_type", string(et)}}, nil, port{shape: shape, et: et})[0]
 	g.layers[p.layer].names[0] = name
 	return p
 }

@@ -14,6 +14,7 @@ package runtime
 import (
 	"context"
 	"errors"
+	"strings"
 
 	"github.com/ovtoolkit/ovrun/model"
 )
@@ -90,6 +91,24 @@ type Compiler interface {
 // Without it, a compiler is assumed to.
 type HostViewer interface {
 	HostViews() bool
+}
+
+// DynamicShapes reports whether an OpenVINO device accepts dynamic shapes
+// inside a graph (CPU, GPU: bounded attention, shared graphs); NPU
+// compiles static shapes only.
+func DynamicShapes(device string) bool {
+	switch strings.ToUpper(device) {
+	case "", "CPU", "GPU":
+		return true
+	}
+	return false
+}
+
+// SharedGrapher is a Compiler that says whether it compiles shared graphs
+// (GraphSpec.Shared: a dynamic token axis), which prefill mode auto may
+// then choose for a first rung. Without it, a compiler is assumed not to.
+type SharedGrapher interface {
+	SharedGraphs() bool
 }
 
 // IRSizer is an Executable that knows the size of the IR it was compiled
@@ -169,6 +188,12 @@ func originOf(exe Executable) Origin {
 func hostViews(comp Compiler) bool {
 	v, ok := comp.(HostViewer)
 	return !ok || v.HostViews()
+}
+
+// sharedGraphs reports whether comp compiles shared graphs.
+func sharedGraphs(comp Compiler) bool {
+	x, ok := comp.(SharedGrapher)
+	return ok && x.SharedGraphs()
 }
 
 // irBytes is the IR size of exe, 0 when unknown.

@@ -126,15 +126,38 @@ func NewCompiledLadder(ctx context.Context, comp Compiler, cfg LadderConfig) (*C
 		return nil, err
 	}
 	if b, ok := sched.(*Budgeted); ok {
-		b.Cached = func(capacity int) bool { return cached(comp, model.GraphSpec{Capacity: capacity, Chunk: 1}) }
+		b.Cached = func(capacity int) bool { return cached(comp, DecodeSpec(capacity, mode, cfg.PrefillChunk)) }
 	}
 	l.sched = sched
 	l.caps = l.row.Rungs(cfg.Ladder)
 	for i, c := range l.caps {
-		l.rungs = append(l.rungs, &rung{index: i, spec: model.GraphSpec{Capacity: c, Chunk: 1}})
+		l.rungs = append(l.rungs, &rung{index: i, spec: DecodeSpec(c, mode, cfg.PrefillChunk)})
 	}
 	l.work = newCompileWorker(ctx, comp, cfg.Background, cfg.Clock)
 	return l, nil
+}
+
+// shareFirstRung makes rung i, which takes a prompt of n tokens and then
+// decodes up to decode tokens, a shared graph when auto mode's rule says
+// so (compilecost.SharedPays): only on a compiler that compiles shared graphs, on a
+// ladder that is not kept for prompts to come (a kept rung serves every
+// request's decoding), and before anything compiled the rung.
+func (l *CompiledLadder) shareFirstRung(i, n, decode int) bool {
+	if l.prefillMode != PrefillAuto || l.cfg.KeepRungs || !sharedGraphs(l.comp) {
+		return false
+	}
+	decoded := min(decode, l.caps[i]-n)
+	if !compilecost.SharedPays(n, decoded) {
+		return false
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	r := l.rungs[i]
+	if r.job != nil || r.spec.Shared {
+		return r.spec.Shared
+	}
+	r.spec = DecodeSpec(l.caps[i], PrefillShared, l.cfg.PrefillChunk)
+	return true
 }
 
 // Rungs are the capacities the ladder compiles: the whole ladder, or for
@@ -208,8 +231,11 @@ func (l *CompiledLadder) observe(r *rung, j *compileJob) {
 	}
 	j.seen = true
 	kind := "decode"
-	if r.index < 0 {
+	switch {
+	case r.index < 0:
 		kind = "prefill"
+	case r.spec.Shared:
+		kind = "shared"
 	}
 	a := compileAttempt{rung: r.index, job: j, kind: kind, attempt: j.attempt, irBytes: j.irBytes, origin: j.origin}
 	for _, n := range j.notes {

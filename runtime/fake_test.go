@@ -58,16 +58,16 @@ func (f *fakeCompiler) Compile(ctx context.Context, spec model.GraphSpec) (Execu
 	f.mu.Lock()
 	f.calls = append(f.calls, spec)
 	gate, started := f.gate[spec.Capacity], f.started[spec.Capacity]
-	failing := spec.Chunk == 1 && f.fail[spec.Capacity] > 0
+	failing := decodes(spec) && f.fail[spec.Capacity] > 0
 	if failing {
 		f.fail[spec.Capacity]--
 	}
-	failing = failing || (spec.Chunk > 1 && f.failPre)
+	failing = failing || (!decodes(spec) && f.failPre)
 	f.mu.Unlock()
-	if started != nil && spec.Chunk == 1 {
+	if started != nil && decodes(spec) {
 		closeOnce(started)
 	}
-	if gate != nil && spec.Chunk == 1 {
+	if gate != nil && decodes(spec) {
 		select {
 		case <-gate:
 		case <-ctx.Done():
@@ -75,7 +75,7 @@ func (f *fakeCompiler) Compile(ctx context.Context, spec model.GraphSpec) (Execu
 		}
 	}
 	if f.clock != nil {
-		if d := f.prefillT; d > 0 && spec.Chunk > 1 {
+		if d := f.prefillT; d > 0 && !decodes(spec) {
 			f.clock.Advance(d)
 		} else {
 			f.clock.Advance(f.compileT)
@@ -92,6 +92,10 @@ func (f *fakeCompiler) Compile(ctx context.Context, spec model.GraphSpec) (Execu
 	return e, nil
 }
 
+// decodes reports whether spec is a rung's graph: a decode graph or a
+// shared one.
+func decodes(spec model.GraphSpec) bool { return spec.Chunk == 1 || spec.Shared }
+
 func closeOnce(c chan struct{}) {
 	select {
 	case <-c:
@@ -105,7 +109,7 @@ func (f *fakeCompiler) compiled(capacity int) int {
 	defer f.mu.Unlock()
 	n := 0
 	for _, s := range f.calls {
-		if s.Capacity == capacity && s.Chunk == 1 {
+		if s.Capacity == capacity && decodes(s) {
 			n++
 		}
 	}
@@ -118,7 +122,7 @@ func (f *fakeCompiler) liveGraphs(capacity int) int {
 	defer f.mu.Unlock()
 	n := 0
 	for _, e := range f.exes {
-		if e.spec.Capacity == capacity && e.spec.Chunk == 1 && !e.closed.Load() {
+		if e.spec.Capacity == capacity && decodes(e.spec) && !e.closed.Load() {
 			n++
 		}
 	}
@@ -148,6 +152,9 @@ func (e *fakeExecutable) Bind(kv *KV) error {
 func (e *fakeExecutable) Step(ids []int64, start int) ([]float32, error) {
 	if e.closed.Load() {
 		return nil, errors.New("fake: step on a closed executable")
+	}
+	if len(ids) == 0 || len(ids) > e.spec.Chunk {
+		return nil, fmt.Errorf("fake: %d tokens to %s", len(ids), e.spec.Name())
 	}
 	if start+len(ids) > e.spec.Capacity {
 		return nil, fmt.Errorf("%w: fake step at %d", ErrCapacity, start)

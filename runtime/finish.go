@@ -43,6 +43,7 @@ func (l *CompiledLadder) record(s *Summary, origin time.Time) {
 		rs.CompileError = c.Error
 		rs.CompileSource, rs.ImportS, rs.ExportS = c.Source, c.ImportS, c.ExportS
 		rs.CompileStopped = c.Stopped
+		rs.Shared = j.spec.Shared
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/ovtoolkit/ovrun/compilecost"
 	"github.com/ovtoolkit/ovrun/model"
 )
 
@@ -71,8 +72,13 @@ func Generate(ctx context.Context, comp Compiler, shape KVShape, cfg GenerateCon
 		return nil, err
 	}
 	res := &GenerateResult{}
+	if mode == PrefillAuto && sharedGraphs(comp) && compilecost.SharedPays(P, M-1) {
+		mode = PrefillShared
+		res.PrefillReason = fmt.Sprintf("auto: the %d-token prompt through the decode graph would take %d steps, more than the shared graph's %.0f%% longer steps cost over %d decode steps; one shared graph (up to %d tokens per call)",
+			P, P, 100*compilecost.SharedStepPenalty, M-1, cfg.PrefillChunk)
+	}
 	t0 := time.Now()
-	dec, err := comp.Compile(ctx, model.GraphSpec{Capacity: cfg.Capacity, Chunk: 1})
+	dec, err := comp.Compile(ctx, DecodeSpec(cfg.Capacity, mode, cfg.PrefillChunk))
 	if err != nil {
 		return nil, err
 	}
@@ -125,13 +131,20 @@ func Generate(ctx context.Context, comp Compiler, shape KVShape, cfg GenerateCon
 		}
 		res.PrefillS = time.Since(t1).Seconds()
 		res.PrefillUsed, res.PrefillReason = PrefillUsedGraph, fmt.Sprintf("prefill mode graph: the prefill graph (%d tokens per call) is compiled before the first token", cfg.PrefillChunk)
-	case PrefillDecode:
+	case PrefillDecode, PrefillShared:
 		t1 := time.Now()
 		if logits, err = Prefill(dec, cfg.Prompt); err != nil {
 			return nil, err
 		}
 		res.PrefillS = time.Since(t1).Seconds()
-		res.PrefillUsed, res.PrefillReason = PrefillUsedDecode, "the prompt goes through the decode graph"
+		switch {
+		case mode == PrefillDecode:
+			res.PrefillUsed, res.PrefillReason = PrefillUsedDecode, "the prompt goes through the decode graph"
+		case cfg.Prefill == PrefillShared:
+			res.PrefillUsed, res.PrefillReason = PrefillUsedShared, fmt.Sprintf("prefill mode shared: the prompt goes through the graph that decodes, up to %d tokens per call", cfg.PrefillChunk)
+		default: // auto chose shared, and said why
+			res.PrefillUsed = PrefillUsedShared
+		}
 	default:
 		if logits, err = generatePrefillAuto(res, dec, kv, cfg, compilePrefill); err != nil {
 			return nil, err

@@ -6,13 +6,17 @@ import (
 	"strings"
 
 	"github.com/ovtoolkit/ovrun/compilecost"
+	"github.com/ovtoolkit/ovrun/model"
 )
 
 // PrefillMode is how a sequence processes its prompt (`--prefill`): through
 // a prefill graph of PrefillChunk tokens per call, compiled before the
 // first token (graph); through the first rung's decode graph, one token per
-// call (decode); or chosen per prompt (auto). Every mode gives the same
-// tokens; they differ in what the first token waits for.
+// call (decode); chosen per prompt between those two (auto); or through
+// rungs whose one graph takes 1 to PrefillChunk tokens per call, for the
+// prompt and for decoding (shared: a dynamic token axis, CPU and GPU).
+// Every mode gives the same tokens; they differ in what the first token
+// waits for and in what decoding costs.
 type PrefillMode string
 
 // The prefill modes.
@@ -20,6 +24,7 @@ const (
 	PrefillAuto   PrefillMode = "auto"
 	PrefillGraph  PrefillMode = "graph"
 	PrefillDecode PrefillMode = "decode"
+	PrefillShared PrefillMode = "shared"
 )
 
 // The defaults of the commands' --prefill and --prefill-chunk. auto is the
@@ -33,7 +38,7 @@ const (
 
 // PrefillModes lists the modes' names.
 func PrefillModes() []string {
-	return []string{string(PrefillAuto), string(PrefillGraph), string(PrefillDecode)}
+	return []string{string(PrefillAuto), string(PrefillGraph), string(PrefillDecode), string(PrefillShared)}
 }
 
 // ParsePrefillMode accepts a mode name.
@@ -51,7 +56,17 @@ const (
 	PrefillUsedGraph  = "graph"        // the prefill graph, from the first token
 	PrefillUsedDecode = "decode"       // the decode graph, every token
 	PrefillUsedSwitch = "decode+graph" // the decode graph first, then the prefill graph for the rest
+	PrefillUsedShared = "shared"       // the rung's shared graph, in chunks
 )
+
+// DecodeSpec is the spec of the graph a rung of this capacity decodes
+// with: one token per call, or in prefill mode shared 1 to chunk tokens.
+func DecodeSpec(capacity int, mode PrefillMode, chunk int) model.GraphSpec {
+	if mode == PrefillShared {
+		return model.GraphSpec{Capacity: capacity, Chunk: chunk, Shared: true}
+	}
+	return model.GraphSpec{Capacity: capacity, Chunk: 1}
+}
 
 // resolvePrefill is the mode a ladder runs: the zero value is graph when a
 // prefill chunk is set (the behaviour before modes existed), and with a
@@ -62,8 +77,8 @@ func resolvePrefill(mode PrefillMode, chunk int) (PrefillMode, error) {
 		return PrefillGraph, nil
 	case mode == "" || (mode == PrefillAuto && chunk <= 1):
 		return PrefillDecode, nil
-	case mode == PrefillGraph && chunk <= 1:
-		return "", fmt.Errorf("prefill mode graph needs a prefill chunk above 1, got %d", chunk)
+	case (mode == PrefillGraph || mode == PrefillShared) && chunk <= 1:
+		return "", fmt.Errorf("prefill mode %s needs a prefill chunk above 1, got %d", mode, chunk)
 	}
 	if _, err := ParsePrefillMode(string(mode)); err != nil {
 		return "", err
@@ -92,12 +107,20 @@ func (q *Sequence) startPrefill() (compileFirst bool) {
 	case PrefillGraph:
 		q.choosePrefill(PrefillUsedGraph, "prefill mode graph: the prefill graph (%d tokens per call) is compiled before the first token", q.l.cfg.PrefillChunk)
 		return true
+	case PrefillShared:
+		q.choosePrefill(PrefillUsedShared, "prefill mode shared: the prompt goes through the first rung's graph, up to %d tokens per call; no prefill graph is compiled", q.l.cfg.PrefillChunk)
+		return false
 	case PrefillDecode:
 		if q.l.cfg.Prefill == PrefillDecode {
 			q.choosePrefill(PrefillUsedDecode, "prefill mode decode: the prompt goes through the decode graph")
 		} else {
 			q.choosePrefill(PrefillUsedDecode, "no prefill graph: the prefill chunk is %d", q.l.cfg.PrefillChunk)
 		}
+		return false
+	}
+	if q.l.shareFirstRung(q.cur, len(q.cfg.Prompt), q.cfg.DecodeTokens) {
+		q.choosePrefill(PrefillUsedShared, "auto: the %d-token prompt through the decode graph would take %d steps, more than the shared graph's %.0f%% longer steps cost over the %d tokens rung %d decodes; the rung compiles as a shared graph (up to %d tokens per call)",
+			len(q.cfg.Prompt), len(q.cfg.Prompt), 100*compilecost.SharedStepPenalty, min(q.cfg.DecodeTokens, capacity-len(q.cfg.Prompt)), capacity, q.l.cfg.PrefillChunk)
 		return false
 	}
 	if r := q.l.readyPrefill(capacity); r != nil {

@@ -37,7 +37,7 @@ func TestPrefillModesGiveIdenticalTokens(t *testing.T) {
 	for _, prompt := range []int{1, 2, 5, 40} {
 		for _, p := range Policies {
 			var want []int64
-			for _, mode := range []PrefillMode{PrefillGraph, PrefillDecode, PrefillAuto} {
+			for _, mode := range []PrefillMode{PrefillGraph, PrefillDecode, PrefillAuto, PrefillShared} {
 				clock := newFakeClock()
 				f := newFakeCompiler(testShape, 97, clock)
 				f.compileT, f.stepT = 10*time.Millisecond, time.Millisecond
@@ -53,6 +53,16 @@ func TestPrefillModesGiveIdenticalTokens(t *testing.T) {
 				}
 				if s.PrefillMode != string(mode) || s.PrefillUsed == "" || s.PrefillReason == "" {
 					t.Errorf("prompt %d, %s, %s: summary says mode %q, used %q, reason %q", prompt, p, mode, s.PrefillMode, s.PrefillUsed, s.PrefillReason)
+				}
+				if mode == PrefillShared {
+					for _, c := range f.calls {
+						if !c.Shared || c.Chunk != 16 {
+							t.Errorf("prompt %d, %s, shared: compiled %s, want only shared graphs of 16 tokens", prompt, p, c.Name())
+						}
+					}
+					if s.PrefillUsed != PrefillUsedShared {
+						t.Errorf("prompt %d, %s, shared: used %q", prompt, p, s.PrefillUsed)
+					}
 				}
 			}
 		}

@@ -244,9 +244,10 @@ func (q *Sequence) prefill(ctx context.Context) error {
 		compileS, err = q.prefillAuto(ctx)
 	} else {
 		r, exe := q.l.rungs[q.cur], q.exe
-		if q.pre != nil {
+		switch {
+		case q.pre != nil:
 			r, exe = q.pre, q.pre.job.exe
-		} else {
+		case !r.spec.Shared:
 			q.s.PrefillDecodeTokens = len(q.cfg.Prompt)
 		}
 		err = r.run(exe, q.kv, func() error {

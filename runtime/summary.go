@@ -88,6 +88,7 @@ type RungSummary struct {
 	CompileError    string  `json:"compile_error,omitempty"`
 	CompileSource   string  `json:"compile_source,omitempty"`  // compiled or imported; empty when never compiled
 	CompileStopped  bool    `json:"compile_stopped,omitempty"` // its background compile was stopped when the run ended
+	Shared          bool    `json:"shared,omitempty"`          // its graph is a shared one (prompt chunks and decode steps)
 	ImportS         float64 `json:"import_s"`
 	ExportS         float64 `json:"export_s"`
 	ReadyAtBoundary bool    `json:"ready_at_boundary"`

@@ -23,6 +23,7 @@ def main():
     ap.add_argument("xml")
     ap.add_argument("--live", type=int, default=144, help="tokens already in the cache (first position)")
     ap.add_argument("--steps", type=int, default=30)
+    ap.add_argument("--tokens", type=int, default=1, help="tokens per call of a shared graph")
     ap.add_argument("--precision", default="", help="INFERENCE_PRECISION_HINT (default: the device's)")
     ap.add_argument("--top", type=int, default=20)
     a = ap.parse_args()
@@ -42,15 +43,22 @@ def main():
     req = cm.create_infer_request()
     feeds = {}
     for p in cm.inputs:
-        # a bounded graph's past inputs are declared 1..C: bind all C slots
+        # Dynamic dimensions: a shared graph's token axis takes --tokens
+        # (default 1, a decode step); a bounded graph's past inputs
+        # (declared 1..C) get the live prefix the runtime binds
+        # (model.LiveSlots).
         shape = [d.get_max_length() for d in p.get_partial_shape()]
         name = p.get_any_name()
+        if p.get_partial_shape()[0].is_dynamic:
+            shape[0] = min(shape[0], (a.live // 64 + 1) * 64)
+        if name in ("input_ids", "position_ids") and p.get_partial_shape()[1].is_dynamic:
+            shape[1] = a.tokens
         if name == "input_ids":
             feeds[name] = rng.integers(0, 1000, shape).astype(np.int64)
         elif name == "position_ids":
             feeds[name] = (a.live + np.arange(shape[1])).reshape(shape).astype(np.int64)
         elif name == "logits_index":
-            T = cm.input("input_ids").get_partial_shape().to_shape()[1]
+            T = feeds["input_ids"].shape[1]
             feeds[name] = np.array([T - 1], dtype=np.int64)  # the last token of the chunk
         elif p.get_element_type() == ov.Type.bf16:  # a cache stored in bf16: the top half of f32
             bits = (rng.standard_normal(shape).astype(np.float32).view(np.uint32) >> 16).astype(np.uint16)

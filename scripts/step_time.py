@@ -12,7 +12,8 @@ steps, outside the timing). Prints min, first quartile and median ms:
 
   bin/ovrun export-ir --model M --capacity 1024 --prefill-chunk 0 --attention static --kv-precision bf16 --out /tmp/s
   bin/ovrun export-ir --model M --capacity 1024 --prefill-chunk 0 --attention bounded --kv-precision bf16 --out /tmp/b
-  .venv/bin/python scripts/step_time.py --live 500 /tmp/s/decode-c1024.xml /tmp/b/decode-c1024.xml genai:DIR/openvino_model.xml
+  bin/ovrun export-ir --model M --capacity 1024 --shared --kv-precision bf16 --out /tmp/h
+  .venv/bin/python scripts/step_time.py --live 500 /tmp/s/decode-c1024.xml /tmp/b/decode-c1024.xml /tmp/h/shared-c1024-t64.xml genai:DIR/openvino_model.xml
 
 --precision f32 compiles at f32 (then export with --kv-precision f32).
 """
@@ -28,8 +29,14 @@ def ovrun_step(core, path, live, props):
     cm = core.compile_model(core.read_model(path), "CPU", props)
     req, keep = cm.create_infer_request(), []
     for p in cm.inputs:
-        # a bounded graph's past inputs are declared 1..C: bind all C slots
+        # Dynamic dimensions: a shared graph's token axis takes the one
+        # token of a decode step; a bounded graph's past inputs (declared
+        # 1..C) get the live prefix the runtime binds (model.LiveSlots).
         shape, name = [d.get_max_length() for d in p.get_partial_shape()], p.get_any_name()
+        if p.get_partial_shape()[0].is_dynamic:
+            shape[0] = min(shape[0], (live // 64 + 1) * 64)
+        if name in ("input_ids", "position_ids") and p.get_partial_shape()[1].is_dynamic:
+            shape[1] = 1
         if name == "input_ids":
             t = ov.Tensor(np.full(shape, 5, np.int64))
         elif name == "position_ids":

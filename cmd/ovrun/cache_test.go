@@ -41,8 +41,9 @@ func cacheEntries(t *testing.T, dir string) []cacheEntry {
 }
 
 // TestRungCacheOnSmolLM2: the real GGUF through the binary. The second run
-// of a two-rung ladder imports both rungs and predicts the tokens of the
-// first; a flipped byte in one blob and a truncated other blob are noticed,
+// of a two-rung ladder (auto makes its first rung a shared graph for this
+// prompt, the second a decode graph) imports both rungs and predicts the
+// tokens of the first; a flipped byte in one blob and a truncated other blob are noticed,
 // discarded with a note and compiled again, with the same tokens and exit 0.
 func TestRungCacheOnSmolLM2(t *testing.T) {
 	g := testenv.SmolLM2(t)
@@ -85,7 +86,7 @@ func TestRungCacheOnSmolLM2(t *testing.T) {
 	}
 	damaged := cachedRun(t, "damaged", args...)
 	notes := strings.Join(damaged.Notes, "\n")
-	for _, want := range []string{"graph decode-c64: rung cache: discarded entry", "CRC-32C", "graph decode-c128: rung cache: discarded entry", "truncated"} {
+	for _, want := range []string{"graph shared-c64-t64: rung cache: discarded entry", "CRC-32C", "graph decode-c128: rung cache: discarded entry", "truncated"} {
 		if !strings.Contains(notes, want) {
 			t.Errorf("notes do not mention %q:\n%s", want, notes)
 		}
@@ -149,7 +150,7 @@ func TestRungCacheWithCompileWorkers(t *testing.T) {
 		}
 	}
 	damaged := cachedRun(t, "damaged, workers", worker...)
-	if notes := strings.Join(damaged.Notes, "\n"); !strings.Contains(notes, "graph decode-c64") || !strings.Contains(notes, "compiling it again") {
+	if notes := strings.Join(damaged.Notes, "\n"); !strings.Contains(notes, "graph shared-c64-t64") || !strings.Contains(notes, "compiling it again") {
 		t.Errorf("notes do not say the damaged entry was compiled again:\n%s", notes)
 	}
 	if r := damaged.Rungs[0]; r.CompileSource != runtime.OriginCompiled || r.CompileAttempts != 1 {
@@ -171,7 +172,7 @@ func TestCacheCommands(t *testing.T) {
 		t.Fatal(err)
 	}
 	run := func(name, ladder string, extra ...string) *runtime.Summary {
-		return cachedRun(t, name, append([]string{"--model", tiny, "--ladder", ladder, "--prompt-tokens", "4", "--decode-tokens", "2", "--cache-dir", cache}, extra...)...)
+		return cachedRun(t, name, append([]string{"--model", tiny, "--ladder", ladder, "--prompt-tokens", "4", "--decode-tokens", "2", "--prefill", "decode", "--cache-dir", cache}, extra...)...)
 	}
 	run("a", "16")
 	run("b", "32")

@@ -47,8 +47,8 @@ var (
 	promptIDsFlag    = &cli.StringFlag{Name: "prompt-ids", Usage: "prompt token ids, comma-separated (`1,2,3`)"}
 	promptTokensFlag = &cli.IntFlag{Name: "prompt-tokens", Usage: "a seeded random prompt of `N` tokens"}
 	seedFlag         = &cli.Uint64Flag{Name: "seed", Value: 1, Usage: "seed of the random prompt (and teacher-forced tokens)"}
-	prefillChunkFlag = &cli.IntFlag{Name: "prefill-chunk", Value: runtime.DefaultPrefillChunk, Usage: "tokens per prefill call (static shape of the prefill graph); 0 feeds the prompt through the decode graph"}
-	prefillFlag      = &cli.StringFlag{Name: "prefill", Value: string(runtime.DefaultPrefill), Usage: "`MODE` of the prompt: graph compiles the prefill graph before the first token, decode feeds the prompt through the first rung's decode graph, auto feeds it there until the measured step time says compiling the prefill graph is faster for the rest",
+	prefillChunkFlag = &cli.IntFlag{Name: "prefill-chunk", Value: runtime.DefaultPrefillChunk, Usage: "tokens per prefill call (static shape of the prefill graph, the most a shared graph takes per call); 0 feeds the prompt through the decode graph"}
+	prefillFlag      = &cli.StringFlag{Name: "prefill", Value: string(runtime.DefaultPrefill), Usage: "`MODE` of the prompt: graph compiles the prefill graph before the first token, decode feeds the prompt through the first rung's decode graph, shared compiles every rung as one graph that takes 1 to --prefill-chunk tokens per call (the prompt in chunks, then decoding; CPU, GPU; decode steps about 12% slower), auto makes the first rung shared where the prompt is worth more than that slowdown over the tokens the rung decodes (CPU, GPU, not on chat and serve's kept ladders), and otherwise feeds the prompt through the decode graph until the measured step time says compiling the prefill graph is faster for the rest",
 		Action: func(_ *cli.Context, v string) error { _, err := runtime.ParsePrefillMode(v); return err }}
 	ladderFlag       = &cli.StringFlag{Name: "ladder", Value: "1024,2048,4096,8192", Usage: "ascending context `CAPACITIES`"}
 	decodeTokensFlag = &cli.IntFlag{Name: "decode-tokens", Value: 256, Usage: "decode `STEPS`"}
@@ -227,7 +227,11 @@ func describeRun(c *cli.Context, comp *ovexec.Compiler, sum *runtime.Summary) {
 	sum.Device = comp.Options().Device
 	sum.Precision = comp.Options().Precision
 	sum.PrecisionUsed = comp.EffectivePrecision()
-	sum.Attention = comp.DescribeAttention(sum.Ladder...)
+	specs := make([]model.GraphSpec, len(sum.Rungs))
+	for i, r := range sum.Rungs {
+		specs[i] = model.GraphSpec{Capacity: r.Capacity, Chunk: 1, Shared: r.Shared}
+	}
+	sum.Attention = comp.DescribeAttention(specs...)
 	sum.KVPrecision = comp.KVPrecision()
 	sum.Weights = string(comp.Weights().Format())
 	sum.Seed = seedFlag.Get(c)

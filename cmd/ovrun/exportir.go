@@ -13,6 +13,8 @@ import (
 	"github.com/ovtoolkit/ovrun/runtime/ovexec"
 )
 
+var sharedGraphFlag = &cli.BoolFlag{Name: "shared", Usage: "write the graph of prefill mode shared (1 to --prefill-chunk tokens per call, bounded attention) instead of the decode and prefill graphs"}
+
 var exportIRCommand = &cli.Command{
 	Name:  "export-ir",
 	Usage: "write the decode (and prefill) graphs of one capacity as OpenVINO IR (XML + BIN)",
@@ -22,7 +24,9 @@ KV is explicit graph I/O: past_key.N / past_value.N are f32 [capacity, kv_heads,
 commands do (auto: on the CPU static while the whole past cache takes at most
 24 MiB, bounded above; bounded on GPU; static on NPU); --kv-precision the
 element type of the K/V inputs and outputs (auto is f32 here: an IR file has
-no inference precision); --weights how the weights are stored, as for run.`,
+no inference precision); --weights how the weights are stored, as for run.
+--shared writes the one graph of prefill mode shared instead: it takes 1 to
+--prefill-chunk tokens per call (a dynamic token axis) and bounded attention.`,
 	Flags: []cli.Flag{
 		modelFlag,
 		capacityFlag,
@@ -31,6 +35,7 @@ no inference precision); --weights how the weights are stored, as for run.`,
 		attentionFlag,
 		kvPrecisionFlag,
 		weightsFlag,
+		sharedGraphFlag,
 		outDirFlag,
 	},
 	Action: func(c *cli.Context) error {
@@ -73,7 +78,12 @@ no inference precision); --weights how the weights are stored, as for run.`,
 			return err
 		}
 		specs := []model.GraphSpec{{Capacity: capacity, Chunk: 1, Attention: attention, KVPrecision: kv}}
-		if chunk > 1 {
+		if sharedGraphFlag.Get(c) {
+			if chunk < 2 {
+				return fmt.Errorf("--shared needs a --prefill-chunk above 1, got %d", chunk)
+			}
+			specs = []model.GraphSpec{{Capacity: capacity, Chunk: chunk, Shared: true, Attention: model.AttentionBounded, KVPrecision: kv}}
+		} else if chunk > 1 {
 			specs = append(specs, model.GraphSpec{Capacity: capacity, Chunk: chunk, Attention: attention, KVPrecision: kv})
 		}
 		for _, s := range specs {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/ovtoolkit/ovrun/internal/cliutil"
 	"github.com/ovtoolkit/ovrun/internal/npy"
+	"github.com/ovtoolkit/ovrun/model"
 	"github.com/ovtoolkit/ovrun/ov"
 	"github.com/ovtoolkit/ovrun/runtime"
 )
@@ -148,8 +149,9 @@ func generateAction(c *cli.Context) error {
 		}
 		fmt.Printf("tokens: %s\n", strings.Join(toks, ","))
 	}
+	attention := comp.DescribeAttention(model.GraphSpec{Capacity: capacity, Chunk: 1, Shared: res.PrefillUsed == runtime.PrefillUsedShared})
 	fmt.Fprintf(out, "compile %.3f s  prefill %.3f s (%d tokens)  decode %.2f tok/s (%d steps)  precision %s  attention %s  kv %s  finish %s\n",
-		res.CompileS, res.PrefillS, len(in.ids), res.DecodeTokensPerS(), res.Steps, comp.EffectivePrecision(), comp.AttentionFor(capacity), comp.KVPrecision(), res.FinishReason)
+		res.CompileS, res.PrefillS, len(in.ids), res.DecodeTokensPerS(), res.Steps, comp.EffectivePrecision(), attention, comp.KVPrecision(), res.FinishReason)
 	p := jsonFlag.Get(c)
 	if p == "" {
 		return cliutil.Interrupted(genErr, "")
@@ -161,7 +163,7 @@ func generateAction(c *cli.Context) error {
 	}
 	js := map[string]any{
 		"model": modelFlag.Get(c), "device": comp.Options().Device, "openvino_version": ver,
-		"precision": comp.Options().Precision, "precision_effective": comp.EffectivePrecision(), "attention": comp.AttentionFor(capacity), "kv_precision": comp.KVPrecision(),
+		"precision": comp.Options().Precision, "precision_effective": comp.EffectivePrecision(), "attention": attention, "kv_precision": comp.KVPrecision(),
 		"capacity": capacity, "prompt": in.ids, "prompt_ids": in.ids,
 		"tokens": res.Tokens, "generated_ids": res.Tokens, "text": generatedText(tok, res.Tokens),
 		"finish_reason": res.FinishReason,

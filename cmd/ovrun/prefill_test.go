@@ -15,11 +15,13 @@ import (
 
 // TestPrefillModesGiveIdenticalTokensOnSmolLM2 runs the real SmolLM2 GGUF
 // through the binary, greedy, with a 70-token prompt (two calls of the
-// 64-token prefill graph) under --prefill graph, decode and auto, and auto
-// once more with a cost profile that makes the prefill graph look nearly
-// free, so that it switches to it after two prompt tokens fed through the
-// decode graph: all four must predict the same tokens, and each summary
-// must say what the prompt went through.
+// 64-token prefill graph, or of the shared graph: 64 tokens, then 6)
+// under --prefill graph, decode, shared and auto (which on the CPU makes
+// the first rung shared for this prompt), and auto once more with static
+// attention (no shared graphs) and a cost profile that makes the prefill
+// graph look nearly free, so that it switches to it after two prompt
+// tokens fed through the decode graph: all must predict the same tokens,
+// and each summary must say what the prompt went through.
 func TestPrefillModesGiveIdenticalTokensOnSmolLM2(t *testing.T) {
 	g := testenv.SmolLM2(t)
 	dir := t.TempDir()
@@ -35,8 +37,9 @@ func TestPrefillModesGiveIdenticalTokensOnSmolLM2(t *testing.T) {
 	}{
 		{"graph", "graph", runtime.PrefillUsedGraph, nil},
 		{"decode", "decode", runtime.PrefillUsedDecode, nil},
-		{"auto", "auto", "", nil}, // decode or decode+graph, as the machine's timing says
-		{"auto switching", "auto", runtime.PrefillUsedSwitch, []string{"--compile-cost", cheap}},
+		{"shared", "shared", runtime.PrefillUsedShared, nil},
+		{"auto", "auto", runtime.PrefillUsedShared, nil},
+		{"auto switching", "auto", runtime.PrefillUsedSwitch, []string{"--compile-cost", cheap, "--attention", "static"}},
 	}
 	var want []int64
 	for _, r := range runs {
@@ -62,6 +65,13 @@ func TestPrefillModesGiveIdenticalTokensOnSmolLM2(t *testing.T) {
 		}
 		if r.used == runtime.PrefillUsedSwitch && s.PrefillDecodeTokens != 2 {
 			t.Errorf("%s: %d prompt tokens through the decode graph before switching, want 2", r.name, s.PrefillDecodeTokens)
+		}
+		// Mode shared makes every rung shared, auto only the one that
+		// takes the prompt.
+		shared := r.used == runtime.PrefillUsedShared
+		next := r.mode == "shared" && s.Rungs[1].CompileSource != ""
+		if s.Rungs[0].Shared != shared || s.Rungs[1].Shared != next || shared && s.PrefillDecodeTokens != 0 {
+			t.Errorf("%s: rungs shared %v, %v (%d prompt tokens through a decode graph); want %v, %v", r.name, s.Rungs[0].Shared, s.Rungs[1].Shared, s.PrefillDecodeTokens, shared, next)
 		}
 		if len(s.Predictions) != 17 {
 			t.Fatalf("%s: %d predictions, want 17", r.name, len(s.Predictions))

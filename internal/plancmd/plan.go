@@ -178,6 +178,7 @@ func planAction(c *cli.Context) error {
 		Lookahead:          lookaheadFlag.Get(c),
 		KVBytesPerToken:    kvPerToken,
 		BackgroundSlowdown: backgroundSlowdownFlag.Get(c),
+		SharedGraphs:       runtime.DynamicShapes(prof.Device),
 	}
 	// The prefill graph is the first rung's: the smallest holding the
 	// prompt and one token.

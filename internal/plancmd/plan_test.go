@@ -92,19 +92,21 @@ func formatFloat(x float64) string { b, _ := json.Marshal(x); return string(b) }
 // TestPlanPrefillModes checks that plan charges the prefill graph where
 // each mode puts it, from a profile that measured every kind: graph
 // compiles it first (and the first rung as a successor), decode never and
-// feeds the prompt through the decode graph, and auto picks the faster for
-// the prompt's length.
+// feeds the prompt through the decode graph, shared never and decodes the
+// first rung SharedStepPenalty slower, and auto picks as the runtime does:
+// on a device without shared graphs (NPU) the faster of decode and graph
+// for the prompt's length, on the CPU a shared first rung where SharedPays.
 func TestPlanPrefillModes(t *testing.T) {
-	prof := compilecost.Profile{Model: "m", Device: "CPU", Rungs: []compilecost.Rung{
-		{Capacity: 1024, CompileS: []float64{2}, SuccessorS: []float64{5},
-			Prefill: []compilecost.PrefillCost{{Chunk: 64, FirstS: []float64{6}, SuccessorS: []float64{9}}}},
-		{Capacity: 2048, CompileS: []float64{3}, SuccessorS: []float64{4}},
-	}}
-	path := filepath.Join(t.TempDir(), "cost.json")
-	if err := prof.Save(path); err != nil {
-		t.Fatal(err)
-	}
-	plan := func(prompt string) map[string]compilecost.SimResult {
+	plan := func(device, prompt string) map[string]compilecost.SimResult {
+		prof := compilecost.Profile{Model: "m", Device: device, Rungs: []compilecost.Rung{
+			{Capacity: 1024, CompileS: []float64{2}, SuccessorS: []float64{5},
+				Prefill: []compilecost.PrefillCost{{Chunk: 64, FirstS: []float64{6}, SuccessorS: []float64{9}}}},
+			{Capacity: 2048, CompileS: []float64{3}, SuccessorS: []float64{4}},
+		}}
+		path := filepath.Join(t.TempDir(), "cost.json")
+		if err := prof.Save(path); err != nil {
+			t.Fatal(err)
+		}
 		rep, _ := runPlan(t, "--compile-cost", path, "--decode-rate", "20", "--prompt-tokens", prompt, "--decode-tokens", "8",
 			"--policy", "grow-one-ahead", "--prefill", "all", "--prefill-s", "0.5")
 		out := map[string]compilecost.SimResult{}
@@ -113,7 +115,7 @@ func TestPlanPrefillModes(t *testing.T) {
 		}
 		return out
 	}
-	short := plan("16") // 0.8 s through the decode graph
+	short := plan("NPU", "16") // 0.8 s through the decode graph
 	if g := short["graph"]; !near(g.ForegroundCompileS, 6+5) || !near(g.TTFTS, 6+5+0.5) {
 		t.Errorf("graph: foreground %.2f s, TTFT %.2f s; want the prefill graph first (6 s), the first rung after it (5 s), prefill 0.5 s", g.ForegroundCompileS, g.TTFTS)
 	}
@@ -123,9 +125,23 @@ func TestPlanPrefillModes(t *testing.T) {
 	if a := short["auto"]; a.PrefillUsed != "decode" || !near(a.TTFTS, short["decode"].TTFTS) {
 		t.Errorf("auto on 16 tokens: used %s, TTFT %.2f s; want decode", a.PrefillUsed, a.TTFTS)
 	}
-	long := plan("1000") // 50 s through the decode graph
+	long := plan("NPU", "1000") // 50 s through the decode graph
 	if a := long["auto"]; a.PrefillUsed != "graph" || !near(a.ForegroundCompileS, 2+9) || !near(a.TTFTS, 2+9+0.5) {
 		t.Errorf("auto on 1000 tokens: used %s, foreground %.2f s, TTFT %.2f s; want the prefill graph compiled after the first rung (2+9 s)", a.PrefillUsed, a.ForegroundCompileS, a.TTFTS)
+	}
+	for _, prompt := range []string{"16", "1000"} {
+		cpu := plan("CPU", prompt)
+		s := cpu["shared"]
+		if s.PrefillUsed != "shared" || !near(s.ForegroundCompileS, 2) || !near(s.TTFTS, 2+0.5) || s.PrefillCompileS != 0 {
+			t.Errorf("shared, %s tokens: used %s, foreground %.2f s, TTFT %.2f s, prefill compile %.2f s; want the first rung alone (2 s) and the prompt in 0.5 s",
+				prompt, s.PrefillUsed, s.ForegroundCompileS, s.TTFTS, s.PrefillCompileS)
+		}
+		if d := cpu["decode"]; !near(s.DecodeS, d.DecodeS*(1+compilecost.SharedStepPenalty)) {
+			t.Errorf("shared, %s tokens: decode %.3f s, want the decode graph's %.3f s x %.2f", prompt, s.DecodeS, d.DecodeS, 1+compilecost.SharedStepPenalty)
+		}
+		if a := cpu["auto"]; a.PrefillUsed != "shared" || !near(a.TTFTS, s.TTFTS) {
+			t.Errorf("auto on the CPU, %s tokens: used %s, TTFT %.2f s; want shared (%.2f s)", prompt, a.PrefillUsed, a.TTFTS, s.TTFTS)
+		}
 	}
 }
 

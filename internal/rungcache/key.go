@@ -41,7 +41,7 @@ type Parts struct {
 	Properties []string `json:"properties"` // every compile property as KEY=VALUE, in the order they are passed
 	WeightsSHA string   `json:"weights"`    // digest (SHA-256 based) of the weights blob the graph reads
 	IRSHA      string   `json:"ir"`         // SHA-256 of the IR XML
-	Kind       string   `json:"kind"`       // decode or prefill
+	Kind       string   `json:"kind"`       // decode, prefill or shared
 	Capacity   int      `json:"capacity"`
 	Chunk      int      `json:"chunk"`
 	// The graph's attention form and KV element type (model.GraphSpec);
@@ -88,6 +88,9 @@ const maxBlobBytes = 64 << 30
 func (m Meta) Graph() string {
 	if m.Capacity == 0 {
 		return "?"
+	}
+	if m.Kind == "shared" {
+		return fmt.Sprintf("shared-c%d-t%d", m.Capacity, m.Chunk)
 	}
 	if m.Chunk <= 1 {
 		return fmt.Sprintf("decode-c%d", m.Capacity)

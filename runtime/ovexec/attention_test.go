@@ -138,17 +138,22 @@ func TestAutoAttentionPerCapacity(t *testing.T) {
 	if got := comp.withAttention(model.GraphSpec{Capacity: limit + 1, Chunk: 1}).Attention; got != model.AttentionBounded {
 		t.Errorf("a graph of capacity %d gets %s, want bounded", limit+1, got)
 	}
-	if got, want := comp.DescribeAttention(limit/2, limit, 2*limit), fmt.Sprintf("static %d-%d, bounded %d", limit/2, limit, 2*limit); got != want {
+	spec := func(c int) model.GraphSpec { return model.GraphSpec{Capacity: c, Chunk: 1} }
+	if got, want := comp.DescribeAttention(spec(limit/2), spec(limit), spec(2*limit)), fmt.Sprintf("static %d-%d, bounded %d", limit/2, limit, 2*limit); got != want {
 		t.Errorf("DescribeAttention = %q, want %q", got, want)
 	}
 	if got := comp.DescribeAttention(); got != "auto" {
 		t.Errorf("DescribeAttention() = %q, want auto", got)
 	}
-	if got := comp.DescribeAttention(256, 512); got != "static" {
+	if got := comp.DescribeAttention(spec(256), spec(512)); got != "static" {
 		t.Errorf("DescribeAttention(256, 512) = %q, want static", got)
 	}
 	_, static := openOVWith(t, "tiny", "F32", model.AttentionStatic)
-	if got := static.DescribeAttention(limit/2, 2*limit); got != "static" {
+	shared := model.GraphSpec{Capacity: limit / 2, Chunk: 8, Shared: true}
+	if got, want := comp.DescribeAttention(shared, spec(limit)), fmt.Sprintf("bounded %d, static %d", limit/2, limit); got != want {
+		t.Errorf("a shared first rung: DescribeAttention = %q, want %q", got, want)
+	}
+	if got := static.DescribeAttention(spec(limit/2), spec(2*limit)); got != "static" {
 		t.Errorf("--attention static: DescribeAttention = %q, want static", got)
 	}
 }
@@ -212,4 +217,30 @@ func TestKVCacheInBF16(t *testing.T) {
 		}
 	}
 	t.Logf("rows 0..%d agree (first near tie at %d)", last, last)
+}
+
+// TestSharedGraphAgrees runs the same prompt through a shared graph (1 to 8
+// tokens per call: prompt chunks of 8 and a last one of 4, then decode
+// steps of 1) and through static prefill and decode graphs: identical
+// greedy tokens, every logits row in agreement, one compile instead of two.
+func TestSharedGraphAgrees(t *testing.T) {
+	run := func(a model.Attention, mode runtime.PrefillMode) *runtime.GenerateResult {
+		ck, comp := openOVWith(t, "tiny", "F32", a)
+		res, err := runtime.Generate(context.Background(), comp, runtime.ShapeOf(ck.Config), runtime.GenerateConfig{
+			Capacity: 200, PrefillChunk: 8, Prefill: mode, Prompt: runtime.SeededTokens(9, 60, ck.Config.VocabSize), MaxNewTokens: 140, KeepLogits: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	shared, static := run(model.AttentionAuto, runtime.PrefillShared), run(model.AttentionStatic, runtime.PrefillGraph)
+	if shared.PrefillUsed != runtime.PrefillUsedShared {
+		t.Errorf("prefill used %q, want %q", shared.PrefillUsed, runtime.PrefillUsedShared)
+	}
+	if len(shared.Tokens) != 140 || !slices.Equal(shared.Tokens, static.Tokens) {
+		t.Fatalf("tokens differ:\nshared %v\nstatic %v", shared.Tokens, static.Tokens)
+	}
+	for i := range static.Logits {
+		checkRow(t, i, shared.Logits[i], static.Logits[i])
+	}
 }

@@ -69,16 +69,6 @@ func ParseKVPrecision(s string) (string, error) {
 // 512 (22.5 MiB); bounded wins from 2048 (bf16) and 1024 (f32) on.
 const StaticCacheMax = 24 << 20
 
-// dynamicShapes reports whether the device accepts dynamic shapes inside a
-// graph (CPU, GPU); NPU compiles static shapes only.
-func dynamicShapes(device string) bool {
-	switch strings.ToUpper(device) {
-	case "", "CPU", "GPU":
-		return true
-	}
-	return false
-}
-
 // ResolveAttention turns auto (or "") into the form a graph whose past
 // cache takes cacheBytes runs: static on devices that compile static shapes
 // only (NPU); on the CPU static up to StaticCacheMax and bounded above;
@@ -88,7 +78,7 @@ func ResolveAttention(a model.Attention, device string, cacheBytes int64) model.
 		return a
 	}
 	switch {
-	case !dynamicShapes(device):
+	case !runtime.DynamicShapes(device):
 		return model.AttentionStatic
 	case strings.EqualFold(device, "GPU"):
 		return model.AttentionBounded
@@ -183,7 +173,7 @@ func NewCompiler(ck *model.Checkpoint, opts Options) (*Compiler, error) {
 			return nil, err
 		}
 	}
-	if opts.Attention == model.AttentionBounded && !dynamicShapes(opts.Device) {
+	if opts.Attention == model.AttentionBounded && !runtime.DynamicShapes(opts.Device) {
 		return nil, fmt.Errorf("attention bounded: device %s compiles static shapes only; use --attention static or auto", opts.Device)
 	}
 	if opts.Attention == "" {
@@ -277,30 +267,38 @@ func (c *Compiler) AttentionFor(capacity int) model.Attention {
 	return ResolveAttention(c.opts.Attention, c.opts.Device, c.shape.BufferBytes(capacity))
 }
 
-// DescribeAttention says which form the graphs of these capacities get:
-// one form, or each form with its capacities ("static 256-1024, bounded
-// 2048-4096") when auto splits them.
-func (c *Compiler) DescribeAttention(capacities ...int) string {
-	if len(capacities) == 0 {
+// DescribeAttention says which form these graphs get: one form, or each
+// form with its capacities ("static 256-1024, bounded 2048-4096") when
+// auto splits them or a shared graph (always bounded) is among them.
+func (c *Compiler) DescribeAttention(specs ...model.GraphSpec) string {
+	if len(specs) == 0 {
 		return string(c.opts.Attention)
 	}
+	form := func(s model.GraphSpec) model.Attention { return c.withAttention(s).Attention }
 	var parts []string
 	first := 0
-	for i, cp := range capacities {
-		f := c.AttentionFor(cp)
-		if i+1 < len(capacities) && c.AttentionFor(capacities[i+1]) == f {
+	for i, s := range specs {
+		f := form(s)
+		if i+1 < len(specs) && form(specs[i+1]) == f {
 			continue
 		}
-		part := fmt.Sprintf("%s %d", f, capacities[first])
+		part := fmt.Sprintf("%s %d", f, specs[first].Capacity)
 		if i > first {
-			part += fmt.Sprintf("-%d", cp)
+			part += fmt.Sprintf("-%d", s.Capacity)
 		}
 		parts, first = append(parts, part), i+1
 	}
 	if len(parts) < 2 {
-		return string(c.AttentionFor(capacities[0]))
+		return string(form(specs[0]))
 	}
 	return strings.Join(parts, ", ")
+}
+
+// SharedGraphs reports whether this compiler compiles shared graphs (a
+// dynamic token axis): on devices that take dynamic shapes, unless static
+// attention was asked for.
+func (c *Compiler) SharedGraphs() bool {
+	return runtime.DynamicShapes(c.opts.Device) && c.opts.Attention != model.AttentionStatic
 }
 
 // KVPrecision is the element type of the KV cache of every graph (auto
@@ -312,10 +310,14 @@ func (c *Compiler) KVPrecision() string { return c.opts.KVPrecision }
 func (c *Compiler) KVShape() runtime.KVShape { return c.shape }
 
 // withAttention gives spec the compiler's attention form and KV precision
-// unless it names them.
+// unless it names them. A shared graph's attention is bounded (its token
+// axis is dynamic anyway).
 func (c *Compiler) withAttention(spec model.GraphSpec) model.GraphSpec {
 	if spec.Attention == "" || spec.Attention == model.AttentionAuto {
 		spec.Attention = c.AttentionFor(spec.Capacity)
+		if spec.Shared {
+			spec.Attention = model.AttentionBounded
+		}
 	}
 	if spec.KVPrecision == "" {
 		spec.KVPrecision = c.opts.KVPrecision
@@ -386,6 +388,9 @@ func (c *Compiler) Compile(ctx context.Context, spec model.GraphSpec) (runtime.E
 		return nil, err
 	}
 	spec = c.withAttention(spec)
+	if spec.Shared && !c.SharedGraphs() {
+		return nil, fmt.Errorf("graph %s: a shared graph has a dynamic token axis and bounded attention; %s with attention %s compiles static graphs (use prefill mode graph or decode)", spec.Name(), c.opts.Device, c.opts.Attention)
+	}
 	if c.opts.Worker != nil {
 		return c.compileInWorker(ctx, spec)
 	}
@@ -469,6 +474,9 @@ func (c *Compiler) newExecutable(spec model.GraphSpec, cm *ov.CompiledModel, irB
 	e := &executable{spec: spec, compiled: cm, shape: shape, vocab: c.vocab, irBytes: irBytes, origin: origin, notes: notes}
 	if err := e.prepare(); err != nil {
 		return nil, errors.Join(fmt.Errorf("prepare graph %s: %w", spec.Name(), err), e.Close())
+	}
+	if err := e.warmUp(); err != nil {
+		return nil, errors.Join(err, e.Close())
 	}
 	return e, nil
 }

@@ -25,7 +25,10 @@ type executable struct {
 	logits        *ov.HostBuffer // f32 [1,V]
 	present       []*ov.HostBuffer
 	tensors       []*ov.Tensor // bound once, freed on Close
-	kvTensors     []*ov.Tensor // bound per Bind
+	tokenTensors  []*ov.Tensor // ids, positions and present rows, bound for boundT tokens
+	boundT        int
+	kvTensors     []*ov.Tensor // the past inputs, over pastSlots slots of kv
+	pastSlots     int
 	kv            *runtime.KV
 	irBytes       int
 	origin        runtime.Origin // compiled here or in a worker, or imported from the compiled-rung cache
@@ -50,64 +53,172 @@ func (e *executable) prepare() error {
 	if e.req, err = e.compiled.NewInferRequest(); err != nil {
 		return err
 	}
-	T := int64(e.spec.Chunk)
-	bind := func(name string, et ov.ElementType, shape []int64) (*ov.HostBuffer, error) {
+	alloc := func(et ov.ElementType, shape ...int64) (*ov.HostBuffer, error) {
 		n := et.Size()
 		for _, d := range shape {
 			n *= int(d)
 		}
-		buf, err := ov.AllocHost(n)
+		return ov.AllocHost(n)
+	}
+	T := int64(e.spec.Chunk)
+	if e.ids, err = alloc(ov.I64, 1, T); err != nil {
+		return err
+	}
+	if e.pos, err = alloc(ov.I64, 1, T); err != nil {
+		return err
+	}
+	if e.idx, err = alloc(ov.I64, 1); err != nil {
+		return err
+	}
+	if e.logits, err = alloc(ov.F32, 1, int64(e.vocab)); err != nil {
+		return err
+	}
+	for range 2 * e.shape.Layers {
+		buf, err := alloc(kvElement(e.spec.KVPrecision), T, int64(e.shape.KVHeads), int64(e.shape.HeadDim))
 		if err != nil {
-			return nil, err
+			return err
 		}
-		t, err := ov.NewTensorFromPtr(et, shape, buf.Ptr())
+		e.present = append(e.present, buf)
+	}
+	for _, b := range []struct {
+		name  string
+		et    ov.ElementType
+		shape []int64
+		buf   *ov.HostBuffer
+	}{{model.LogitsIndex, ov.I64, []int64{1}, e.idx}, {model.OutputLogits, ov.F32, []int64{1, int64(e.vocab)}, e.logits}} {
+		t, err := e.bind(b.name, b.et, b.shape, b.buf)
 		if err != nil {
-			buf.Free()
-			return nil, err
+			return err
 		}
 		e.tensors = append(e.tensors, t)
-		return buf, e.req.SetTensor(name, t)
 	}
-	if e.ids, err = bind(model.InputIDs, ov.I64, []int64{1, T}); err != nil {
+	// A shared graph takes 1 to Chunk tokens: Step binds the count each
+	// call has; a static graph takes Chunk (padded) on every call.
+	n := e.spec.Chunk
+	if e.spec.Shared {
+		n = 1
+	}
+	return e.bindTokens(n)
+}
+
+// bind makes a tensor of shape over buf the request's tensor name.
+func (e *executable) bind(name string, et ov.ElementType, shape []int64, buf *ov.HostBuffer) (*ov.Tensor, error) {
+	t, err := ov.NewTensorFromPtr(et, shape, buf.Ptr())
+	if err != nil {
+		return nil, err
+	}
+	if err := e.req.SetTensor(name, t); err != nil {
+		t.Close()
+		return nil, err
+	}
+	return t, nil
+}
+
+// bindTokens binds the token ids, positions and present K/V rows as n
+// tokens' worth of their buffers (which hold Chunk).
+func (e *executable) bindTokens(n int) error {
+	for _, t := range e.tokenTensors {
+		t.Close()
+	}
+	e.tokenTensors, e.boundT = nil, 0
+	T := int64(n)
+	bind := func(name string, et ov.ElementType, shape []int64, buf *ov.HostBuffer) error {
+		t, err := e.bind(name, et, shape, buf)
+		if err != nil {
+			return fmt.Errorf("bind %s for %d tokens: %w", name, n, err)
+		}
+		e.tokenTensors = append(e.tokenTensors, t)
+		return nil
+	}
+	if err := bind(model.InputIDs, ov.I64, []int64{1, T}, e.ids); err != nil {
 		return err
 	}
-	if e.pos, err = bind(model.PositionIDs, ov.I64, []int64{1, T}); err != nil {
-		return err
-	}
-	if e.idx, err = bind(model.LogitsIndex, ov.I64, []int64{1}); err != nil {
-		return err
-	}
-	if e.logits, err = bind(model.OutputLogits, ov.F32, []int64{1, int64(e.vocab)}); err != nil {
+	if err := bind(model.PositionIDs, ov.I64, []int64{1, T}, e.pos); err != nil {
 		return err
 	}
 	row := []int64{T, int64(e.shape.KVHeads), int64(e.shape.HeadDim)}
 	for l := 0; l < e.shape.Layers; l++ {
-		for _, name := range []string{model.PresentKey(l), model.PresentValue(l)} {
-			buf, err := bind(name, kvElement(e.spec.KVPrecision), row)
-			if buf != nil {
-				e.present = append(e.present, buf)
-			}
-			if err != nil {
+		for i, name := range []string{model.PresentKey(l), model.PresentValue(l)} {
+			if err := bind(name, kvElement(e.spec.KVPrecision), row, e.present[2*l+i]); err != nil {
 				return err
 			}
 		}
 	}
+	e.boundT = n
 	return nil
 }
 
+// Bind makes kv the graph's past K/V. A static graph gets every slot
+// bound here; a bounded one gets the live prefix of each call in Step.
 func (e *executable) Bind(kv *runtime.KV) error {
 	if kv.Capacity != e.spec.Capacity {
 		return fmt.Errorf("bind a cache of %d slots to graph %s", kv.Capacity, e.spec.Name())
 	}
 	e.freeKV()
-	shape := []int64{int64(kv.Capacity), int64(e.shape.KVHeads), int64(e.shape.HeadDim)}
-	et := kvElement(e.spec.KVPrecision)
 	for l := 0; l < e.shape.Layers; l++ {
-		for i, mem := range [][]byte{kv.K[l], kv.V[l]} {
+		for _, mem := range [][]byte{kv.K[l], kv.V[l]} {
 			if len(mem) < kv.Capacity*e.shape.RowBytes() {
 				return fmt.Errorf("bind graph %s: layer %d's cache has %d bytes, %d slots of %s need %d (allocate it with the compiler's KVShape)",
-					e.spec.Name(), l, len(mem), kv.Capacity, et, kv.Capacity*e.shape.RowBytes())
+					e.spec.Name(), l, len(mem), kv.Capacity, kvElement(e.spec.KVPrecision), kv.Capacity*e.shape.RowBytes())
 			}
+		}
+	}
+	e.kv = kv
+	if e.spec.Attention == model.AttentionBounded {
+		return nil
+	}
+	return e.bindPast(kv.Capacity)
+}
+
+// warmUp runs one decode step of a graph with dynamic shapes on a scratch
+// cache of its first live prefix. The CPU plugin prepares such a graph's
+// kernels (weights repacked for the matrix products included) on its first
+// call, not at compile time as for a static graph: SmolLM2's shared graph
+// took 0.2-0.35 s longer on its first call than on the next. Done here,
+// that cost is part of the compile, which the ladder may run in the
+// background, instead of the first token or a rung boundary.
+func (e *executable) warmUp() error {
+	if e.spec.Attention != model.AttentionBounded {
+		return nil
+	}
+	slots := model.LiveSlots(0, e.spec.Capacity)
+	rb := e.shape.RowBytes()
+	scratch, err := ov.AllocHost(2 * e.shape.Layers * slots * rb)
+	if err != nil {
+		return err
+	}
+	defer scratch.Free()
+	mem := scratch.Bytes()
+	kv := &runtime.KV{Capacity: slots}
+	for l := 0; l < e.shape.Layers; l++ {
+		kv.K = append(kv.K, mem[(2*l)*slots*rb:(2*l+1)*slots*rb])
+		kv.V = append(kv.V, mem[(2*l+1)*slots*rb:(2*l+2)*slots*rb])
+	}
+	e.kv = kv
+	defer e.freeKV()
+	if err := e.bindPast(slots); err != nil {
+		return err
+	}
+	for _, b := range []*ov.HostBuffer{e.ids, e.pos, e.idx} {
+		clear(b.Bytes())
+	}
+	if err := e.req.Infer(); err != nil {
+		return fmt.Errorf("first call of graph %s: %w", e.spec.Name(), err)
+	}
+	return nil
+}
+
+// bindPast binds the first slots of every layer's K/V cache (a prefix view
+// of the bound cache, whose capacity axis is outermost) as the past inputs.
+func (e *executable) bindPast(slots int) error {
+	for _, t := range e.kvTensors {
+		t.Close()
+	}
+	e.kvTensors, e.pastSlots = nil, 0
+	shape := []int64{int64(slots), int64(e.shape.KVHeads), int64(e.shape.HeadDim)}
+	et := kvElement(e.spec.KVPrecision)
+	for l := 0; l < e.shape.Layers; l++ {
+		for i, mem := range [][]byte{e.kv.K[l], e.kv.V[l]} {
 			t, err := ov.NewTensorFromPtr(et, shape, unsafe.Pointer(&mem[0]))
 			if err != nil {
 				return err
@@ -118,11 +229,11 @@ func (e *executable) Bind(kv *runtime.KV) error {
 				name = model.PastValue(l)
 			}
 			if err := e.req.SetTensor(name, t); err != nil {
-				return err
+				return fmt.Errorf("bind %d past slots to graph %s: %w", slots, e.spec.Name(), err)
 			}
 		}
 	}
-	e.kv = kv
+	e.pastSlots = slots
 	return nil
 }
 
@@ -136,8 +247,18 @@ func (e *executable) Step(ids []int64, start int) ([]float32, error) {
 	case start+n > e.spec.Capacity:
 		return nil, fmt.Errorf("%w: tokens %d..%d in graph %s", runtime.ErrCapacity, start, start+n-1, e.spec.Name())
 	}
+	if live := model.LiveSlots(start, e.spec.Capacity); e.spec.Attention == model.AttentionBounded && live != e.pastSlots {
+		if err := e.bindPast(live); err != nil {
+			return nil, err
+		}
+	}
+	if e.spec.Shared && n != e.boundT {
+		if err := e.bindTokens(n); err != nil {
+			return nil, fmt.Errorf("graph %s: %w", e.spec.Name(), err)
+		}
+	}
 	idb, pb := e.ids.Bytes(), e.pos.Bytes()
-	for t := 0; t < e.spec.Chunk; t++ {
+	for t := 0; t < e.boundT; t++ {
 		var id int64
 		if t < n {
 			id = ids[t]
@@ -161,16 +282,16 @@ func (e *executable) freeKV() {
 	for _, t := range e.kvTensors {
 		t.Close()
 	}
-	e.kvTensors, e.kv = nil, nil
+	e.kvTensors, e.kv, e.pastSlots = nil, nil, 0
 }
 
 func (e *executable) Close() error {
 	e.freeKV()
 	var errs []error
-	for _, t := range e.tensors {
+	for _, t := range append(e.tensors, e.tokenTensors...) {
 		t.Close()
 	}
-	e.tensors = nil
+	e.tensors, e.tokenTensors = nil, nil
 	if e.req != nil {
 		e.req.Close()
 	}

@@ -1,0 +1,21 @@
+package compilecost
+
+// SharedStepPenalty is how much longer a decode step of a shared graph
+// (prefill mode shared: one graph per rung that takes 1 to the prefill
+// chunk's tokens per call) takes than one of the decode graph of the same
+// capacity, as a fraction of the step: every shape in a shared graph is
+// dynamic, so the CPU plugin checks shapes at every node and fuses less.
+// Measured 0.10-0.12 for SmolLM2 (bf16, capacities 256-4096, 100-900 live
+// tokens; docs/design.md, "One graph for the prompt and decoding").
+const SharedStepPenalty = 0.12
+
+// SharedPays is auto mode's choice of a shared graph for the rung that takes
+// a prompt of n tokens and then decodes decoded tokens, on a device that
+// compiles shared graphs: the prompt costs n steps through the decode graph
+// and next to nothing through the shared graph (a few chunks), which then
+// costs SharedStepPenalty of a step more for each token the rung decodes.
+// Compiling either graph costs about the same, and the shared graph spares
+// the prefill graph's compile and memory.
+func SharedPays(n, decoded int) bool {
+	return n > 1 && float64(n) > SharedStepPenalty*float64(decoded)
+}
