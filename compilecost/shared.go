@@ -5,9 +5,11 @@ package compilecost
 // chunk's tokens per call) takes than one of the decode graph of the same
 // capacity, as a fraction of the step: every shape in a shared graph is
 // dynamic, so the CPU plugin checks shapes at every node and fuses less.
-// Measured 0.10-0.12 for SmolLM2 (bf16, capacities 256-4096, 100-900 live
-// tokens; docs/design.md, "One graph for the prompt and decoding").
-const SharedStepPenalty = 0.12
+// Measured for SmolLM2 in bf16 over whole generations (16 + 128 tokens,
+// interleaved, medians): 0.10 at capacity 256, 0.17 at 1024, 0.19 at 4096;
+// single steps in isolation 0.10-0.17 (docs/design.md, "One graph for the
+// prompt and decoding").
+const SharedStepPenalty = 0.17
 
 // SharedPays is auto mode's choice of a shared graph for the rung that takes
 // a prompt of n tokens and then decodes decoded tokens, on a device that

@@ -44,6 +44,7 @@ type fakeCompiler struct {
 	stepT    time.Duration         // simulated time per step
 	open     atomic.Int64          // executables not yet closed
 	poison   map[int]bool          // last positions whose logits are NaN
+	shared   bool                  // compiles shared graphs (SharedGrapher)
 	exes     []*fakeExecutable     // every executable made, in order
 }
 
@@ -91,6 +92,9 @@ func (f *fakeCompiler) Compile(ctx context.Context, spec model.GraphSpec) (Execu
 	f.mu.Unlock()
 	return e, nil
 }
+
+// SharedGraphs makes the fake a SharedGrapher that answers f.shared.
+func (f *fakeCompiler) SharedGraphs() bool { return f.shared }
 
 // decodes reports whether spec is a rung's graph: a decode graph or a
 // shared one.

@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"strings"
 	"testing"
@@ -115,6 +116,76 @@ func TestPrefillAutoChoosesByPromptLength(t *testing.T) {
 }
 
 func near(a, b float64) bool { return a-b < 1e-9 && b-a < 1e-9 }
+
+// TestPrefillAutoChoosesSharedGraphs checks auto's choice of a shared first
+// rung (compilecost.SharedPays: a prompt of n tokens, a rung that decodes
+// d, shared when n > 0.17 d): only on a compiler that compiles shared
+// graphs, only for the rung that takes the prompt (the next rung is a
+// decode graph), never for a one-token prompt, and never on a ladder kept
+// for prompts to come; Generate chooses by the same rule.
+func TestPrefillAutoChoosesSharedGraphs(t *testing.T) {
+	run := func(shared bool, prompt, decode int) (*Summary, *fakeCompiler) {
+		f := newFakeCompiler(testShape, 97, newFakeClock())
+		f.shared = shared
+		s, err := fakeRun(t, f, RunConfig{Ladder: Ladder{64, 128}, Policy: GrowOneAhead, Prompt: SeededTokens(3, prompt, 97),
+			DecodeTokens: decode, PrefillChunk: 16, Prefill: PrefillAuto})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s, f
+	}
+	for _, tc := range []struct {
+		name           string
+		shared         bool
+		prompt, decode int
+		want           bool
+	}{
+		{"long prompt", true, 40, 60, true},                // 40 > 0.17 x min(60, 24)
+		{"short prompt, long decode", true, 4, 100, false}, // 4 < 0.17 x 60
+		{"one token", true, 1, 4, false},
+		{"no shared graphs", false, 40, 60, false},
+	} {
+		s, f := run(tc.shared, tc.prompt, tc.decode)
+		if got := s.PrefillUsed == PrefillUsedShared; got != tc.want || s.Rungs[0].Shared != tc.want || s.Rungs[1].Shared {
+			t.Errorf("%s: used %q, rungs shared %v, %v (%s); want the first rung shared: %v", tc.name, s.PrefillUsed, s.Rungs[0].Shared, s.Rungs[1].Shared, s.PrefillReason, tc.want)
+		}
+		for _, c := range f.calls {
+			if !decodes(c) {
+				t.Errorf("%s: compiled a prefill graph %s", tc.name, c.Name())
+			}
+		}
+	}
+
+	f := newFakeCompiler(testShape, 97, newFakeClock())
+	f.shared = true
+	l, err := NewCompiledLadder(context.Background(), f, LadderConfig{Ladder: Ladder{64}, Policy: GrowOneAhead, Shape: testShape,
+		PrefillChunk: 16, Prefill: PrefillAuto, KeepRungs: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	q, err := l.NewSequence(SequenceConfig{Prompt: SeededTokens(3, 40, 97), DecodeTokens: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := q.Finish(q.Run(context.Background()))
+	if err := errors.Join(q.Close(), l.Close()); err != nil {
+		t.Fatal(err)
+	}
+	if s.PrefillUsed == PrefillUsedShared {
+		t.Errorf("kept ladder: used %q, want no shared rung", s.PrefillUsed)
+	}
+
+	g := newFakeCompiler(testShape, 97, nil)
+	g.shared = true
+	res, err := Generate(context.Background(), g, testShape, GenerateConfig{Capacity: 64, PrefillChunk: 16, Prefill: PrefillAuto,
+		Prompt: SeededTokens(3, 40, 97), MaxNewTokens: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.PrefillUsed != PrefillUsedShared || len(g.calls) != 1 || !g.calls[0].Shared || !strings.HasPrefix(res.PrefillReason, "auto:") {
+		t.Errorf("generate: used %q (%s), compiled %v; want one shared graph", res.PrefillUsed, res.PrefillReason, g.calls)
+	}
+}
 
 // TestPrefillAutoOnASharedLadder: on a ladder that keeps its graphs, a
 // short prompt goes through the decode graph and the prefill graph is
