@@ -23,8 +23,9 @@ var (
 
 var generateCommand = &cli.Command{
 	Name:  "generate",
-	Usage: "generate text or tokens with one static graph of a given capacity",
-	Description: `Compiles a decode graph (and, as --prefill decides, a prefill graph) of --capacity slots, runs the
+	Usage: "generate text or tokens at one fixed capacity (no ladder)",
+	Description: `Compiles a decode graph of --capacity slots (as --prefill decides, with a
+prefill graph, or one shared graph for the prompt and decoding instead), runs the
 prompt, and generates up to --max-new-tokens tokens, greedily unless
 --temperature > 0. A text prompt (--prompt, --prompt-file) is tokenized with
 the model's own tokenizer, the answer is printed as it is generated, and
