@@ -19,7 +19,11 @@ var exportIRCommand = &cli.Command{
 	Name:  "export-ir",
 	Usage: "write the decode (and prefill) graphs of one capacity as OpenVINO IR (XML + BIN)",
 	Description: `The files open in OpenVINO's own tools (benchmark_app, Netron, ov.Core.read_model).
-KV is explicit graph I/O: past_key.N / past_value.N are f32 [capacity, kv_heads, head_dim].
+KV is explicit graph I/O: past_key.N / past_value.N are [capacity, kv_heads, head_dim]
+in the --kv-precision type; a bounded graph declares them 1..capacity slots and
+attends over the slots it is given: bind the first L = min(capacity, (p/64+1)*64)
+slots for a call whose first position is p (what ovrun binds). The new rows come
+back as present_key.N / present_value.N for the caller to store at their positions.
 --attention and --device choose the graph's attention form as the compiling
 commands do (auto: on the CPU static while the whole past cache takes at most
 24 MiB, bounded above; bounded on GPU; static on NPU); --kv-precision the
