@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"strconv"
@@ -98,14 +99,24 @@ func workerOptions(c *cli.Context) (*ovexec.WorkerOptions, error) {
 	return &ovexec.WorkerOptions{Exe: exe, Args: []string{compileWorkerName}, Timeout: timeout, MemoryMiB: mem}, nil
 }
 
-// prefillMode reads --prefill; a prefill graph needs --prefill-chunk above 1.
+// prefillMode reads --prefill; a prefill graph needs --prefill-chunk above
+// 1, and so does a shared graph, which also needs a device that compiles
+// dynamic shapes and an attention form other than static.
 func prefillMode(c *cli.Context) (runtime.PrefillMode, error) {
 	m, err := runtime.ParsePrefillMode(prefillFlag.Get(c))
 	if err != nil {
 		return "", fmt.Errorf("--prefill: %w", err)
 	}
-	if m == runtime.PrefillGraph && prefillChunkFlag.Get(c) <= 1 {
-		return "", fmt.Errorf("--prefill graph needs a prefill graph: --prefill-chunk %d is not above 1", prefillChunkFlag.Get(c))
+	chunk := prefillChunkFlag.Get(c)
+	switch {
+	case m == runtime.PrefillGraph && chunk <= 1:
+		return "", fmt.Errorf("--prefill graph needs a prefill graph: --prefill-chunk %d is not above 1", chunk)
+	case m == runtime.PrefillShared && chunk <= 1:
+		return "", fmt.Errorf("--prefill shared takes up to --prefill-chunk tokens per call: %d is not above 1", chunk)
+	case m == runtime.PrefillShared && !runtime.DynamicShapes(deviceFlag.Get(c)):
+		return "", fmt.Errorf("--prefill shared needs dynamic shapes, which --device %s does not compile (use --prefill graph or decode)", deviceFlag.Get(c))
+	case m == runtime.PrefillShared && attentionFlag.Get(c) == string(model.AttentionStatic):
+		return "", errors.New("--prefill shared needs bounded attention; --attention static compiles static graphs (use --prefill graph or decode)")
 	}
 	return m, nil
 }

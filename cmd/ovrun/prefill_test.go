@@ -97,6 +97,29 @@ func TestPrefillGraphNeedsAChunk(t *testing.T) {
 	}
 }
 
+// TestPrefillSharedRefusals: a shared graph needs a chunk above 1, a device
+// that compiles dynamic shapes and attention other than static; each is
+// a one-line error before any work.
+func TestPrefillSharedRefusals(t *testing.T) {
+	tiny := testenv.Synth(t, "tiny", "F32")
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--prefill-chunk", "1"}, "--prefill shared takes up to --prefill-chunk tokens per call: 1 is not above 1"},
+		{[]string{"--device", "NPU"}, "--prefill shared needs dynamic shapes, which --device NPU does not compile"},
+		{[]string{"--attention", "static"}, "--prefill shared needs bounded attention"},
+	} {
+		for _, cmd := range []string{"run", "generate"} {
+			args := append([]string{cmd, "--model", tiny, "--prompt-tokens", "4", "--prefill", "shared"}, tc.args...)
+			_, stderr, code := ovrun(t, nil, args...)
+			if code == 0 || !containsLine(stderr, tc.want) || strings.Count(strings.TrimSpace(stderr), "\n") != 0 {
+				t.Errorf("%v: exit %d, stderr %q; want one line containing %q", args, code, stderr, tc.want)
+			}
+		}
+	}
+}
+
 // containsLine reports whether stderr is one line containing want.
 func containsLine(stderr, want string) bool {
 	s := strings.TrimSpace(stderr)
