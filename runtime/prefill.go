@@ -30,10 +30,14 @@ const (
 // The defaults of the commands' --prefill and --prefill-chunk. auto is the
 // default because the paired campaigns in README.md ("Prefill and decode
 // compiled apart") measured it cutting the time to first token of 16-token
-// prompts by 43-46% with no measurable loss for 512-token prompts.
+// prompts by 43-46% with no measurable loss for 512-token prompts. 128
+// tokens a call (64 before 2026-12-02) put a 512-token SmolLM2 prompt
+// through a shared graph 16% (bf16) to 37% (f32) faster, and through a
+// prefill graph 5-15% faster at about the same compile time
+// (docs/design.md, "One graph for the prompt and decoding").
 const (
 	DefaultPrefill      = PrefillAuto
-	DefaultPrefillChunk = 64
+	DefaultPrefillChunk = 128
 )
 
 // PrefillModes lists the modes' names.

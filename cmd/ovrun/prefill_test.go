@@ -44,7 +44,7 @@ func TestPrefillModesGiveIdenticalTokensOnSmolLM2(t *testing.T) {
 	var want []int64
 	for _, r := range runs {
 		out := filepath.Join(dir, r.name+".json")
-		args := append([]string{"run", "--model", g, "--ladder", "256,512", "--prompt-tokens", "70", "--decode-tokens", "16",
+		args := append([]string{"run", "--model", g, "--ladder", "256,512", "--prompt-tokens", "70", "--decode-tokens", "16", "--prefill-chunk", "64",
 			"--prefill", r.mode, "--json", out, "--quiet"}, r.extra...)
 		if _, stderr, code := ovrun(t, nil, args...); code != 0 {
 			t.Fatalf("%s: exit %d: %s", r.name, code, stderr)

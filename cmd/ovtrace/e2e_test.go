@@ -21,7 +21,7 @@ func tiny(t *testing.T) string {
 
 func TestCompileEndToEnd(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "cost.json")
-	out, err := ovtrace(t, "compile", "--model", tiny(t), "--ladder", "32,64", "--reps", "2", "--json", path, "-q")
+	out, err := ovtrace(t, "compile", "--model", tiny(t), "--ladder", "32,64", "--reps", "2", "--prefill-chunk", "64", "--json", path, "-q")
 	if err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}

@@ -107,7 +107,7 @@ func TestPlanPrefillModes(t *testing.T) {
 		if err := prof.Save(path); err != nil {
 			t.Fatal(err)
 		}
-		rep, _ := runPlan(t, "--compile-cost", path, "--decode-rate", "20", "--prompt-tokens", prompt, "--decode-tokens", "8",
+		rep, _ := runPlan(t, "--compile-cost", path, "--decode-rate", "20", "--prompt-tokens", prompt, "--decode-tokens", "8", "--prefill-chunk", "64",
 			"--policy", "grow-one-ahead", "--prefill", "all", "--prefill-s", "0.5")
 		out := map[string]compilecost.SimResult{}
 		for _, r := range rep.Results {
