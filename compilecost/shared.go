@@ -1,5 +1,7 @@
 package compilecost
 
+import "fmt"
+
 // SharedStepPenalty is how much longer a decode step of a shared graph
 // (prefill mode shared: one graph per rung that takes 1 to the prefill
 // chunk's tokens per call) takes than one of the decode graph of the same
@@ -20,4 +22,11 @@ const SharedStepPenalty = 0.17
 // the prefill graph's compile and memory.
 func SharedPays(n, decoded int) bool {
 	return n > 1 && float64(n) > SharedStepPenalty*float64(decoded)
+}
+
+// SharedWhy says why SharedPays chose a shared graph, for the reasons that
+// summaries, generate and plan give.
+func SharedWhy(n, decoded int) string {
+	return fmt.Sprintf("auto: the %d-token prompt through the decode graph would take %d steps, more than a shared graph's %.0f%% longer steps cost over the %d tokens the rung decodes",
+		n, n, 100*SharedStepPenalty, decoded)
 }

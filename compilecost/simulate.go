@@ -214,7 +214,7 @@ func (p *plan) choosePrefill() {
 	case cfg.Prefill == PrefillShared:
 		p.share("prefill mode shared: the first rung is one graph that takes the prompt in chunks (taken to cost the prefill time) and decodes")
 	case cfg.Prefill == PrefillAuto && cfg.SharedGraphs && SharedPays(cfg.PromptTokens, decoded):
-		p.share(fmt.Sprintf("auto: %d prompt tokens through the decode graph would take %d steps, more than a shared graph's %.0f%% longer steps over the %d tokens the first rung decodes", cfg.PromptTokens, cfg.PromptTokens, 100*SharedStepPenalty, decoded))
+		p.share(SharedWhy(cfg.PromptTokens, decoded))
 	}
 	if p.used != "" {
 		return

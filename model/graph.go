@@ -3,7 +3,6 @@ package model
 import (
 	"fmt"
 	"math"
-	"slices"
 )
 
 // Graph I/O names. KV is explicit graph input and output owned by the
@@ -114,9 +113,8 @@ type decoderBuilder struct {
 	pastSlots port // [1]: the past slots bound
 	tokens    port // [1]: the chunk's length, when it is dynamic
 
-	cos, sin   port // [T, 1, D]
-	cos4, sin4 port // [1, T, 1, D]
-	mask       port // [T, P+T] additive f32
+	cos, sin port // [1, T, 1, D]
+	mask     port // [T, P+T] additive f32
 }
 
 func (b *decoderBuilder) build() {
@@ -132,9 +130,9 @@ func (b *decoderBuilder) build() {
 	past := make([][2]port, cfg.NumHiddenLayers)
 	for i := range past {
 		if b.bounded {
-			// Bound with all C slots, read up to the live prefix: the
-			// dimension is declared 1..C so the plugin keeps no
-			// C-slot buffer of its own per input.
+			// Declared 1..C slots: the runtime binds the live prefix
+			// (LiveSlots), and the plugin keeps no C-slot buffer of
+			// its own per input.
 			shape, upTo := []int64{-1, Hkv, D}, []int64{b.C, Hkv, D}
 			past[i][0] = g.parameterUpTo(PastKey(i), b.kv, shape, upTo)   // [C, Hkv, D]
 			past[i][1] = g.parameterUpTo(PastValue(i), b.kv, shape, upTo) // [C, Hkv, D]
@@ -212,9 +210,8 @@ func (b *decoderBuilder) rotary(pos port) {
 		}
 		rest = g.op("Divide", "opset1", []attr{{"auto_broadcast", "numpy"}, {"m_pythondiv", "true"}}, []int64{b.T}, i64, rest, g.scalarI64(base)) // [T]
 	}
-	b.cos = b.reshape(g.op("Concat", "opset1", []attr{{"axis", "1"}}, []int64{b.T, D}, f32, cos, cos), []int64{b.T, 1, D}) // [T, 1, D]
-	b.sin = b.reshape(g.op("Concat", "opset1", []attr{{"axis", "1"}}, []int64{b.T, D}, f32, sin, sin), []int64{b.T, 1, D}) // [T, 1, D]
-	b.cos4, b.sin4 = b.unsqueeze(b.cos, 0), b.unsqueeze(b.sin, 0)                                                          // [1, T, 1, D]
+	b.cos = b.reshape(g.op("Concat", "opset1", []attr{{"axis", "1"}}, []int64{b.T, D}, f32, cos, cos), []int64{1, b.T, 1, D}) // [1, T, 1, D]
+	b.sin = b.reshape(g.op("Concat", "opset1", []attr{{"axis", "1"}}, []int64{b.T, D}, f32, sin, sin), []int64{1, b.T, 1, D}) // [1, T, 1, D]
 }
 
 // attentionMask builds the additive mask over the P past slots followed by
@@ -349,7 +346,13 @@ func (b *decoderBuilder) attendRows(q, k, v, pastK, pastV port) port {
 // target where at most one is dynamic, else one computed from the graph's
 // dimensions.
 func (b *decoderBuilder) reshapeTo(x port, shape []int64) port {
-	if dynamic := len(shape) - len(slices.DeleteFunc(slices.Clone(shape), func(d int64) bool { return d < 0 })); dynamic <= 1 {
+	dynamic := 0
+	for _, d := range shape {
+		if d < 0 {
+			dynamic++
+		}
+	}
+	if dynamic <= 1 {
 		return b.reshape(x, shape)
 	}
 	g := b.g
@@ -397,7 +400,7 @@ func (b *decoderBuilder) rope(x port) port {
 		port{shape: half, et: f32}, port{shape: half, et: f32}) // 2 x [1, T, heads, D/2]
 	neg := b.mul(parts[1], g.scalarF32(-1), half)                                   // [1, T, heads, D/2]
 	rot := g.op("Concat", "opset1", []attr{{"axis", "-1"}}, s4, f32, neg, parts[0]) // [1, T, heads, D]
-	y := b.add(b.mul(x4, b.cos4, s4), b.mul(rot, b.sin4, s4), s4)                   // [1, T, heads, D]
+	y := b.add(b.mul(x4, b.cos, s4), b.mul(rot, b.sin, s4), s4)                     // [1, T, heads, D]
 	return b.reshape(y, s)                                                          // [T, heads, D]
 }
 

@@ -99,18 +99,17 @@ func (g *irGraph) op(typ, version string, attrs []attr, shape []int64, et elem, 
 	return g.add(typ, version, "", attrs, inputs, port{shape: shape, et: et})[0]
 }
 
-// parameter declares a named graph input.
+// parameter declares a named graph input of static shape.
 func (g *irGraph) parameter(name string, et elem, shape []int64) port {
-	p := g.add("Parameter", "opset1", name, []attr{{"shape", dims(shape)}, {"element_type", string(et)}}, nil, port{shape: shape, et: et})[0]
-	g.layers[p.layer].names[0] = name
-	return p
+	return g.parameterUpTo(name, et, shape, nil)
 }
 
 // parameterUpTo declares a named input with dynamic dimensions: where
 // shape has -1 the dimension is 1 to upTo's (IR interval "1..N"), elsewhere
 // it is static. A static input gets a buffer of the CPU plugin's own at
 // compile time, as large as the input, even when every call binds the
-// caller's memory; a dynamic one does not.
+// caller's memory; a dynamic one does not. With no -1 in shape, upTo is
+// not read.
 func (g *irGraph) parameterUpTo(name string, et elem, shape, upTo []int64) port {
 	decl := make([]string, len(shape))
 	for i, d := range shape {

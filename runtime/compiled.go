@@ -139,25 +139,24 @@ func NewCompiledLadder(ctx context.Context, comp Compiler, cfg LadderConfig) (*C
 
 // shareFirstRung makes rung i, which takes a prompt of n tokens and then
 // decodes up to decode tokens, a shared graph when auto mode's rule says
-// so (compilecost.SharedPays): only on a compiler that compiles shared graphs, on a
-// ladder that is not kept for prompts to come (a kept rung serves every
-// request's decoding), and before anything compiled the rung.
-func (l *CompiledLadder) shareFirstRung(i, n, decode int) bool {
-	if l.prefillMode != PrefillAuto || l.cfg.KeepRungs || !sharedGraphs(l.comp) {
-		return false
+// so (autoShared), on a ladder that is not kept for prompts to come (a
+// kept rung serves every request's decoding) and before anything compiled
+// the rung; it says why.
+func (l *CompiledLadder) shareFirstRung(i, n, decode int) (why string, shared bool) {
+	if l.prefillMode != PrefillAuto || l.cfg.KeepRungs {
+		return "", false
 	}
-	decoded := min(decode, l.caps[i]-n)
-	if !compilecost.SharedPays(n, decoded) {
-		return false
+	if why, shared = autoShared(l.comp, n, min(decode, l.caps[i]-n), l.cfg.PrefillChunk); !shared {
+		return "", false
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	r := l.rungs[i]
 	if r.job != nil || r.spec.Shared {
-		return r.spec.Shared
+		return why, r.spec.Shared
 	}
 	r.spec = DecodeSpec(l.caps[i], PrefillShared, l.cfg.PrefillChunk)
-	return true
+	return why, true
 }
 
 // Rungs are the capacities the ladder compiles: the whole ladder, or for

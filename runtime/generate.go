@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/ovtoolkit/ovrun/compilecost"
 	"github.com/ovtoolkit/ovrun/model"
 )
 
@@ -72,10 +71,10 @@ func Generate(ctx context.Context, comp Compiler, shape KVShape, cfg GenerateCon
 		return nil, err
 	}
 	res := &GenerateResult{}
-	if mode == PrefillAuto && sharedGraphs(comp) && compilecost.SharedPays(P, M-1) {
-		mode = PrefillShared
-		res.PrefillReason = fmt.Sprintf("auto: the %d-token prompt through the decode graph would take %d steps, more than the shared graph's %.0f%% longer steps cost over %d decode steps; one shared graph (up to %d tokens per call)",
-			P, P, 100*compilecost.SharedStepPenalty, M-1, cfg.PrefillChunk)
+	if mode == PrefillAuto {
+		if why, shared := autoShared(comp, P, M-1, cfg.PrefillChunk); shared {
+			mode, res.PrefillReason = PrefillShared, why
+		}
 	}
 	t0 := time.Now()
 	dec, err := comp.Compile(ctx, DecodeSpec(cfg.Capacity, mode, cfg.PrefillChunk))

@@ -63,6 +63,16 @@ const (
 	PrefillUsedShared = "shared"       // the rung's shared graph, in chunks
 )
 
+// autoShared is auto mode's choice of a shared graph for a rung that takes
+// a prompt of n tokens and then decodes decoded tokens: on a compiler that
+// compiles shared graphs, where compilecost.SharedPays; it says why.
+func autoShared(comp Compiler, n, decoded, chunk int) (why string, shared bool) {
+	if !sharedGraphs(comp) || !compilecost.SharedPays(n, decoded) {
+		return "", false
+	}
+	return fmt.Sprintf("%s; the rung compiles as a shared graph (up to %d tokens per call)", compilecost.SharedWhy(n, decoded), chunk), true
+}
+
 // DecodeSpec is the spec of the graph a rung of this capacity decodes
 // with: one token per call, or in prefill mode shared 1 to chunk tokens.
 func DecodeSpec(capacity int, mode PrefillMode, chunk int) model.GraphSpec {
@@ -122,9 +132,8 @@ func (q *Sequence) startPrefill() (compileFirst bool) {
 		}
 		return false
 	}
-	if q.l.shareFirstRung(q.cur, len(q.cfg.Prompt), q.cfg.DecodeTokens) {
-		q.choosePrefill(PrefillUsedShared, "auto: the %d-token prompt through the decode graph would take %d steps, more than the shared graph's %.0f%% longer steps cost over the %d tokens rung %d decodes; the rung compiles as a shared graph (up to %d tokens per call)",
-			len(q.cfg.Prompt), len(q.cfg.Prompt), 100*compilecost.SharedStepPenalty, min(q.cfg.DecodeTokens, capacity-len(q.cfg.Prompt)), capacity, q.l.cfg.PrefillChunk)
+	if why, shared := q.l.shareFirstRung(q.cur, len(q.cfg.Prompt), q.cfg.DecodeTokens); shared {
+		q.choosePrefill(PrefillUsedShared, "%s", why)
 		return false
 	}
 	if r := q.l.readyPrefill(capacity); r != nil {

@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"time"
+
+	"github.com/ovtoolkit/ovrun/model"
 )
 
 // FormatVersion is the version of the cache's layout and key recipe; a
@@ -89,13 +91,7 @@ func (m Meta) Graph() string {
 	if m.Capacity == 0 {
 		return "?"
 	}
-	if m.Kind == "shared" {
-		return fmt.Sprintf("shared-c%d-t%d", m.Capacity, m.Chunk)
-	}
-	if m.Chunk <= 1 {
-		return fmt.Sprintf("decode-c%d", m.Capacity)
-	}
-	return fmt.Sprintf("prefill-c%d-t%d", m.Capacity, m.Chunk)
+	return model.GraphSpec{Capacity: m.Capacity, Chunk: max(m.Chunk, 1), Shared: m.Kind == "shared"}.Name()
 }
 
 // Short is the key's first 12 hex digits.

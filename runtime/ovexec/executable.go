@@ -86,7 +86,7 @@ func (e *executable) prepare() error {
 		shape []int64
 		buf   *ov.HostBuffer
 	}{{model.LogitsIndex, ov.I64, []int64{1}, e.idx}, {model.OutputLogits, ov.F32, []int64{1, int64(e.vocab)}, e.logits}} {
-		t, err := e.bind(b.name, b.et, b.shape, b.buf)
+		t, err := e.bind(b.name, b.et, b.shape, b.buf.Ptr())
 		if err != nil {
 			return err
 		}
@@ -101,9 +101,10 @@ func (e *executable) prepare() error {
 	return e.bindTokens(n)
 }
 
-// bind makes a tensor of shape over buf the request's tensor name.
-func (e *executable) bind(name string, et ov.ElementType, shape []int64, buf *ov.HostBuffer) (*ov.Tensor, error) {
-	t, err := ov.NewTensorFromPtr(et, shape, buf.Ptr())
+// bind makes a tensor of shape over the memory at ptr the request's tensor
+// name.
+func (e *executable) bind(name string, et ov.ElementType, shape []int64, ptr unsafe.Pointer) (*ov.Tensor, error) {
+	t, err := ov.NewTensorFromPtr(et, shape, ptr)
 	if err != nil {
 		return nil, err
 	}
@@ -123,7 +124,7 @@ func (e *executable) bindTokens(n int) error {
 	e.tokenTensors, e.boundT = nil, 0
 	T := int64(n)
 	bind := func(name string, et ov.ElementType, shape []int64, buf *ov.HostBuffer) error {
-		t, err := e.bind(name, et, shape, buf)
+		t, err := e.bind(name, et, shape, buf.Ptr())
 		if err != nil {
 			return fmt.Errorf("bind %s for %d tokens: %w", name, n, err)
 		}
@@ -182,18 +183,11 @@ func (e *executable) warmUp() error {
 		return nil
 	}
 	slots := model.LiveSlots(0, e.spec.Capacity)
-	rb := e.shape.RowBytes()
-	scratch, err := ov.AllocHost(2 * e.shape.Layers * slots * rb)
+	scratch, kv, err := runtime.AllocFullView(e.shape, slots)
 	if err != nil {
 		return err
 	}
 	defer scratch.Free()
-	mem := scratch.Bytes()
-	kv := &runtime.KV{Capacity: slots}
-	for l := 0; l < e.shape.Layers; l++ {
-		kv.K = append(kv.K, mem[(2*l)*slots*rb:(2*l+1)*slots*rb])
-		kv.V = append(kv.V, mem[(2*l+1)*slots*rb:(2*l+2)*slots*rb])
-	}
 	e.kv = kv
 	defer e.freeKV()
 	if err := e.bindPast(slots); err != nil {
@@ -219,18 +213,15 @@ func (e *executable) bindPast(slots int) error {
 	et := kvElement(e.spec.KVPrecision)
 	for l := 0; l < e.shape.Layers; l++ {
 		for i, mem := range [][]byte{e.kv.K[l], e.kv.V[l]} {
-			t, err := ov.NewTensorFromPtr(et, shape, unsafe.Pointer(&mem[0]))
-			if err != nil {
-				return err
-			}
-			e.kvTensors = append(e.kvTensors, t)
 			name := model.PastKey(l)
 			if i == 1 {
 				name = model.PastValue(l)
 			}
-			if err := e.req.SetTensor(name, t); err != nil {
+			t, err := e.bind(name, et, shape, unsafe.Pointer(&mem[0]))
+			if err != nil {
 				return fmt.Errorf("bind %d past slots to graph %s: %w", slots, e.spec.Name(), err)
 			}
+			e.kvTensors = append(e.kvTensors, t)
 		}
 	}
 	e.pastSlots = slots
