@@ -160,7 +160,7 @@ func (b *decoderBuilder) build() {
 	x = b.rmsNorm(x, "model.norm.weight")                                                                       // [1, T, H]
 	last := g.op("Gather", "opset8", []attr{{"batch_dims", "0"}}, []int64{1, 1, H}, f32, x, li, g.scalarI64(1)) // [1, 1, H]
 	last = b.reshape(last, []int64{1, H})                                                                       // [1, H]
-	logits := b.matmulT(last, g.weight("lm_head.weight"), []int64{1, V})                                        // [1, V]
+	logits := b.linear(last, "lm_head.weight", V)                                                               // [1, V]
 	g.result(OutputLogits, logits)
 }
 
@@ -246,13 +246,13 @@ func (b *decoderBuilder) layer(i int, x, pastK, pastV port) port {
 	Nh, Hkv, D := int64(cfg.NumAttentionHeads), int64(cfg.KVHeads()), int64(cfg.HeadDim())
 	pre := fmt.Sprintf("model.layers.%d.", i)
 
-	h := b.rmsNorm(x, pre+"input_layernorm.weight")              // [1, T, H]
-	q := b.proj(h, pre+"self_attn.q_proj", Nh*D, cfg.QKVBias())  // [1, T, Nh*D]
-	k := b.proj(h, pre+"self_attn.k_proj", Hkv*D, cfg.QKVBias()) // [1, T, Hkv*D]
-	v := b.proj(h, pre+"self_attn.v_proj", Hkv*D, cfg.QKVBias()) // [1, T, Hkv*D]
-	q = b.rope(b.reshape(q, []int64{T, Nh, D}))                  // [T, Nh, D]
-	k = b.rope(b.reshape(k, []int64{T, Hkv, D}))                 // [T, Hkv, D]
-	v = b.reshape(v, []int64{T, Hkv, D})                         // [T, Hkv, D]
+	h := b.rmsNorm(x, pre+"input_layernorm.weight") // [1, T, H]
+	qkv := b.projs(h, []string{pre + "self_attn.q_proj", pre + "self_attn.k_proj", pre + "self_attn.v_proj"},
+		[]int64{Nh * D, Hkv * D, Hkv * D}, cfg.QKVBias()) // [1, T, Nh*D], 2 x [1, T, Hkv*D]
+	q, k, v := qkv[0], qkv[1], qkv[2]
+	q = b.rope(b.reshape(q, []int64{T, Nh, D}))  // [T, Nh, D]
+	k = b.rope(b.reshape(k, []int64{T, Hkv, D})) // [T, Hkv, D]
+	v = b.reshape(v, []int64{T, Hkv, D})         // [T, Hkv, D]
 	g.result(PresentKey(i), b.toKV(k))
 	g.result(PresentValue(i), b.toKV(v))
 
@@ -267,8 +267,8 @@ func (b *decoderBuilder) layer(i int, x, pastK, pastV port) port {
 
 	h = b.rmsNorm(x, pre+"post_attention_layernorm.weight") // [1, T, H]
 	I := int64(cfg.IntermediateSize)
-	gate := b.proj(h, pre+"mlp.gate_proj", I, cfg.MLPBiases())       // [1, T, I]
-	up := b.proj(h, pre+"mlp.up_proj", I, cfg.MLPBiases())           // [1, T, I]
+	gu := b.projs(h, []string{pre + "mlp.gate_proj", pre + "mlp.up_proj"}, []int64{I, I}, cfg.MLPBiases()) // 2 x [1, T, I]
+	gate, up := gu[0], gu[1]
 	act := g.op("Swish", "opset4", nil, []int64{1, T, I}, f32, gate) // [1, T, I]
 	m := b.mul(act, up, []int64{1, T, I})                            // [1, T, I]
 	down := b.proj(m, pre+"mlp.down_proj", H, cfg.MLPBiases())       // [1, T, H]
@@ -419,12 +419,75 @@ func (b *decoderBuilder) rmsNorm(x port, weight string) port {
 
 // proj is x @ W^T (+ bias) for the HF linear layer named prefix.
 func (b *decoderBuilder) proj(x port, prefix string, out int64, bias bool) port {
-	s := append(append([]int64{}, x.shape[:len(x.shape)-1]...), out)
-	y := b.matmulT(x, b.g.weight(prefix+".weight"), s)
+	y := b.linear(x, prefix+".weight", out)
 	if bias {
-		y = b.add(y, b.g.weight(prefix+".bias"), s)
+		y = b.add(y, b.g.weight(prefix+".bias"), y.shape)
 	}
 	return y
+}
+
+// projs are the HF linear layers named prefixes over the same input x, with
+// outs outputs each: one matrix product and a split where the weights are
+// stored as one matrix (Weights.Fused), else one product each.
+func (b *decoderBuilder) projs(x port, prefixes []string, outs []int64, bias bool) []port {
+	names := make([]string, len(prefixes))
+	for i, p := range prefixes {
+		names[i] = p + ".weight"
+	}
+	fused := b.g.w.Fused(names...)
+	if fused == "" {
+		ys := make([]port, len(prefixes))
+		for i, p := range prefixes {
+			ys[i] = b.proj(x, p, outs[i], bias)
+		}
+		return ys
+	}
+	var total int64
+	shapes := make([]port, len(outs))
+	for i, o := range outs {
+		total += o
+		shapes[i] = port{shape: b.lastDim(x, o), et: f32}
+	}
+	y := b.linear(x, fused, total) // [.., sum of outs]
+	ys := b.g.add("VariadicSplit", "opset1", "", nil, []port{y, b.g.scalarI64(-1), b.g.constI64([]int64{int64(len(outs))}, outs...)}, shapes...)
+	if bias {
+		for i, p := range prefixes {
+			ys[i] = b.add(ys[i], b.g.weight(p+".bias"), ys[i].shape)
+		}
+	}
+	return ys
+}
+
+// linear is x @ W^T for the weight named (a checkpoint tensor or a Fused
+// group) with out rows. A weight stored with a minimum per group of G
+// inputs (w = q*scale + min) adds groupsums(x) @ min^T, the sums of x over
+// each group, so both products read the file's values exactly; the CPU
+// plugin runs q*scale without a zero point much faster than with a float
+// one (scripts/weight_forms.py). A graph with a dynamic token axis (shared)
+// pays a per-call cost on every extra node, more than the faster kernel
+// saves, so it takes the weight in the zero-point form instead.
+func (b *decoderBuilder) linear(x port, name string, out int64) port {
+	g := b.g
+	s := b.lastDim(x, out)
+	if b.T < 0 {
+		return b.matmulT(x, g.weightAs(name, true), s) // [.., out]
+	}
+	y := b.matmulT(x, g.weight(name), s) // [.., out]
+	if m, G, ok := g.weightMin(name); ok {
+		in := x.shape[len(x.shape)-1]
+		keep := make([]int64, len(x.shape)+1) // 0: the input's dimension
+		keep[len(x.shape)-1], keep[len(x.shape)] = in/G, G
+		groups := g.op("Reshape", "opset1", []attr{{"special_zero", "true"}}, append(append([]int64{}, x.shape[:len(x.shape)-1]...), in/G, G), x.et,
+			x, g.constI64([]int64{int64(len(keep))}, keep...)) // [.., in/G, G]
+		sums := g.op("ReduceSum", "opset1", []attr{{"keep_dims", "false"}}, b.lastDim(x, in/G), f32, groups, g.constI64([]int64{1}, -1)) // [.., in/G]
+		y = b.add(y, b.matmulT(sums, m, s), s)                                                                                           // [.., out]
+	}
+	return y
+}
+
+// lastDim is x's shape with the last dimension n.
+func (b *decoderBuilder) lastDim(x port, n int64) []int64 {
+	return append(append([]int64{}, x.shape[:len(x.shape)-1]...), n)
 }
 
 func (b *decoderBuilder) matmulT(x, w port, shape []int64) port {

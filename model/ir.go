@@ -91,7 +91,7 @@ func (g *irGraph) add(typ, version, name string, attrs []attr, inputs []port, ou
 		l.names = append(l.names, "")
 	}
 	g.layers = append(g.layers, l)
-	return l.outputs
+	return append([]port(nil), l.outputs...) // the caller's to overwrite
 }
 
 // op adds a single-output op.
@@ -164,22 +164,37 @@ func (g *irGraph) scalarF32(v float32) port { return g.constF32([]int64{}, v) }
 // pattern that the CPU plugin folds into FullyConnected and Gather:
 //
 //	Const(u4|i8) [out, in/G, G] -> Convert -> [Subtract zp] -> Multiply scale -> Reshape [out, in]
-func (g *irGraph) weight(name string) port {
-	t, s := g.w.tensor(name), g.w.slot(name)
+//
+// A Fused group's name gives its matrix. For a weight with a minimum plane
+// (zpMin) this is q * scale only; linear adds the minima (see weightAs).
+func (g *irGraph) weight(name string) port { return g.weightAs(name, false) }
+
+// weightAs is weight; with zeroPoint, a weight with a minimum plane is
+// instead the zero-point form (q - zp) * scale, zp = -min/scale (0 where the
+// scale is 0, which the packing gives only groups whose minimum is 0),
+// computed from constants, so the plugin folds it into an f32 zero-point
+// constant at compile time: the same values as a zero-point plane, without
+// storing one.
+func (g *irGraph) weightAs(name string, zeroPoint bool) port {
+	s := g.w.slot(name)
 	if s.kind != slotPacked {
-		c := g.constAt(name, s.et, t.Shape, s.off, s.size)
+		c := g.constAt(name, s.et, s.shape, s.off, s.size)
 		if s.et == f32 {
 			return c
 		}
-		return g.op("Convert", "opset1", []attr{{"destination_type", "f32"}}, t.Shape, f32, c)
+		return g.op("Convert", "opset1", []attr{{"destination_type", "f32"}}, s.shape, f32, c)
 	}
-	out, in, G := t.Shape[0], t.Shape[1], s.pack.group
+	out, in, G := s.shape[0], s.shape[1], s.pack.group
 	grouped := []int64{out, in / G, G}
 	perGroup := []int64{out, in / G, 1}
 	toF32 := []attr{{"destination_type", "f32"}}
 	bcast := []attr{{"auto_broadcast", "numpy"}}
-	q := g.constAt(name, s.et, grouped, s.off, s.size)     // [out, in/G, G] u4|i8
-	x := g.op("Convert", "opset1", toF32, grouped, f32, q) // [out, in/G, G]
+	q := g.constAt(name, s.et, grouped, s.off, s.size)                              // [out, in/G, G] u4|i8
+	x := g.op("Convert", "opset1", toF32, grouped, f32, q)                          // [out, in/G, G]
+	sc := g.constAt(name+"/scale", s.pack.scale, perGroup, s.scaleOff, s.scaleSize) // [out, in/G, 1]
+	if s.pack.scale != f32 {
+		sc = g.op("Convert", "opset1", toF32, perGroup, f32, sc) // [out, in/G, 1]
+	}
 	switch s.pack.zp {
 	case zpScalar:
 		z := g.constBytes(u8, []int64{}, []byte{s.pack.zpValue})
@@ -192,14 +207,39 @@ func (g *irGraph) weight(name string) port {
 		z := g.constAt(name+"/zero_point", u8, perGroup, s.zpOff, s.zpSize) // [out, in/G, 1] u8
 		z = g.op("Convert", "opset1", toF32, perGroup, f32, z)              // [out, in/G, 1]
 		x = g.op("Subtract", "opset1", bcast, grouped, f32, x, z)           // [out, in/G, G]
-	}
-	sc := g.constAt(name+"/scale", s.pack.scale, perGroup, s.scaleOff, s.scaleSize) // [out, in/G, 1]
-	if s.pack.scale != f32 {
-		sc = g.op("Convert", "opset1", toF32, perGroup, f32, sc) // [out, in/G, 1]
+	case zpMin:
+		if !zeroPoint {
+			break
+		}
+		m := g.constAt(name+"/min", s.pack.scale, perGroup, s.zpOff, s.zpSize) // [out, in/G, 1]
+		if s.pack.scale != f32 {
+			m = g.op("Convert", "opset1", toF32, perGroup, f32, m) // [out, in/G, 1]
+		}
+		z := g.op("Divide", "opset1", []attr{{"auto_broadcast", "numpy"}, {"m_pythondiv", "true"}}, perGroup, f32,
+			g.op("Negative", "opset1", nil, perGroup, f32, m), sc) // [out, in/G, 1] = -min/scale
+		zero := g.scalarF32(0)
+		none := g.op("Equal", "opset1", bcast, perGroup, boolean, sc, zero) // [out, in/G, 1]
+		z = g.op("Select", "opset1", bcast, perGroup, f32, none, zero, z)   // [out, in/G, 1]
+		x = g.op("Subtract", "opset1", bcast, grouped, f32, x, z)           // [out, in/G, G]
 	}
 	x = g.op("Multiply", "opset1", bcast, grouped, f32, x, sc) // [out, in/G, G]
-	return g.op("Reshape", "opset1", []attr{{"special_zero", "false"}}, t.Shape, f32,
+	return g.op("Reshape", "opset1", []attr{{"special_zero", "false"}}, s.shape, f32,
 		x, g.constI64([]int64{2}, out, in)) // [out, in]
+}
+
+// weightMin is the minimum plane [out, in/G] of a weight stored with one
+// (zpMin), as f32, and its group size G; ok is false for other weights.
+func (g *irGraph) weightMin(name string) (m port, G int64, ok bool) {
+	s := g.w.slot(name)
+	if s.kind != slotPacked || s.pack.zp != zpMin {
+		return port{}, 0, false
+	}
+	shape := []int64{s.shape[0], s.shape[1] / s.pack.group}
+	m = g.constAt(name+"/min", s.pack.scale, shape, s.zpOff, s.zpSize) // [out, in/G]
+	if s.pack.scale != f32 {
+		m = g.op("Convert", "opset1", []attr{{"destination_type", "f32"}}, shape, f32, m) // [out, in/G]
+	}
+	return m, s.pack.group, true
 }
 
 // XML renders the network.

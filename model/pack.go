@@ -14,6 +14,14 @@ import (
 //
 // u4 planes hold two elements per byte, the lower-indexed one in the low
 // nibble.
+//
+// A weight used only as the right-hand side of a matrix product (the
+// projections and an untied lm_head) keeps the float minimum of Q4_1 and
+// Q4_K blocks as a plane of its own instead (zpMin): w = q*scale + min, and
+// the graph computes x @ W^T as x @ (q*scale)^T + groupsums(x) @ min^T
+// (see irGraph.weightMin). Both products are exact decodings of the file,
+// and the first runs in the CPU plugin's kernel without a zero point, which
+// is much faster than the one with a float zero point.
 
 // zeroPoint says how a packing subtracts its zero point.
 type zeroPoint int
@@ -22,6 +30,10 @@ const (
 	zpNone   zeroPoint = iota // w = q * scale
 	zpScalar                  // w = (q - value) * scale, one u8 constant for the tensor
 	zpPlane                   // w = (q - zp) * scale, one f32 zero point per group
+	// zpMin keeps each group's additive minimum, in the scale's element
+	// type: w = q * scale + min. The graph adds it as a second, small
+	// product over group sums of the input (linear weights only).
+	zpMin
 	// zpRounded is zpPlane with each zero point rounded to the nearest
 	// integer in 0..255 and stored as u8 (WeightsRounded): the CPU plugin
 	// decompresses integer zero points in a faster kernel, and the weights
@@ -81,19 +93,27 @@ func (p packing) planeBytes(rows, n int64) (w, scale, zp int64) {
 	switch p.zp {
 	case zpPlane:
 		zp = groups * 4
+	case zpMin:
+		zp = scale
 	case zpRounded:
 		zp = groups
 	}
 	return w, scale, zp
 }
 
-// putZP writes group g's zero point v into a plane of the packing's kind.
-func (p packing) putZP(plane []byte, g int, v float32) {
-	if p.zp == zpRounded {
-		plane[g] = uint8(max(0, min(255, math.Round(float64(v)))))
-		return
+// putZP writes group g's zero point zp, or its minimum for zpMin, into a
+// plane of the packing's kind.
+func (p packing) putZP(plane []byte, g int, zp, minimum float32) {
+	switch {
+	case p.zp == zpRounded:
+		plane[g] = uint8(max(0, min(255, math.Round(float64(zp)))))
+	case p.zp == zpMin && p.scale == f16:
+		binary.LittleEndian.PutUint16(plane[2*g:], Float32ToF16(minimum))
+	case p.zp == zpMin:
+		putF32(plane[4*g:], minimum)
+	default:
+		putF32(plane[4*g:], zp)
 	}
-	putF32(plane[4*g:], v)
 }
 
 // packRow repacks one row of n elements of type d (src holds exactly its
@@ -135,24 +155,27 @@ func pack4(dst []byte, q func(int) uint8, n int) {
 	}
 }
 
-// packQ4_1 writes w = d*q + m as (q - zp) * d with zp = -m/d into group g
-// of the zero-point plane. A block with d = 0 holds m everywhere: its
-// nibbles become 1, its scale m, its zero point 0.
+// packQ4_1 writes w = d*q + m as (q - zp) * d with zp = -m/d, or with m
+// as the group's minimum (zpMin), into group g of the zero-point plane. A
+// block with d = 0 holds m everywhere: its nibbles become 1, its scale m,
+// its zero point or minimum 0 (so both forms read the same weight and scale
+// planes).
 func packQ4_1(p packing, blk, w, scale, zp []byte, g int) {
 	d, m := f16At(blk), f16At(blk[2:])
 	if d == 0 {
 		pack4(w, func(int) uint8 { return 1 }, 32)
 		copy(scale, blk[2:4])
-		p.putZP(zp, g, 0)
+		p.putZP(zp, g, 0, 0)
 		return
 	}
 	pack4(w, func(j int) uint8 { return q4Nibble(blk[4:], j) }, 32)
 	copy(scale, blk[:2])
-	p.putZP(zp, g, -m/d)
+	p.putZP(zp, g, -m/d, m)
 }
 
 // packQ4_K writes each sub-block's w = s*q - dm (s = d*sc, dm = dmin*m) as
-// (q - dm/s) * s into groups g..g+7, or, when s = 0, as (1 - 0) * (-dm).
+// (q - dm/s) * s, or with -dm as the group's minimum (zpMin), into groups
+// g..g+7; when s = 0 as 1 * (-dm), zero point or minimum 0.
 func packQ4_K(p packing, blk, w, scale, zp []byte, g int) {
 	d, dmin := f16At(blk), f16At(blk[2:])
 	for s := range 8 {
@@ -162,12 +185,12 @@ func packQ4_K(p packing, blk, w, scale, zp []byte, g int) {
 		if ds == 0 {
 			pack4(out, func(int) uint8 { return 1 }, 32)
 			putF32(scale[4*s:], -dm)
-			p.putZP(zp, g+s, 0)
+			p.putZP(zp, g+s, 0, 0)
 			continue
 		}
 		pack4(out, func(j int) uint8 { return q4KNibble(blk[16:], 32*s+j) }, 32)
 		putF32(scale[4*s:], ds)
-		p.putZP(zp, g+s, dm/ds)
+		p.putZP(zp, g+s, dm/ds, -dm)
 	}
 }
 

@@ -2,6 +2,7 @@ package model
 
 import (
 	"encoding/binary"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"testing"
@@ -30,7 +31,7 @@ func randomBlocks(d DType, n int, rng *rand.Rand) []byte {
 }
 
 // unpack decodes the compressed planes the way the graph does:
-// (q - zp) * scale in float32.
+// (q - zp) * scale in float32, or q * scale + min with a minimum plane.
 func unpack(p packing, n int, w, scale, zp []byte) []float32 {
 	out := make([]float32, n)
 	for e := range out {
@@ -42,11 +43,10 @@ func unpack(p packing, n int, w, scale, zp []byte) []float32 {
 			q = float32(int8(w[e]))
 		}
 		g := e / int(p.group)
-		var s float32
-		if p.scale == f16 {
-			s = F16ToFloat32(binary.LittleEndian.Uint16(scale[2*g:]))
-		} else {
-			s = math.Float32frombits(binary.LittleEndian.Uint32(scale[4*g:]))
+		s := planeAt(p.scale, scale, g)
+		if p.zp == zpMin {
+			out[e] = q*s + planeAt(p.scale, zp, g)
+			continue
 		}
 		switch p.zp {
 		case zpScalar:
@@ -59,6 +59,14 @@ func unpack(p packing, n int, w, scale, zp []byte) []float32 {
 		out[e] = q * s
 	}
 	return out
+}
+
+// planeAt is value g of a plane of f16 or f32 values.
+func planeAt(et elem, plane []byte, g int) float32 {
+	if et == f16 {
+		return F16ToFloat32(binary.LittleEndian.Uint16(plane[2*g:]))
+	}
+	return math.Float32frombits(binary.LittleEndian.Uint32(plane[4*g:]))
 }
 
 // packRows packs rows rows of n elements of type d from raw into fresh planes.
@@ -130,17 +138,25 @@ func TestRoundedZeroPoints(t *testing.T) {
 
 // TestPackMatchesDequantize repacks random blocks of every block type into
 // OpenVINO's compressed planes and decodes them as the graph does: exact for
-// the symmetric types, within 2 float32 ulps of the group's largest
-// magnitude for Q4_1 and Q4_K, whose minimum becomes a float zero point.
+// the symmetric types and for Q4_1 and Q4_K with a minimum plane (linear
+// weights), within 2 float32 ulps of the group's largest magnitude for Q4_1
+// and Q4_K whose minimum becomes a float zero point (gathered weights).
 func TestPackMatchesDequantize(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
-	for _, d := range []DType{DTypeQ8_0, DTypeQ4_0, DTypeQ4_1, DTypeQ4_K, DTypeQ6_K} {
-		t.Run(string(d), func(t *testing.T) {
+	type form struct {
+		d  DType
+		zp zeroPoint
+	}
+	forms := []form{{DTypeQ8_0, zpNone}, {DTypeQ4_0, zpScalar}, {DTypeQ4_1, zpPlane}, {DTypeQ4_1, zpMin}, {DTypeQ4_K, zpPlane}, {DTypeQ4_K, zpMin}, {DTypeQ6_K, zpNone}}
+	for _, f := range forms {
+		d := f.d
+		t.Run(fmt.Sprintf("%s/%s", d, map[zeroPoint]string{zpNone: "symmetric", zpScalar: "scalar-zp", zpPlane: "zp-plane", zpMin: "min-plane"}[f.zp]), func(t *testing.T) {
 			be, _ := d.block()
 			const rows = 8
 			n := 2 * be // two blocks per row
 			raw := randomBlocks(d, rows*2, rng)
 			p := packingOf(d)
+			p.zp = f.zp
 			w, sc, zp := packRows(d, p, raw, rows, n)
 			got := unpack(p, rows*n, w, sc, zp)
 			want, err := Dequantize(d, raw, rows*n)

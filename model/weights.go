@@ -70,6 +70,7 @@ type slot struct {
 	scaleSize int64
 	zpOff     int64
 	zpSize    int64
+	shape     []int64 // of the tensor, or of a fused group's matrix
 }
 
 // Weights lays out one weights blob that every graph of a checkpoint shares:
@@ -85,6 +86,7 @@ type Weights struct {
 	ck     *Checkpoint
 	format WeightFormat
 	slots  map[string]*slot
+	fused  map[string]*slot // by Fused name: groups of slots stored as one matrix
 	names  []string
 	size   int64 // checkpoint part, aligned
 
@@ -105,11 +107,14 @@ func NewWeightsWith(ck *Checkpoint, opts WeightOptions) *Weights {
 	if format == "" {
 		format = WeightsNative
 	}
-	w := &Weights{ck: ck, format: format, slots: map[string]*slot{}, pool: map[string]int64{}}
+	w := &Weights{ck: ck, format: format, slots: map[string]*slot{}, fused: map[string]*slot{}, pool: map[string]int64{}}
 	for _, s := range RequiredTensors(ck.Config) {
 		w.names = append(w.names, s.Name)
 	}
 	sort.Strings(w.names)
+	for _, n := range w.names {
+		w.slots[n] = planSlot(n, ck.Tensors[n], format)
+	}
 	var off int64
 	place := func(n int64) int64 {
 		off = align64(off)
@@ -117,30 +122,117 @@ func NewWeightsWith(ck *Checkpoint, opts WeightOptions) *Weights {
 		off += n
 		return at
 	}
-	for _, n := range w.names {
-		t := ck.Tensors[n]
-		s := &slot{kind: slotRaw, et: elem(strings.ToLower(string(t.DType)))}
-		switch {
-		case t.DType.IsQuantized() && format != WeightsF32 && len(t.Shape) == 2:
-			s.kind, s.pack = slotPacked, packingOf(t.DType)
-			if format == WeightsRounded && s.pack.zp == zpPlane {
-				s.pack.zp = zpRounded
+	placed := map[string]bool{}
+	for _, group := range fusedProjections(ck.Config) {
+		if f := w.fuse(group, place); f != nil {
+			w.fused[strings.Join(group, "+")] = f
+			for _, n := range group {
+				placed[n] = true
 			}
-			s.et = s.pack.wt
-			s.size, s.scaleSize, s.zpSize = s.pack.planeBytes(t.Shape[0], t.Shape[1])
-			s.off, s.scaleOff, s.zpOff = place(s.size), place(s.scaleSize), place(s.zpSize)
-			w.slots[n] = s
-			continue
-		case t.DType.IsQuantized() || (format == WeightsF32 && t.DType != DTypeF32):
-			s.kind, s.et, s.size = slotF32, f32, 4*t.NumElements()
-		default:
-			s.size = int64(len(t.Data))
 		}
-		s.off = place(s.size)
-		w.slots[n] = s
+	}
+	for _, n := range w.names {
+		if s := w.slots[n]; !placed[n] {
+			s.off = place(s.size)
+			if s.kind == slotPacked {
+				s.scaleOff, s.zpOff = place(s.scaleSize), place(s.zpSize)
+			}
+		}
 	}
 	w.size = align64(off)
 	return w
+}
+
+// planSlot decides how tensor n is stored (kind, element type, plane
+// sizes); offsets come later.
+func planSlot(n string, t *Tensor, format WeightFormat) *slot {
+	s := &slot{kind: slotRaw, et: elem(strings.ToLower(string(t.DType))), shape: t.Shape}
+	switch {
+	case t.DType.IsQuantized() && format != WeightsF32 && len(t.Shape) == 2:
+		s.kind, s.pack = slotPacked, packingOf(t.DType)
+		if s.pack.zp == zpPlane {
+			switch {
+			case format == WeightsRounded:
+				s.pack.zp = zpRounded
+			case linearOnly(n):
+				s.pack.zp = zpMin
+			}
+		}
+		s.et = s.pack.wt
+		s.size, s.scaleSize, s.zpSize = s.pack.planeBytes(t.Shape[0], t.Shape[1])
+	case t.DType.IsQuantized() || (format == WeightsF32 && t.DType != DTypeF32):
+		s.kind, s.et, s.size = slotF32, f32, 4*t.NumElements()
+	default:
+		s.size = int64(len(t.Data))
+	}
+	return s
+}
+
+// linearOnly reports whether tensor n is only ever the right-hand side of a
+// matrix product (never gathered), so its block minimum may stay a plane of
+// its own (zpMin).
+func linearOnly(n string) bool {
+	return strings.HasSuffix(n, "_proj.weight") || n == "lm_head.weight"
+}
+
+// fusedProjections are the weights that read the same input in each layer:
+// q, k and v, and the MLP's gate and up. Stored back to back (rows after
+// rows), each group is one [sum of rows, in] matrix, one matrix product in
+// the graph instead of three or two (fewer, larger kernels; one group sum
+// for the minima).
+func fusedProjections(cfg *Config) [][]string {
+	var groups [][]string
+	for i := range cfg.NumHiddenLayers {
+		pre := fmt.Sprintf("model.layers.%d.", i)
+		groups = append(groups,
+			[]string{pre + "self_attn.q_proj.weight", pre + "self_attn.k_proj.weight", pre + "self_attn.v_proj.weight"},
+			[]string{pre + "mlp.gate_proj.weight", pre + "mlp.up_proj.weight"})
+	}
+	return groups
+}
+
+// fuse places the slots of group back to back, each plane of the group in
+// one run, and returns the slot of the whole [sum of rows, in] matrix, or
+// nil when the members are not stored alike (different types or widths:
+// mixed GGUF quantizations), which are then placed one by one.
+func (w *Weights) fuse(group []string, place func(int64) int64) *slot {
+	first := w.slots[group[0]]
+	if first == nil || len(first.shape) != 2 {
+		return nil
+	}
+	f := *first
+	f.shape = []int64{0, first.shape[1]}
+	f.size, f.scaleSize, f.zpSize = 0, 0, 0
+	for _, n := range group {
+		s := w.slots[n]
+		if s == nil || len(s.shape) != 2 || s.shape[1] != first.shape[1] || s.kind != first.kind || s.et != first.et || s.pack != first.pack {
+			return nil
+		}
+		f.shape[0] += s.shape[0]
+		f.size, f.scaleSize, f.zpSize = f.size+s.size, f.scaleSize+s.scaleSize, f.zpSize+s.zpSize
+	}
+	f.off = place(f.size)
+	if f.kind == slotPacked {
+		f.scaleOff, f.zpOff = place(f.scaleSize), place(f.zpSize)
+	}
+	at := [3]int64{f.off, f.scaleOff, f.zpOff}
+	for _, n := range group {
+		s := w.slots[n]
+		s.off, s.scaleOff, s.zpOff = at[0], at[1], at[2]
+		at = [3]int64{at[0] + s.size, at[1] + s.scaleSize, at[2] + s.zpSize}
+	}
+	return &f
+}
+
+// Fused is the name of the weight that holds group (names of checkpoint
+// tensors) as one matrix, rows in group order, or "" when they are stored
+// apart.
+func (w *Weights) Fused(group ...string) string {
+	n := strings.Join(group, "+")
+	if _, ok := w.fused[n]; ok {
+		return n
+	}
+	return ""
 }
 
 // Size is the number of bytes Bind needs.
@@ -252,12 +344,13 @@ func (w *Weights) Bytes() []byte {
 	return w.buf
 }
 
-func (w *Weights) tensor(name string) *Tensor {
-	name = w.resolve(name)
-	return w.ck.Tensors[name]
+// slot is the slot of a checkpoint tensor or of a Fused group.
+func (w *Weights) slot(name string) *slot {
+	if f, ok := w.fused[name]; ok {
+		return f
+	}
+	return w.slots[w.resolve(name)]
 }
-
-func (w *Weights) slot(name string) *slot { return w.slots[w.resolve(name)] }
 
 // resolve maps the one renamed tensor: a tied lm_head reads the embedding.
 func (w *Weights) resolve(name string) string {

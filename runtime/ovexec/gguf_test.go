@@ -19,8 +19,10 @@ import (
 var smolPrompt = []int64{504, 2365, 6354, 16438, 27003, 690, 260, 23790, 2767, 30, 7042, 314, 260, 3575, 282, 4649, 28, 284, 11452, 314, 260, 3575, 282}
 
 // generateGGUF loads a GGUF checkpoint and greedily generates steps tokens
-// after prompt at f32 with the given weight format, keeping every logits row.
-func generateGGUF(t *testing.T, path string, format model.WeightFormat, prompt []int64, steps int) (*runtime.GenerateResult, *Compiler) {
+// after prompt at f32 with the given weight format, keeping every logits
+// row, with static prefill and decode graphs or, with prefill shared, one
+// shared graph.
+func generateGGUF(t *testing.T, path string, format model.WeightFormat, prompt []int64, steps int, prefill ...runtime.PrefillMode) (*runtime.GenerateResult, *Compiler) {
 	t.Helper()
 	ck, err := model.Load(path)
 	if err != nil {
@@ -37,7 +39,7 @@ func generateGGUF(t *testing.T, path string, format model.WeightFormat, prompt [
 		}
 	})
 	res, err := runtime.Generate(context.Background(), comp, runtime.ShapeOf(ck.Config), runtime.GenerateConfig{
-		Capacity: 64, PrefillChunk: 16, Prompt: prompt, MaxNewTokens: steps + 1, KeepLogits: true})
+		Capacity: 64, PrefillChunk: 16, Prompt: prompt, MaxNewTokens: steps + 1, KeepLogits: true, Prefill: append(prefill, "")[0]})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -49,8 +51,9 @@ func generateGGUF(t *testing.T, path string, format model.WeightFormat, prompt [
 
 // TestGGUFSyntheticMatchesReference runs small random GGUF models whose
 // matrices use every block type (Q6_K embedding, Q4_K q and down, Q4_0 k,
-// Q8_0 v and lm_head, Q4_1 o, Q6_K gate, F16 up) in every weight format
-// against the float64 reference over gguf.quants.dequantize (for rounded:
+// Q8_0 v and lm_head, Q4_1 o, Q6_K gate, F16 up) in every weight format,
+// and native weights through a shared graph (which reads Q4_1 and Q4_K
+// minima as zero points), against the float64 reference over gguf.quants.dequantize (for rounded:
 // over the reference's own decoding with rounded zero points): llama (q/k
 // stored permuted, untied) and qwen2 (biases, tied Q6_K embedding).
 func TestGGUFSyntheticMatchesReference(t *testing.T) {
@@ -75,6 +78,13 @@ func TestGGUFSyntheticMatchesReference(t *testing.T) {
 				matchReference(t, res, want, wantTok)
 			})
 		}
+		t.Run(arch+" native shared", func(t *testing.T) {
+			res, _ := generateGGUF(t, path, model.WeightsNative, prompt, steps, runtime.PrefillShared)
+			if res.PrefillUsed != string(runtime.PrefillShared) {
+				t.Fatalf("prompt went through %q, want a shared graph", res.PrefillUsed)
+			}
+			matchReference(t, res, exact, exactTok)
+		})
 	}
 }
 

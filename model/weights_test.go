@@ -1,0 +1,125 @@
+package model
+
+import (
+	"encoding/xml"
+	"strings"
+	"testing"
+)
+
+// loadSpec loads a GGUF spec as a checkpoint.
+func loadSpec(t *testing.T, s *ggufSpec) *Checkpoint {
+	t.Helper()
+	ck, err := Load(writeSpec(t, s.bytes()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ck.Close() })
+	return ck
+}
+
+// TestFusedProjections checks the layout that lets a layer's q, k and v
+// (and gate and up) run as one matrix product: members stored alike lie
+// back to back in group order, each plane of the group in one run, the graph
+// reads the group through one constant; members stored differently (a mixed
+// GGUF quantization) stay apart.
+func TestFusedProjections(t *testing.T) {
+	const (
+		q, k, v  = "model.layers.0.self_attn.q_proj.weight", "model.layers.0.self_attn.k_proj.weight", "model.layers.0.self_attn.v_proj.weight"
+		gate, up = "model.layers.0.mlp.gate_proj.weight", "model.layers.0.mlp.up_proj.weight"
+	)
+	for _, tc := range []struct {
+		name     string
+		edit     func(*ggufSpec)
+		qkv, mlp bool
+	}{
+		{name: "f32", edit: func(*ggufSpec) {}, qkv: true, mlp: true},
+		{name: "q4_1", edit: func(s *ggufSpec) {
+			for _, n := range []string{"blk.0.attn_q.weight", "blk.0.attn_k.weight", "blk.0.attn_v.weight", "blk.0.ffn_gate.weight", "blk.0.ffn_up.weight"} {
+				s.tensor(n).typ = 3
+			}
+		}, qkv: true, mlp: true},
+		{name: "mixed", edit: func(s *ggufSpec) { s.tensor("blk.0.attn_k.weight").typ = 8 }, qkv: false, mlp: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := tinyLlama()
+			tc.edit(s)
+			w := NewWeights(loadSpec(t, s))
+			for _, g := range []struct {
+				members []string
+				want    bool
+			}{{[]string{q, k, v}, tc.qkv}, {[]string{gate, up}, tc.mlp}} {
+				name := w.Fused(g.members...)
+				if (name != "") != g.want {
+					t.Fatalf("Fused(%v) = %q, want fused %v", g.members, name, g.want)
+				}
+				if name == "" {
+					continue
+				}
+				f := w.slot(name)
+				at := [3]int64{f.off, f.scaleOff, f.zpOff}
+				var rows int64
+				for _, m := range g.members {
+					s := w.slot(m)
+					if got := [3]int64{s.off, s.scaleOff, s.zpOff}; got != at {
+						t.Errorf("%s: planes at %v, want right after the previous member, %v", m, got, at)
+					}
+					at = [3]int64{at[0] + s.size, at[1] + s.scaleSize, at[2] + s.zpSize}
+					rows += s.shape[0]
+				}
+				if f.shape[0] != rows || at != [3]int64{f.off + f.size, f.scaleOff + f.scaleSize, f.zpOff + f.zpSize} {
+					t.Errorf("group slot %+v does not span its members (%d rows)", f, rows)
+				}
+			}
+			if err := w.Bind(make([]byte, w.Size())); err != nil {
+				t.Fatal(err)
+			}
+			b, err := BuildIR(w, GraphSpec{Capacity: 16, Chunk: 1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var net irNet
+			if err := xml.Unmarshal(b, &net); err != nil {
+				t.Fatal(err)
+			}
+			consts := map[string]bool{}
+			for _, l := range net.Layers {
+				if l.Type == "Const" {
+					consts[l.Name] = true
+				}
+			}
+			if consts[q] == tc.qkv || consts[q+"+"+k+"+"+v] != tc.qkv {
+				t.Errorf("graph constants for q: separate %v, fused %v; want fused %v", consts[q], consts[q+"+"+k+"+"+v], tc.qkv)
+			}
+		})
+	}
+}
+
+// TestMinimumPlanes checks which Q4_1 weights keep their minimum as a plane
+// (matrix-product weights, w = q*scale + min, exact) and which as a float
+// zero point (the gathered embedding), and that rounded rounds both.
+func TestMinimumPlanes(t *testing.T) {
+	s := tinyLlama()
+	s.tensor("token_embd.weight").typ = 3
+	s.tensor("blk.0.attn_output.weight").typ = 3
+	ck := loadSpec(t, s)
+	const o, emb = "model.layers.0.self_attn.o_proj.weight", "model.embed_tokens.weight"
+	for format, want := range map[WeightFormat][2]zeroPoint{
+		WeightsNative:  {zpMin, zpPlane},
+		WeightsRounded: {zpRounded, zpRounded},
+	} {
+		w := NewWeightsWith(ck, WeightOptions{Format: format})
+		if got := [2]zeroPoint{w.slot(o).pack.zp, w.slot(emb).pack.zp}; got != want {
+			t.Errorf("%s: o_proj, embedding zero points %v, want %v", format, got, want)
+		}
+		if err := w.Bind(make([]byte, w.Size())); err != nil {
+			t.Fatal(err)
+		}
+		b, err := BuildIR(w, GraphSpec{Capacity: 16, Chunk: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := strings.Contains(string(b), `name="`+o+`/min"`); got != (format == WeightsNative) {
+			t.Errorf("%s: graph reads a minimum plane for o_proj: %v", format, got)
+		}
+	}
+}
