@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"syscall"
+	"unsafe"
 )
 
 // ReleasePages drops the checkpoint files' mapped pages from this
@@ -24,6 +25,42 @@ func (c *Checkpoint) ReleasePages() error {
 		errs = append(errs, release(c.GGUF.Path, c.GGUF.mapping))
 	}
 	return errors.Join(errs...)
+}
+
+// fileMapping is one checkpoint file's read-only mapping.
+type fileMapping struct {
+	path string
+	data []byte
+}
+
+// mappings are the checkpoint's file mappings (GGUF or safetensors).
+func (c *Checkpoint) mappings() []fileMapping {
+	var m []fileMapping
+	for _, f := range c.files {
+		if len(f.mapping) > 0 {
+			m = append(m, fileMapping{f.Path, f.mapping})
+		}
+	}
+	if c.GGUF != nil && len(c.GGUF.mapping) > 0 {
+		m = append(m, fileMapping{c.GGUF.Path, c.GGUF.mapping})
+	}
+	return m
+}
+
+// within says where b lies in one of maps: the mapping's index and b's
+// offset in it; ok is false when b is not a slice of any of them.
+func within(maps []fileMapping, b []byte) (i int, off int64, ok bool) {
+	if len(b) == 0 {
+		return 0, 0, false
+	}
+	p := uintptr(unsafe.Pointer(&b[0]))
+	for i, m := range maps {
+		start := uintptr(unsafe.Pointer(&m.data[0]))
+		if p >= start && p+uintptr(len(b)) <= start+uintptr(len(m.data)) {
+			return i, int64(p - start), true
+		}
+	}
+	return 0, 0, false
 }
 
 func release(path string, m []byte) error {

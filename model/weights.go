@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"os"
 	"runtime"
 	"sort"
 	"strings"
@@ -58,7 +59,21 @@ const (
 	slotRaw    slotKind = iota // the stored bytes (F32, F16, BF16)
 	slotF32                    // dequantized to f32
 	slotPacked                 // OpenVINO compressed weights: planes of packing
+	slotMapped                 // the stored bytes, read in place from the checkpoint file mapped into the blob (Files)
 )
+
+// mappedAlign is the alignment a tensor's bytes need in its file to be read
+// in place (GGUF's default alignment; others are copied).
+const mappedAlign = 32
+
+// FileRegion is a checkpoint file that the blob maps read-only at Offset:
+// its tensors are read in place, not copied (see Weights.Files).
+type FileRegion struct {
+	Path   string
+	Offset int64 // in the blob; a multiple of the page size
+	Size   int64 // the file's bytes
+	data   []byte
+}
 
 // slot is one tensor's place in the blob.
 type slot struct {
@@ -87,6 +102,7 @@ type Weights struct {
 	format WeightFormat
 	slots  map[string]*slot
 	fused  map[string]*slot // by Fused name: groups of slots stored as one matrix
+	files  []FileRegion
 	names  []string
 	size   int64 // checkpoint part, aligned
 
@@ -115,7 +131,7 @@ func NewWeightsWith(ck *Checkpoint, opts WeightOptions) *Weights {
 	for _, n := range w.names {
 		w.slots[n] = planSlot(n, ck.Tensors[n], format)
 	}
-	var off int64
+	off := w.mapFiles()
 	place := func(n int64) int64 {
 		off = align64(off)
 		at := off
@@ -132,7 +148,7 @@ func NewWeightsWith(ck *Checkpoint, opts WeightOptions) *Weights {
 		}
 	}
 	for _, n := range w.names {
-		if s := w.slots[n]; !placed[n] {
+		if s := w.slots[n]; !placed[n] && s.kind != slotMapped {
 			s.off = place(s.size)
 			if s.kind == slotPacked {
 				s.scaleOff, s.zpOff = place(s.scaleSize), place(s.zpSize)
@@ -142,6 +158,42 @@ func NewWeightsWith(ck *Checkpoint, opts WeightOptions) *Weights {
 	w.size = align64(off)
 	return w
 }
+
+// mapFiles makes every tensor stored as is (no row order, aligned) a
+// slotMapped slot read in place from its file, which the blob maps from
+// offset 0 on, one page-aligned region per file, and returns where the
+// copied part of the blob begins (a page boundary).
+func (w *Weights) mapFiles() int64 {
+	page := int64(os.Getpagesize())
+	maps := w.ck.mappings()
+	at := make([]int64, len(maps)) // blob offset of each file, -1 while unused
+	for i := range at {
+		at[i] = -1
+	}
+	var end int64
+	for _, n := range w.names {
+		s, t := w.slots[n], w.ck.Tensors[n]
+		if s.kind != slotRaw || t.RowOrder != nil {
+			continue
+		}
+		i, off, ok := within(maps, t.Data)
+		if !ok || off%mappedAlign != 0 {
+			continue
+		}
+		if at[i] < 0 {
+			at[i] = end
+			w.files = append(w.files, FileRegion{Path: maps[i].path, Offset: end, Size: int64(len(maps[i].data)), data: maps[i].data})
+			end += (int64(len(maps[i].data)) + page - 1) / page * page
+		}
+		s.kind, s.off = slotMapped, at[i]+off
+	}
+	return end
+}
+
+// Files are the checkpoint files the blob maps (from offset 0 on): a
+// buffer for BindMapped maps each read-only at its offset (ov.MapHost);
+// Bind copies them instead.
+func (w *Weights) Files() []FileRegion { return w.files }
 
 // planSlot decides how tensor n is stored (kind, element type, plane
 // sizes); offsets come later.
@@ -208,8 +260,16 @@ func (w *Weights) fuse(group []string, place func(int64) int64) *slot {
 		if s == nil || len(s.shape) != 2 || s.shape[1] != first.shape[1] || s.kind != first.kind || s.et != first.et || s.pack != first.pack {
 			return nil
 		}
+		// Tensors read in place fuse only where the file has them back to
+		// back already (copying them would cost the memory mapping saves).
+		if s.kind == slotMapped && s.off != first.off+f.size {
+			return nil
+		}
 		f.shape[0] += s.shape[0]
 		f.size, f.scaleSize, f.zpSize = f.size+s.size, f.scaleSize+s.scaleSize, f.zpSize+s.zpSize
+	}
+	if f.kind == slotMapped {
+		return &f
 	}
 	f.off = place(f.size)
 	if f.kind == slotPacked {
@@ -261,11 +321,27 @@ func (w *Weights) Compressed() bool {
 func (w *Weights) Config() *Config { return w.ck.Config }
 
 // Bind writes the checkpoint tensors into buf (len(buf) >= Size()),
-// repacking or dequantizing GGUF blocks, and makes it the destination of
-// later constants. buf must not move while in use.
-func (w *Weights) Bind(buf []byte) error {
+// repacking or dequantizing GGUF blocks and copying the Files, and makes it
+// the destination of later constants. buf must not move while in use.
+func (w *Weights) Bind(buf []byte) error { return w.bind(buf, false) }
+
+// BindMapped is Bind for a buffer that maps the Files already (ov.MapHost):
+// it checks that each file's region holds the file and writes the rest.
+func (w *Weights) BindMapped(buf []byte) error { return w.bind(buf, true) }
+
+func (w *Weights) bind(buf []byte, mapped bool) error {
 	if int64(len(buf)) < w.Size() {
 		return fmt.Errorf("weights buffer holds %d bytes, need %d", len(buf), w.Size())
+	}
+	for _, f := range w.files {
+		region := buf[f.Offset : f.Offset+f.Size]
+		if !mapped {
+			copy(region, f.data)
+			continue
+		}
+		if n := min(len(region), 4096); string(region[:n]) != string(f.data[:n]) {
+			return fmt.Errorf("weights buffer does not map %s at offset %d", f.Path, f.Offset)
+		}
 	}
 	// Tensors fill disjoint ranges: spread them over the CPUs.
 	next := make(chan string)
@@ -299,6 +375,9 @@ func (w *Weights) fill(buf []byte, t *Tensor, s *slot) {
 	var tmp []float32
 	if s.kind == slotF32 {
 		tmp = make([]float32, per)
+	}
+	if s.kind == slotMapped {
+		return // in the blob already (Files)
 	}
 	for i := range rows {
 		src := t.row(i)

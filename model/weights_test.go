@@ -32,7 +32,10 @@ func TestFusedProjections(t *testing.T) {
 		edit     func(*ggufSpec)
 		qkv, mlp bool
 	}{
-		{name: "f32", edit: func(*ggufSpec) {}, qkv: true, mlp: true},
+		// llama's q and k rows are permuted in the file, so they are copied
+		// while v is read in place: apart. gate and up are back to back in
+		// the file and read in place: fused.
+		{name: "f32", edit: func(*ggufSpec) {}, qkv: false, mlp: true},
 		{name: "q4_1", edit: func(s *ggufSpec) {
 			for _, n := range []string{"blk.0.attn_q.weight", "blk.0.attn_k.weight", "blk.0.attn_v.weight", "blk.0.ffn_gate.weight", "blk.0.ffn_up.weight"} {
 				s.tensor(n).typ = 3
@@ -91,6 +94,46 @@ func TestFusedProjections(t *testing.T) {
 				t.Errorf("graph constants for q: separate %v, fused %v; want fused %v", consts[q], consts[q+"+"+k+"+"+v], tc.qkv)
 			}
 		})
+	}
+}
+
+// TestMappedTensors checks which tensors the blob reads in place from the
+// file (stored as is, aligned) and which it copies (llama's permuted q and
+// k rows, repacked blocks), that Bind copies the files' regions into a
+// plain buffer and BindMapped refuses a buffer that does not map them.
+func TestMappedTensors(t *testing.T) {
+	s := tinyLlama()
+	s.tensor("blk.0.ffn_down.weight").typ = 8 // Q8_0: repacked
+	ck := loadSpec(t, s)
+	w := NewWeights(ck)
+	for name, want := range map[string]slotKind{
+		"model.layers.0.self_attn.v_proj.weight": slotMapped,
+		"model.layers.0.self_attn.q_proj.weight": slotRaw,
+		"model.layers.0.mlp.down_proj.weight":    slotPacked,
+		"model.norm.weight":                      slotMapped,
+	} {
+		if got := w.slot(name).kind; got != want {
+			t.Errorf("%s: slot kind %d, want %d", name, got, want)
+		}
+	}
+	files := w.Files()
+	if len(files) != 1 || files[0].Offset != 0 || files[0].Path != ck.Dir {
+		t.Fatalf("files %+v, want the GGUF file at offset 0", files)
+	}
+	v := w.slot("model.layers.0.self_attn.v_proj.weight")
+	if v.off+v.size > files[0].Size {
+		t.Fatalf("v at [%d, %d) lies outside the file's region of %d bytes", v.off, v.off+v.size, files[0].Size)
+	}
+	buf := make([]byte, w.Size())
+	if err := w.BindMapped(buf); err == nil || !strings.Contains(err.Error(), "does not map") {
+		t.Fatalf("BindMapped on a buffer without the file: %v", err)
+	}
+	if err := w.Bind(buf); err != nil {
+		t.Fatal(err)
+	}
+	tv := ck.Tensors["model.layers.0.self_attn.v_proj.weight"]
+	if string(buf[v.off:v.off+v.size]) != string(tv.Data) {
+		t.Error("Bind did not copy v's bytes from the file")
 	}
 }
 

@@ -6,8 +6,12 @@ package ov
 import "C"
 
 import (
+	"errors"
 	"fmt"
+	"os"
 	"unsafe"
+
+	"golang.org/x/sys/unix"
 )
 
 // HostAlign is the alignment in bytes of every HostBuffer.
@@ -17,9 +21,76 @@ const HostAlign = 64
 // frees: safe to hand to OpenVINO as weights, inputs or KV cache. Free it
 // explicitly once nothing uses it any more. Not safe for concurrent Free.
 type HostBuffer struct {
-	base unsafe.Pointer // what malloc/calloc returned, for free
-	ptr  unsafe.Pointer // base rounded up to HostAlign
-	n    int
+	base  unsafe.Pointer // what malloc/calloc returned, for free
+	ptr   unsafe.Pointer // base rounded up to HostAlign
+	n     int
+	files []HostFile // MapHost: regions mapped from files; base is an mmap
+}
+
+// HostFile is a file mapped read-only into a MapHost buffer.
+type HostFile struct {
+	Path   string
+	Offset int64 // where in the buffer; a multiple of the page size
+	Size   int64 // bytes of the file mapped, from its start
+}
+
+// MapHost allocates n zeroed, writable bytes like AllocHost, except that
+// each of files is mapped read-only at its offset (shared with the page
+// cache, no copy): weights read in place from a checkpoint file. Writing
+// into a file's region faults. ReleaseFiles drops the files' pages from
+// the process's resident memory; Free unmaps everything.
+func MapHost(n int, files []HostFile) (*HostBuffer, error) {
+	if len(files) == 0 {
+		return AllocHost(n)
+	}
+	page := int64(os.Getpagesize())
+	for _, f := range files {
+		if f.Offset%page != 0 || f.Offset < 0 || f.Size <= 0 || f.Offset+f.Size > int64(n) {
+			return nil, fmt.Errorf("ov: map host: %s at [%d, %d) does not fit a %d-byte buffer on a page boundary", f.Path, f.Offset, f.Offset+f.Size, n)
+		}
+	}
+	base, err := unix.MmapPtr(-1, 0, nil, uintptr(n), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_NORESERVE)
+	if err != nil {
+		return nil, fmt.Errorf("ov: map host: reserving %d bytes: %w", n, err)
+	}
+	b := &HostBuffer{base: base, ptr: base, n: n, files: files}
+	for _, f := range files {
+		if err := mapFile(unsafe.Add(base, f.Offset), f); err != nil {
+			b.Free()
+			return nil, err
+		}
+	}
+	return b, nil
+}
+
+// mapFile maps the first f.Size bytes of f.Path read-only at addr.
+func mapFile(addr unsafe.Pointer, f HostFile) error {
+	fd, err := os.Open(f.Path)
+	if err != nil {
+		return fmt.Errorf("ov: map host: %w", err)
+	}
+	defer fd.Close()
+	if st, err := fd.Stat(); err != nil || st.Size() < f.Size {
+		return fmt.Errorf("ov: map host: %s is no longer %d bytes long (%v)", f.Path, f.Size, err)
+	}
+	if _, err := unix.MmapPtr(int(fd.Fd()), 0, addr, uintptr(f.Size), unix.PROT_READ, unix.MAP_SHARED|unix.MAP_FIXED); err != nil {
+		return fmt.Errorf("ov: map host: mapping %s: %w", f.Path, err)
+	}
+	return nil
+}
+
+// ReleaseFiles drops the pages of a MapHost buffer's files from this
+// process's resident memory (madvise MADV_DONTNEED). The mappings stay:
+// a later read faults the page back in from the page cache or the file.
+// A no-op for other buffers.
+func (b *HostBuffer) ReleaseFiles() error {
+	var errs []error
+	for _, f := range b.files {
+		if err := unix.Madvise(b.Bytes()[f.Offset:f.Offset+f.Size], unix.MADV_DONTNEED); err != nil {
+			errs = append(errs, fmt.Errorf("ov: release the pages of %s: %w", f.Path, err))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // AllocHost allocates n zeroed bytes aligned to HostAlign. Large buffers
@@ -81,6 +152,10 @@ func (b *HostBuffer) Free() {
 	if b == nil || b.base == nil {
 		return
 	}
-	C.ovr_host_free(b.base)
-	b.base, b.ptr, b.n = nil, nil, 0
+	if b.files != nil {
+		unix.MunmapPtr(b.base, uintptr(b.n)) // the file mappings lie inside
+	} else {
+		C.ovr_host_free(b.base)
+	}
+	b.base, b.ptr, b.n, b.files = nil, nil, 0, nil
 }

@@ -195,14 +195,11 @@ func measure(ctx context.Context, ck *model.Checkpoint, cfg OnceConfig, props []
 	}
 	defer func() { err = errors.Join(err, core.Close()) }()
 	w := model.NewWeights(ck)
-	blob, err := ov.AllocHost(int(w.Size()))
+	blob, err := ovexec.AllocWeights(w)
 	if err != nil {
 		return err
 	}
 	defer blob.Free()
-	if err := w.Bind(blob.Bytes()); err != nil {
-		return err
-	}
 	wt, err := ov.NewTensorFromPtr(ov.U8, []int64{w.Size()}, blob.Ptr())
 	if err != nil {
 		return err

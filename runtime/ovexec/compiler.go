@@ -215,10 +215,7 @@ func NewCompiler(ck *model.Checkpoint, opts Options) (*Compiler, error) {
 		}
 		return c, nil
 	}
-	if c.blob, err = ov.AllocHost(int(c.weights.Size())); err != nil {
-		return nil, errors.Join(err, c.Close())
-	}
-	if err := c.weights.Bind(c.blob.Bytes()); err != nil {
+	if c.blob, err = AllocWeights(c.weights); err != nil {
 		return nil, errors.Join(err, c.Close())
 	}
 	// The blob holds every weight now: the file's pages need not stay
@@ -232,7 +229,30 @@ func NewCompiler(ck *model.Checkpoint, opts Options) (*Compiler, error) {
 	if c.cache, err = openRungCache(opts, c.blob.Bytes()[:c.weights.TensorBytes()]); err != nil {
 		return nil, errors.Join(err, c.Close())
 	}
+	if err := c.blob.ReleaseFiles(); err != nil { // read by the digest
+		return nil, errors.Join(err, c.Close())
+	}
 	return c, nil
+}
+
+// AllocWeights allocates and binds the blob of w: tensors stored as is are
+// read in place from the checkpoint files, which the blob maps read-only
+// (w.Files); the rest (repacked, dequantized, reordered) is written into it.
+// Free it once nothing read from it is open.
+func AllocWeights(w *model.Weights) (*ov.HostBuffer, error) {
+	var files []ov.HostFile
+	for _, f := range w.Files() {
+		files = append(files, ov.HostFile{Path: f.Path, Offset: f.Offset, Size: f.Size})
+	}
+	blob, err := ov.MapHost(int(w.Size()), files)
+	if err != nil {
+		return nil, err
+	}
+	if err := w.BindMapped(blob.Bytes()); err != nil {
+		blob.Free()
+		return nil, err
+	}
+	return blob, nil
 }
 
 // HostViews reports whether graphs on this device read their KV inputs in
@@ -446,13 +466,54 @@ func (c *Compiler) compileModel(spec model.GraphSpec, xml []byte) (*ov.CompiledM
 	if err != nil {
 		return nil, fmt.Errorf("read graph %s: %w", spec.Name(), err)
 	}
+	stop := c.releaseWhile()
 	cm, err := c.core.CompileModel(m, c.opts.Device, c.props...)
+	stop()
 	m.Close()
 	if err != nil {
 		return nil, fmt.Errorf("compile graph %s on %s: %w", spec.Name(), c.opts.Device, err)
 	}
 	c.recordPrecision(cm)
+	// The compile read the files' weights (the plugin keeps what it needs,
+	// in its own layouts or, for a few constants, by reference to the
+	// mapping, which faults back in on use): drop their pages from the
+	// resident set, as the page cache holds them anyway.
+	if err := c.blob.ReleaseFiles(); err != nil {
+		cm.Close()
+		return nil, err
+	}
 	return cm, nil
+}
+
+// releaseInterval is how often the files' pages are dropped while a graph
+// compiles.
+const releaseInterval = 100 * time.Millisecond
+
+// releaseWhile drops the pages of the files the blob maps every
+// releaseInterval until the returned stop is called: the plugin reads each
+// weight once to lay it out its own way, so without this the files' pages
+// (the size of the weights) and the plugin's copies would be resident
+// together at the compile's peak. A page read again faults back in from
+// the page cache.
+func (c *Compiler) releaseWhile() (stop func()) {
+	if len(c.weights.Files()) == 0 {
+		return func() {}
+	}
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		t := time.NewTicker(releaseInterval)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				c.blob.ReleaseFiles() // best effort; the final release reports errors
+			}
+		}
+	})
+	return func() { close(done); wg.Wait() }
 }
 
 // recordPrecision keeps the inference precision cm reports as the

@@ -1,0 +1,53 @@
+package ov
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestMapHost maps a file into a buffer: its bytes read in place at the
+// offset, the rest zeroed and writable, its pages releasable without
+// losing the bytes; offsets off a page boundary and a file shorter than
+// asked are refused.
+func TestMapHost(t *testing.T) {
+	page := os.Getpagesize()
+	data := bytes.Repeat([]byte("weights!"), page/4+3) // two pages and a bit
+	path := filepath.Join(t.TempDir(), "w.bin")
+	if err := os.WriteFile(path, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	n := 2*page + 4*page
+	b, err := MapHost(n, []HostFile{{Path: path, Offset: int64(page), Size: int64(len(data))}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Free()
+	buf := b.Bytes()
+	if !bytes.Equal(buf[page:page+len(data)], data) {
+		t.Fatal("the file's region does not hold the file")
+	}
+	for _, i := range []int{0, page - 1, n - 1} {
+		if buf[i] != 0 {
+			t.Fatalf("byte %d = %d outside the file, want 0", i, buf[i])
+		}
+	}
+	buf[0], buf[n-1] = 7, 9 // writable outside the file
+	if err := b.ReleaseFiles(); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(buf[page:page+len(data)], data) || buf[0] != 7 || buf[n-1] != 9 {
+		t.Fatal("releasing the file's pages changed the buffer")
+	}
+	for _, bad := range []HostFile{
+		{Path: path, Offset: 1, Size: int64(len(data))},
+		{Path: path, Offset: 0, Size: int64(len(data)) + 1},
+		{Path: path, Offset: int64(n), Size: 1},
+	} {
+		if _, err := MapHost(n, []HostFile{bad}); err == nil || !strings.Contains(err.Error(), "map host") {
+			t.Errorf("MapHost(%+v) = %v, want an error", bad, err)
+		}
+	}
+}
