@@ -84,6 +84,9 @@ func mapFile(addr unsafe.Pointer, f HostFile) error {
 // a later read faults the page back in from the page cache or the file.
 // A no-op for other buffers.
 func (b *HostBuffer) ReleaseFiles() error {
+	if b == nil {
+		return nil
+	}
 	var errs []error
 	for _, f := range b.files {
 		if err := unix.Madvise(b.Bytes()[f.Offset:f.Offset+f.Size], unix.MADV_DONTNEED); err != nil {

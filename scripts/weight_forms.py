@@ -55,7 +55,7 @@ def weight(out, inp, form):
         z = op.divide(op.negative(op.convert(op.constant(m), ov.Type.f32)), sc)
         z = op.select(op.equal(sc, op.constant(np.float32(0))), op.constant(np.float32(0)), z)
         x = op.subtract(x, z)
-    elif form == "min":
+    elif form in ("min", "minmul"):
         mins = op.convert(op.constant(m.reshape(out, inp // G)), ov.Type.f32)
     x = op.multiply(x, op.convert(op.constant(d), ov.Type.f32))
     return op.reshape(x, op.constant(np.array([out, inp], np.int64)), False), mins
@@ -66,8 +66,13 @@ def linear(x, out, inp, form):
     y = op.matmul(x, w, False, True)
     if mins is not None:
         groups = op.reshape(x, op.constant(np.array([0, 0, inp // G, G], np.int64)), True)
-        sums = op.reduce_sum(groups, op.constant(np.array([-1], np.int64)), False)
-        y = op.add(y, op.matmul(sums, mins, False, True))
+        if form == "minmul":  # the small product as Multiply and ReduceSum
+            sums = op.reduce_sum(groups, op.constant(np.array([-1], np.int64)), True)  # [1, T, in/G, 1]
+            sums = op.reshape(sums, op.constant(np.array([0, 0, 1, inp // G], np.int64)), True)  # [1, T, 1, in/G]
+            y = op.add(y, op.reduce_sum(op.multiply(sums, mins), op.constant(np.array([-1], np.int64)), False))
+        else:
+            sums = op.reduce_sum(groups, op.constant(np.array([-1], np.int64)), False)
+            y = op.add(y, op.matmul(sums, mins, False, True))
     return y
 
 
@@ -78,6 +83,9 @@ def split(y, sizes):
 def build(form, tokens):
     fused = form.endswith("+f")
     form = form.removesuffix("+f")
+    mlp = form
+    if form == "minmlp":  # minimum planes for the MLP only, zero points for attention
+        form, mlp = "zpcalc", "min"
     p = op.parameter([1, -1 if DYNAMIC else tokens, H], ov.Type.f32, name="x")
     x = p.output(0)
     for _ in range(L):
@@ -87,10 +95,10 @@ def build(form, tokens):
             q, k, v = linear(x, H, H, form), linear(x, 192, H, form), linear(x, 192, H, form)
         x = op.add(x, linear(op.add(q, op.concat([k, v, k], 2)), H, H, form))
         if fused:
-            g, u = split(linear(x, 2 * F, H, form), [F, F])
+            g, u = split(linear(x, 2 * F, H, mlp), [F, F])
         else:
-            g, u = linear(x, F, H, form), linear(x, F, H, form)
-        down = linear(op.multiply(op.swish(g), u), H, F, form)
+            g, u = linear(x, F, H, mlp), linear(x, F, H, mlp)
+        down = linear(op.multiply(op.swish(g), u), H, F, mlp)
         x = op.add(x, op.multiply(down, op.constant(np.float32(0.01))))
     return ov.Model([x], [p], form)
 
@@ -111,7 +119,9 @@ def main():
         props["DYNAMIC_QUANTIZATION_GROUP_SIZE"] = "0"
     runs = {}
     for f in a.forms.split(","):
+        t0 = time.perf_counter()
         req = core.compile_model(build(f, a.tokens), "CPU", props).create_infer_request()
+        print(f"{f:10s} compile {time.perf_counter() - t0:.2f} s")
         x = rng.standard_normal((1, a.tokens, H)).astype(np.float32)
         req.infer({0: x})
         runs[f] = (req, x, [])
