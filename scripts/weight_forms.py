@@ -11,11 +11,18 @@ rounds of 5 calls each), so machine load hits all alike:
   rounded  the zero point rounded to u8 (OpenVINO GenAI's form)
   zp16     the zero point as f16
   min      q * scale, and groupsums(x) @ min^T added (ovrun's linear weights)
+  minmul   min with the small product as Multiply and ReduceSum
+  minmlp   min for the MLP, zpcalc for attention
+  zpcalc   the f32 zero point computed from min and scale in the graph
+           (folded at compile time: ovrun's shared graphs)
 
 A "+f" suffix stores q, k, v and gate, up as one matrix each (ovrun's fused
 projections):
 
-  .venv/bin/python scripts/weight_forms.py native,rounded,min,native+f,rounded+f,min+f bf16 [--tokens 1]
+  .venv/bin/python scripts/weight_forms.py native,rounded,min,native+f,rounded+f,min+f bf16 [--tokens 1] [--dynamic]
+
+--dynamic declares the token axis dynamic, as a shared graph does. Prints
+each compile's time, then the medians.
 """
 import argparse
 import time
