@@ -8,10 +8,10 @@ import (
 	"testing"
 )
 
-// TestMapHost maps a file into a buffer: its bytes read in place at the
-// offset, the rest zeroed and writable, its pages releasable without
-// losing the bytes; offsets off a page boundary and a file shorter than
-// asked are refused.
+// TestMapHost maps two files into a buffer (a sharded checkpoint): their
+// bytes read in place at their offsets, the rest zeroed and writable, their
+// pages releasable without losing the bytes; offsets off a page boundary
+// and a file shorter than asked are refused.
 func TestMapHost(t *testing.T) {
 	page := os.Getpagesize()
 	data := bytes.Repeat([]byte("weights!"), page/4+3) // two pages and a bit
@@ -19,15 +19,20 @@ func TestMapHost(t *testing.T) {
 	if err := os.WriteFile(path, data, 0o600); err != nil {
 		t.Fatal(err)
 	}
+	second := []byte("shard two")
+	path2 := filepath.Join(t.TempDir(), "w2.bin")
+	if err := os.WriteFile(path2, second, 0o600); err != nil {
+		t.Fatal(err)
+	}
 	n := 2*page + 4*page
-	b, err := MapHost(n, []HostFile{{Path: path, Offset: int64(page), Size: int64(len(data))}})
+	b, err := MapHost(n, []HostFile{{Path: path, Offset: int64(page), Size: int64(len(data))}, {Path: path2, Offset: int64(4 * page), Size: int64(len(second))}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer b.Free()
 	buf := b.Bytes()
-	if !bytes.Equal(buf[page:page+len(data)], data) {
-		t.Fatal("the file's region does not hold the file")
+	if !bytes.Equal(buf[page:page+len(data)], data) || !bytes.Equal(buf[4*page:4*page+len(second)], second) {
+		t.Fatal("the files' regions do not hold the files")
 	}
 	for _, i := range []int{0, page - 1, n - 1} {
 		if buf[i] != 0 {
@@ -38,7 +43,7 @@ func TestMapHost(t *testing.T) {
 	if err := b.ReleaseFiles(); err != nil {
 		t.Fatal(err)
 	}
-	if !bytes.Equal(buf[page:page+len(data)], data) || buf[0] != 7 || buf[n-1] != 9 {
+	if !bytes.Equal(buf[page:page+len(data)], data) || !bytes.Equal(buf[4*page:4*page+len(second)], second) || buf[0] != 7 || buf[n-1] != 9 {
 		t.Fatal("releasing the file's pages changed the buffer")
 	}
 	for _, bad := range []HostFile{
