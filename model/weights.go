@@ -162,30 +162,44 @@ func NewWeightsWith(ck *Checkpoint, opts WeightOptions) *Weights {
 // mapFiles makes every tensor stored as is (no row order, aligned) a
 // slotMapped slot read in place from its file, which the blob maps from
 // offset 0 on, one page-aligned region per file, and returns where the
-// copied part of the blob begins (a page boundary).
+// copied part of the blob begins (a page boundary). A file is mapped only
+// when such tensors fill at least half of it: a quantized file whose
+// matrices are repacked keeps its few vectors as copies rather than put
+// the whole file in the blob (an exported IR's .bin holds the blob).
 func (w *Weights) mapFiles() int64 {
 	page := int64(os.Getpagesize())
 	maps := w.ck.mappings()
-	at := make([]int64, len(maps)) // blob offset of each file, -1 while unused
-	for i := range at {
-		at[i] = -1
+	type inPlace struct {
+		s    *slot
+		file int
+		off  int64
 	}
-	var end int64
+	var cands []inPlace
+	covered := make([]int64, len(maps))
 	for _, n := range w.names {
 		s, t := w.slots[n], w.ck.Tensors[n]
 		if s.kind != slotRaw || t.RowOrder != nil {
 			continue
 		}
-		i, off, ok := within(maps, t.Data)
-		if !ok || off%mappedAlign != 0 {
-			continue
+		if i, off, ok := within(maps, t.Data); ok && off%mappedAlign == 0 {
+			cands = append(cands, inPlace{s, i, off})
+			covered[i] += s.size
 		}
-		if at[i] < 0 {
+	}
+	at := make([]int64, len(maps)) // blob offset of each mapped file
+	var end int64
+	for i, m := range maps {
+		at[i] = -1
+		if 2*covered[i] >= int64(len(m.data)) {
 			at[i] = end
-			w.files = append(w.files, FileRegion{Path: maps[i].path, Offset: end, Size: int64(len(maps[i].data)), data: maps[i].data})
-			end += (int64(len(maps[i].data)) + page - 1) / page * page
+			w.files = append(w.files, FileRegion{Path: m.path, Offset: end, Size: int64(len(m.data)), data: m.data})
+			end += (int64(len(m.data)) + page - 1) / page * page
 		}
-		s.kind, s.off = slotMapped, at[i]+off
+	}
+	for _, c := range cands {
+		if at[c.file] >= 0 {
+			c.s.kind, c.s.off = slotMapped, at[c.file]+c.off
+		}
 	}
 	return end
 }

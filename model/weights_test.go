@@ -99,7 +99,8 @@ func TestFusedProjections(t *testing.T) {
 
 // TestMappedTensors checks which tensors the blob reads in place from the
 // file (stored as is, aligned) and which it copies (llama's permuted q and
-// k rows, repacked blocks), that Bind copies the files' regions into a
+// k rows, repacked blocks, the vectors of a file that is mostly repacked),
+// that Bind copies the files' regions into a
 // plain buffer and BindMapped refuses a buffer that does not map them.
 func TestMappedTensors(t *testing.T) {
 	s := tinyLlama()
@@ -134,6 +135,17 @@ func TestMappedTensors(t *testing.T) {
 	tv := ck.Tensors["model.layers.0.self_attn.v_proj.weight"]
 	if string(buf[v.off:v.off+v.size]) != string(tv.Data) {
 		t.Error("Bind did not copy v's bytes from the file")
+	}
+
+	// A quantized file whose matrices are all repacked is not mapped for
+	// its few vectors: they are copied.
+	q := tinyLlama()
+	for _, n := range []string{"blk.0.attn_q.weight", "blk.0.attn_k.weight", "blk.0.attn_v.weight", "blk.0.attn_output.weight", "blk.0.ffn_gate.weight", "blk.0.ffn_up.weight", "blk.0.ffn_down.weight"} {
+		q.tensor(n).typ = 3
+	}
+	wq := NewWeights(loadSpec(t, q))
+	if len(wq.Files()) != 0 || wq.slot("model.norm.weight").kind != slotRaw {
+		t.Errorf("Q4_1 file: files %+v, norm slot kind %d; want no file mapped, the norm copied", wq.Files(), wq.slot("model.norm.weight").kind)
 	}
 }
 
