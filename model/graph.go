@@ -477,7 +477,7 @@ func (b *decoderBuilder) linear(x port, name string, out int64) port {
 		in := x.shape[len(x.shape)-1]
 		keep := make([]int64, len(x.shape)+1) // 0: the input's dimension
 		keep[len(x.shape)-1], keep[len(x.shape)] = in/G, G
-		groups := g.op("Reshape", "opset1", []attr{{"special_zero", "true"}}, append(append([]int64{}, x.shape[:len(x.shape)-1]...), in/G, G), x.et,
+		groups := g.op("Reshape", "opset1", []attr{{"special_zero", "true"}}, append(b.lastDim(x, in/G), G), x.et,
 			x, g.constI64([]int64{int64(len(keep))}, keep...)) // [.., in/G, G]
 		sums := g.op("ReduceSum", "opset1", []attr{{"keep_dims", "false"}}, b.lastDim(x, in/G), f32, groups, g.constI64([]int64{1}, -1)) // [.., in/G]
 		y = b.add(y, b.matmulT(sums, m, s), s)                                                                                           // [.., out]
