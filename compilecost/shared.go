@@ -8,10 +8,12 @@ import "fmt"
 // capacity, as a fraction of the step: every shape in a shared graph is
 // dynamic, so the CPU plugin checks shapes at every node and fuses less.
 // Measured for SmolLM2 in bf16 over whole generations (16 + 128 tokens,
-// interleaved, medians): 0.10 at capacity 256, 0.17 at 1024, 0.19 at 4096;
-// single steps in isolation 0.10-0.17 (docs/design.md, "One graph for the
-// prompt and decoding").
-const SharedStepPenalty = 0.17
+// three interleaved rounds, medians): 0.37 at capacity 256, 0.38 at 1024,
+// 0.43 at 4096 since its decode graphs compute the Q4_1 minima as a second
+// product (a shared graph cannot gain from that); 0.10, 0.17 and 0.19
+// before. The synthetic small model at f32: 0.10-0.18 (docs/design.md,
+// "One graph for the prompt and decoding").
+const SharedStepPenalty = 0.4
 
 // SharedPays is auto mode's choice of a shared graph for the rung that takes
 // a prompt of n tokens and then decodes decoded tokens, on a device that

@@ -119,7 +119,7 @@ func near(a, b float64) bool { return a-b < 1e-9 && b-a < 1e-9 }
 
 // TestPrefillAutoChoosesSharedGraphs checks auto's choice of a shared first
 // rung (compilecost.SharedPays: a prompt of n tokens, a rung that decodes
-// d, shared when n > 0.17 d): only on a compiler that compiles shared
+// d, shared when n > 0.4 d): only on a compiler that compiles shared
 // graphs, only for the rung that takes the prompt (the next rung is a
 // decode graph), never for a one-token prompt, and never on a ladder kept
 // for prompts to come; Generate chooses by the same rule.
@@ -140,8 +140,8 @@ func TestPrefillAutoChoosesSharedGraphs(t *testing.T) {
 		prompt, decode int
 		want           bool
 	}{
-		{"long prompt", true, 40, 60, true},                // 40 > 0.17 x min(60, 24)
-		{"short prompt, long decode", true, 4, 100, false}, // 4 < 0.17 x 60
+		{"long prompt", true, 40, 60, true},                // 40 > 0.4 x min(60, 24)
+		{"short prompt, long decode", true, 4, 100, false}, // 4 < 0.4 x 60
 		{"one token", true, 1, 4, false},
 		{"no shared graphs", false, 40, 60, false},
 	} {

@@ -16,6 +16,8 @@ steps, outside the timing). Prints min, first quartile and median ms:
   .venv/bin/python scripts/step_time.py --live 500 /tmp/s/decode-c1024.xml /tmp/b/decode-c1024.xml /tmp/h/shared-c1024-t64.xml genai:DIR/openvino_model.xml
 
 --precision f32 compiles at f32 (then export with --kv-precision f32).
+GRAPH+KEY=VALUE compiles that graph with an extra property (repeatable):
+/tmp/h/shared-c1024-t128.xml+SNIPPETS_MODE=IGNORE_CALLBACK.
 """
 import argparse
 import time
@@ -101,10 +103,13 @@ def main():
     core = ov.Core()
     runs = []
     for g in a.graphs:
-        if g.startswith("genai:"):
-            step = genai_step(core, g[len("genai:"):], a.live, props)
+        # GRAPH+KEY=VALUE+... compiles GRAPH with extra properties.
+        path, *extra = g.split("+")
+        p = dict(props, **dict(e.split("=", 1) for e in extra))
+        if path.startswith("genai:"):
+            step = genai_step(core, path[len("genai:"):], a.live, p)
         else:
-            step = ovrun_step(core, g, a.live, props)
+            step = ovrun_step(core, path, a.live, p)
         step()  # warm-up
         runs.append((g, step, []))
     for _ in range(a.rounds):
