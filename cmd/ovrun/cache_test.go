@@ -48,7 +48,7 @@ func cacheEntries(t *testing.T, dir string) []cacheEntry {
 func TestRungCacheOnSmolLM2(t *testing.T) {
 	g := testenv.SmolLM2(t)
 	cache := t.TempDir()
-	args := []string{"--model", g, "--ladder", "64,128", "--policy", "grow-one-ahead", "--prompt-tokens", "16", "--decode-tokens", "64", "--cache-dir", cache}
+	args := []string{"--model", g, "--ladder", "64,128", "--policy", "grow-one-ahead", "--prompt-tokens", "24", "--decode-tokens", "64", "--cache-dir", cache}
 	cold := cachedRun(t, "cold", args...)
 	for _, r := range cold.Rungs {
 		if r.CompileSource != runtime.OriginCompiled || r.ExportS <= 0 {
@@ -110,7 +110,7 @@ func TestRungCacheOnSmolLM2(t *testing.T) {
 func TestRungCacheWithCompileWorkers(t *testing.T) {
 	g := testenv.SmolLM2(t)
 	cache := t.TempDir()
-	args := []string{"--model", g, "--ladder", "64,128", "--policy", "grow-one-ahead", "--prompt-tokens", "16", "--decode-tokens", "64", "--cache-dir", cache}
+	args := []string{"--model", g, "--ladder", "64,128", "--policy", "grow-one-ahead", "--prompt-tokens", "24", "--decode-tokens", "64", "--cache-dir", cache}
 	worker := append(slices.Clone(args), "--compile-in", "worker")
 	cold := cachedRun(t, "cold, workers", worker...)
 	for _, r := range cold.Rungs {
