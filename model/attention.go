@@ -48,12 +48,7 @@ func ParseAttention(s string) (Attention, error) {
 // pastF32 is the f32 value of a past K/V input as attention reads it: all
 // of its slots (a bounded graph gets the live prefix bound, so a cache
 // stored in bf16 is converted for the live prefix alone).
-func (b *decoderBuilder) pastF32(x port) port {
-	if x.et == f32 {
-		return x
-	}
-	return b.g.op("Convert", "opset1", []attr{{"destination_type", "f32"}}, x.shape, f32, x) // [P, Hkv, D] f32
-}
+func (b *decoderBuilder) pastF32(x port) port { return b.g.asF32(x) } // [P, Hkv, D] f32
 
 // toKV converts a chunk's K or V rows to the cache's element type.
 func (b *decoderBuilder) toKV(x port) port {

@@ -246,9 +246,9 @@ func (b *decoderBuilder) layer(i int, x, pastK, pastV port) port {
 	Nh, Hkv, D := int64(cfg.NumAttentionHeads), int64(cfg.KVHeads()), int64(cfg.HeadDim())
 	pre := fmt.Sprintf("model.layers.%d.", i)
 
-	h := b.rmsNorm(x, pre+"input_layernorm.weight") // [1, T, H]
-	qkv := b.projs(h, []string{pre + "self_attn.q_proj", pre + "self_attn.k_proj", pre + "self_attn.v_proj"},
-		[]int64{Nh * D, Hkv * D, Hkv * D}, cfg.QKVBias()) // [1, T, Nh*D], 2 x [1, T, Hkv*D]
+	qkvNames, gateUpNames := layerProjections(i)
+	h := b.rmsNorm(x, pre+"input_layernorm.weight")                               // [1, T, H]
+	qkv := b.projs(h, qkvNames, []int64{Nh * D, Hkv * D, Hkv * D}, cfg.QKVBias()) // [1, T, Nh*D], 2 x [1, T, Hkv*D]
 	q, k, v := qkv[0], qkv[1], qkv[2]
 	q = b.rope(b.reshape(q, []int64{T, Nh, D}))  // [T, Nh, D]
 	k = b.rope(b.reshape(k, []int64{T, Hkv, D})) // [T, Hkv, D]
@@ -267,7 +267,7 @@ func (b *decoderBuilder) layer(i int, x, pastK, pastV port) port {
 
 	h = b.rmsNorm(x, pre+"post_attention_layernorm.weight") // [1, T, H]
 	I := int64(cfg.IntermediateSize)
-	gu := b.projs(h, []string{pre + "mlp.gate_proj", pre + "mlp.up_proj"}, []int64{I, I}, cfg.MLPBiases()) // 2 x [1, T, I]
+	gu := b.projs(h, gateUpNames, []int64{I, I}, cfg.MLPBiases()) // 2 x [1, T, I]
 	gate, up := gu[0], gu[1]
 	act := g.op("Swish", "opset4", nil, []int64{1, T, I}, f32, gate) // [1, T, I]
 	m := b.mul(act, up, []int64{1, T, I})                            // [1, T, I]
@@ -430,11 +430,7 @@ func (b *decoderBuilder) proj(x port, prefix string, out int64, bias bool) port 
 // outs outputs each: one matrix product and a split where the weights are
 // stored as one matrix (Weights.Fused), else one product each.
 func (b *decoderBuilder) projs(x port, prefixes []string, outs []int64, bias bool) []port {
-	names := make([]string, len(prefixes))
-	for i, p := range prefixes {
-		names[i] = p + ".weight"
-	}
-	fused := b.g.w.Fused(names...)
+	fused := b.g.w.Fused(weightNames(prefixes)...)
 	if fused == "" {
 		ys := make([]port, len(prefixes))
 		for i, p := range prefixes {

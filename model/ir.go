@@ -178,43 +178,29 @@ func (g *irGraph) weight(name string) port { return g.weightAs(name, false) }
 func (g *irGraph) weightAs(name string, zeroPoint bool) port {
 	s := g.w.slot(name)
 	if s.kind != slotPacked {
-		c := g.constAt(name, s.et, s.shape, s.off, s.size)
-		if s.et == f32 {
-			return c
-		}
-		return g.op("Convert", "opset1", []attr{{"destination_type", "f32"}}, s.shape, f32, c)
+		return g.asF32(g.constAt(name, s.et, s.shape, s.off, s.size))
 	}
 	out, in, G := s.shape[0], s.shape[1], s.pack.group
 	grouped := []int64{out, in / G, G}
 	perGroup := []int64{out, in / G, 1}
-	toF32 := []attr{{"destination_type", "f32"}}
 	bcast := []attr{{"auto_broadcast", "numpy"}}
-	q := g.constAt(name, s.et, grouped, s.off, s.size)                              // [out, in/G, G] u4|i8
-	x := g.op("Convert", "opset1", toF32, grouped, f32, q)                          // [out, in/G, G]
-	sc := g.constAt(name+"/scale", s.pack.scale, perGroup, s.scaleOff, s.scaleSize) // [out, in/G, 1]
-	if s.pack.scale != f32 {
-		sc = g.op("Convert", "opset1", toF32, perGroup, f32, sc) // [out, in/G, 1]
-	}
+	x := g.asF32(g.constAt(name, s.et, grouped, s.off, s.size))                              // [out, in/G, G]
+	sc := g.asF32(g.constAt(name+"/scale", s.pack.scale, perGroup, s.scaleOff, s.scaleSize)) // [out, in/G, 1]
 	switch s.pack.zp {
 	case zpScalar:
-		z := g.constBytes(u8, []int64{}, []byte{s.pack.zpValue})
-		z = g.op("Convert", "opset1", toF32, []int64{}, f32, z)   // []
-		x = g.op("Subtract", "opset1", bcast, grouped, f32, x, z) // [out, in/G, G]
+		z := g.asF32(g.constBytes(u8, []int64{}, []byte{s.pack.zpValue})) // []
+		x = g.op("Subtract", "opset1", bcast, grouped, f32, x, z)         // [out, in/G, G]
 	case zpPlane:
 		z := g.constAt(name+"/zero_point", f32, perGroup, s.zpOff, s.zpSize) // [out, in/G, 1]
 		x = g.op("Subtract", "opset1", bcast, grouped, f32, x, z)            // [out, in/G, G]
 	case zpRounded:
-		z := g.constAt(name+"/zero_point", u8, perGroup, s.zpOff, s.zpSize) // [out, in/G, 1] u8
-		z = g.op("Convert", "opset1", toF32, perGroup, f32, z)              // [out, in/G, 1]
-		x = g.op("Subtract", "opset1", bcast, grouped, f32, x, z)           // [out, in/G, G]
+		z := g.asF32(g.constAt(name+"/zero_point", u8, perGroup, s.zpOff, s.zpSize)) // [out, in/G, 1]
+		x = g.op("Subtract", "opset1", bcast, grouped, f32, x, z)                    // [out, in/G, G]
 	case zpMin:
 		if !zeroPoint {
 			break
 		}
-		m := g.constAt(name+"/min", s.pack.scale, perGroup, s.zpOff, s.zpSize) // [out, in/G, 1]
-		if s.pack.scale != f32 {
-			m = g.op("Convert", "opset1", toF32, perGroup, f32, m) // [out, in/G, 1]
-		}
+		m := g.minPlane(name, s, perGroup) // [out, in/G, 1]
 		z := g.op("Divide", "opset1", []attr{{"auto_broadcast", "numpy"}, {"m_pythondiv", "true"}}, perGroup, f32,
 			g.op("Negative", "opset1", nil, perGroup, f32, m), sc) // [out, in/G, 1] = -min/scale
 		zero := g.scalarF32(0)
@@ -234,12 +220,21 @@ func (g *irGraph) weightMin(name string) (m port, G int64, ok bool) {
 	if s.kind != slotPacked || s.pack.zp != zpMin {
 		return port{}, 0, false
 	}
-	shape := []int64{s.shape[0], s.shape[1] / s.pack.group}
-	m = g.constAt(name+"/min", s.pack.scale, shape, s.zpOff, s.zpSize) // [out, in/G]
-	if s.pack.scale != f32 {
-		m = g.op("Convert", "opset1", []attr{{"destination_type", "f32"}}, shape, f32, m) // [out, in/G]
+	return g.minPlane(name, s, []int64{s.shape[0], s.shape[1] / s.pack.group}), s.pack.group, true
+}
+
+// minPlane reads slot s's minimum plane (zpMin) as f32 in shape ([out,
+// in/G] or [out, in/G, 1]).
+func (g *irGraph) minPlane(name string, s *slot, shape []int64) port {
+	return g.asF32(g.constAt(name+"/min", s.pack.scale, shape, s.zpOff, s.zpSize))
+}
+
+// asF32 is x as f32: x itself, or a Convert.
+func (g *irGraph) asF32(x port) port {
+	if x.et == f32 {
+		return x
 	}
-	return m, s.pack.group, true
+	return g.op("Convert", "opset1", []attr{{"destination_type", "f32"}}, x.shape, f32, x)
 }
 
 // XML renders the network.

@@ -18,11 +18,8 @@ func (c *Checkpoint) ReleasePages() error {
 		return nil
 	}
 	var errs []error
-	for _, f := range c.files {
-		errs = append(errs, release(f.Path, f.mapping))
-	}
-	if c.GGUF != nil {
-		errs = append(errs, release(c.GGUF.Path, c.GGUF.mapping))
+	for _, m := range c.mappings() {
+		errs = append(errs, release(m.path, m.data))
 	}
 	return errors.Join(errs...)
 }
@@ -64,9 +61,6 @@ func within(maps []fileMapping, b []byte) (i int, off int64, ok bool) {
 }
 
 func release(path string, m []byte) error {
-	if len(m) == 0 {
-		return nil
-	}
 	if err := syscall.Madvise(m, syscall.MADV_DONTNEED); err != nil {
 		return fmt.Errorf("release the pages of %s: %w", path, err)
 	}

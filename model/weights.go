@@ -241,20 +241,35 @@ func linearOnly(n string) bool {
 	return strings.HasSuffix(n, "_proj.weight") || n == "lm_head.weight"
 }
 
-// fusedProjections are the weights that read the same input in each layer:
-// q, k and v, and the MLP's gate and up. Stored back to back (rows after
-// rows), each group is one [sum of rows, in] matrix, one matrix product in
-// the graph instead of three or two (fewer, larger kernels; one group sum
-// for the minima).
+// layerProjections are layer i's linear layers that read the same input:
+// q, k and v, and the MLP's gate and up (HF names without ".weight"), each
+// group in the order its matrix product's outputs are split.
+func layerProjections(i int) (qkv, gateUp []string) {
+	pre := fmt.Sprintf("model.layers.%d.", i)
+	return []string{pre + "self_attn.q_proj", pre + "self_attn.k_proj", pre + "self_attn.v_proj"},
+		[]string{pre + "mlp.gate_proj", pre + "mlp.up_proj"}
+}
+
+// fusedProjections are the weights of every layer's layerProjections.
+// Stored back to back (rows after rows), each group is one [sum of rows,
+// in] matrix, one matrix product in the graph instead of three or two
+// (fewer, larger kernels; one group sum for the minima).
 func fusedProjections(cfg *Config) [][]string {
 	var groups [][]string
 	for i := range cfg.NumHiddenLayers {
-		pre := fmt.Sprintf("model.layers.%d.", i)
-		groups = append(groups,
-			[]string{pre + "self_attn.q_proj.weight", pre + "self_attn.k_proj.weight", pre + "self_attn.v_proj.weight"},
-			[]string{pre + "mlp.gate_proj.weight", pre + "mlp.up_proj.weight"})
+		qkv, gateUp := layerProjections(i)
+		groups = append(groups, weightNames(qkv), weightNames(gateUp))
 	}
 	return groups
+}
+
+// weightNames are the weight tensors of the linear layers named prefixes.
+func weightNames(prefixes []string) []string {
+	names := make([]string, len(prefixes))
+	for i, p := range prefixes {
+		names[i] = p + ".weight"
+	}
+	return names
 }
 
 // fuse places the slots of group back to back, each plane of the group in
