@@ -29,6 +29,11 @@ type Profile struct {
 	OpenVINOVersion string `json:"openvino_version"`
 	// Precision is the inference precision hint, when one was set.
 	Precision string `json:"precision,omitempty"`
+	// Layers and WeightBytes are the model's decoder layers and the bytes
+	// of weights its decode step reads (absent from older profiles): what
+	// SharedStepPenalty estimates a shared graph's slower steps from.
+	Layers      int   `json:"layers,omitempty"`
+	WeightBytes int64 `json:"weight_bytes,omitempty"`
 	// Rungs holds one entry per measured capacity, ascending.
 	Rungs []Rung `json:"rungs"`
 	// Fit is the model of median compile time against capacity of the
@@ -252,4 +257,10 @@ func (p *Profile) Save(path string) error {
 		return fmt.Errorf("save compile-cost profile: %w", err)
 	}
 	return nil
+}
+
+// SharedPenalty is SharedStepPenalty for the profile's model
+// (DefaultSharedStepPenalty for a profile without one).
+func (p *Profile) SharedPenalty() float64 {
+	return SharedStepPenalty(p.Layers, p.WeightBytes)
 }

@@ -2,33 +2,64 @@ package compilecost
 
 import "fmt"
 
-// SharedStepPenalty is how much longer a decode step of a shared graph
-// (prefill mode shared: one graph per rung that takes 1 to the prefill
-// chunk's tokens per call) takes than one of the decode graph of the same
-// capacity, as a fraction of the step: every shape in a shared graph is
-// dynamic, so the CPU plugin checks shapes at every node and fuses less.
-// Measured for SmolLM2 in bf16 over whole generations (16 + 128 tokens,
-// three interleaved rounds, medians): 0.37 at capacity 256, 0.38 at 1024,
-// 0.43 at 4096 since its decode graphs compute the Q4_1 minima as a second
-// product (a shared graph cannot gain from that); 0.10, 0.17 and 0.19
-// before. The synthetic small model at f32: 0.10-0.18 (docs/design.md,
-// "One graph for the prompt and decoding").
-const SharedStepPenalty = 0.4
+// DefaultSharedStepPenalty is how much longer a decode step of a shared
+// graph is than one of the decode graph of the same capacity, as a fraction
+// of the step, where nothing is known of the model: the most measured
+// (SmolLM2 in bf16 on an AVX-512 CPU, whole generations of 16 + 128 tokens,
+// three interleaved rounds: 0.37 at capacity 256, 0.38 at 1024, 0.43 at
+// 4096). SharedStepPenalty never estimates more.
+const DefaultSharedStepPenalty = 0.4
+
+// What a shared graph's step costs, in the terms SharedStepPenalty uses.
+// Every shape in a shared graph (prefill mode shared: one graph per rung
+// that takes 1 to the prefill chunk's tokens per call) is dynamic, so the
+// CPU plugin checks shapes and picks kernels at every node on every call:
+// a cost per layer that does not grow with the layer's width. A decode
+// step itself mostly reads the weights. Measured on a 2-core AVX2 CPU at
+// f32 (scripts/step_time.py, decode graph against shared graph, capacity
+// 1024, 16 tokens in the cache): SmolLM2 (30 layers, 97 MB of weights)
+// 20.4 against 24.8 ms, the synthetic small (8 layers, 78 MB) 9.7 against
+// 10.3 ms, the qwen2.5-0.5b shapes (24 layers, 991 MB) 109.6 against
+// 114.7 ms (docs/design.md, "One graph for the prompt and decoding").
+const (
+	sharedLayerOverheadS = 150e-6 // the shared graph's extra time per layer and step
+	decodeLayerS         = 300e-6 // a decode step's time per layer outside the weights
+	weightBytesPerS      = 10e9   // weights read per second by a decode step
+)
+
+// SharedStepPenalty estimates how much longer a decode step of a shared
+// graph is than one of the decode graph, as a fraction of the step, for a
+// model of layers decoder layers whose decode step reads weightBytes of
+// weights: the shared graph's per-layer overhead over the estimated step.
+// SmolLM2: 0.24 (measured 0.22 at f32 on an AVX2 CPU, 0.37-0.43 in bf16
+// on an AVX-512 one); small: 0.12 (0.06, 0.10-0.18); qwen2.5-0.5b: 0.03
+// (0.05). Wide models read so much per step that the overhead hardly
+// shows. Without a model (layers or weightBytes 0) it is
+// DefaultSharedStepPenalty, and never more.
+func SharedStepPenalty(layers int, weightBytes int64) float64 {
+	if layers <= 0 || weightBytes <= 0 {
+		return DefaultSharedStepPenalty
+	}
+	step := float64(weightBytes)/weightBytesPerS + float64(layers)*decodeLayerS
+	return min(float64(layers)*sharedLayerOverheadS/step, DefaultSharedStepPenalty)
+}
 
 // SharedPays is auto mode's choice of a shared graph for the rung that takes
 // a prompt of n tokens and then decodes decoded tokens, on a device that
-// compiles shared graphs: the prompt costs n steps through the decode graph
-// and next to nothing through the shared graph (a few chunks), which then
-// costs SharedStepPenalty of a step more for each token the rung decodes.
-// Compiling either graph costs about the same, and the shared graph spares
-// the prefill graph's compile and memory.
-func SharedPays(n, decoded int) bool {
-	return n > 1 && float64(n) > SharedStepPenalty*float64(decoded)
+// compiles shared graphs, whose steps are penalty longer than the decode
+// graph's (SharedStepPenalty): the prompt costs n steps through the decode
+// graph and next to nothing through the shared graph (a few chunks), which
+// then costs penalty of a step more for each token the rung decodes.
+// Compiling the shared graph costs no more than the decode graph (on the
+// AVX2 CPU above less: 8.0-8.6 against 13.8-17.3 s for the qwen2.5-0.5b
+// shapes), and it spares the prefill graph's compile and memory.
+func SharedPays(n, decoded int, penalty float64) bool {
+	return n > 1 && float64(n) > penalty*float64(decoded)
 }
 
 // SharedWhy says why SharedPays chose a shared graph, for the reasons that
 // summaries, generate and plan give.
-func SharedWhy(n, decoded int) string {
-	return fmt.Sprintf("auto: the %d-token prompt through the decode graph would take %d steps, more than a shared graph's %.0f%% longer steps cost over the %d tokens the rung decodes",
-		n, n, 100*SharedStepPenalty, decoded)
+func SharedWhy(n, decoded int, penalty float64) string {
+	return fmt.Sprintf("auto: the %d-token prompt through the decode graph would take %d steps, more than a shared graph's steps, estimated %.0f%% longer for this model, cost over the %d tokens the rung decodes",
+		n, n, 100*penalty, decoded)
 }

@@ -92,9 +92,13 @@ type SimConfig struct {
 	// SharedGraphs says the device compiles shared graphs (a dynamic token
 	// axis: CPU, GPU). PrefillShared makes the first rung one graph that
 	// takes the prompt (taken to cost PrefillS) and decodes with steps
-	// SharedStepPenalty longer; PrefillAuto chooses that where SharedPays,
+	// SharedPenalty longer; PrefillAuto chooses that where SharedPays,
 	// as the runtime does, when SharedGraphs is set.
 	SharedGraphs bool
+	// SharedPenalty is how much longer a shared graph's decode step is
+	// than the decode graph's, as a fraction (SharedStepPenalty of the
+	// model); 0 takes DefaultSharedStepPenalty.
+	SharedPenalty float64
 	// PrefillCompileS is the compile time of the prefill graph (of the
 	// first rung's capacity) as the first compile of the process, and
 	// PrefillCompileSuccessorS after the first rung's decode graph (0: as

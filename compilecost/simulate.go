@@ -213,8 +213,8 @@ func (p *plan) choosePrefill() {
 	switch {
 	case cfg.Prefill == PrefillShared:
 		p.share("prefill mode shared: the first rung is one graph that takes the prompt in chunks (taken to cost the prefill time) and decodes")
-	case cfg.Prefill == PrefillAuto && cfg.SharedGraphs && SharedPays(cfg.PromptTokens, decoded):
-		p.share(SharedWhy(cfg.PromptTokens, decoded))
+	case cfg.Prefill == PrefillAuto && cfg.SharedGraphs && SharedPays(cfg.PromptTokens, decoded, cfg.sharedPenalty()):
+		p.share(SharedWhy(cfg.PromptTokens, decoded, cfg.sharedPenalty()))
 	}
 	if p.used != "" {
 		return
@@ -244,10 +244,18 @@ func (p *plan) choosePrefill() {
 }
 
 // share makes the first rung a shared graph: no prefill graph, the prompt
-// in its chunks (PrefillS), and its decode steps SharedStepPenalty longer.
+// in its chunks (PrefillS), and its decode steps SharedPenalty longer.
 func (p *plan) share(reason string) {
 	p.used, p.prefillS, p.reason = PrefillShared, p.cfg.PrefillS, reason
-	p.decodeStep[p.r0] *= 1 + SharedStepPenalty
+	p.decodeStep[p.r0] *= 1 + p.cfg.sharedPenalty()
+}
+
+// sharedPenalty is SharedPenalty, or the default where none is given.
+func (cfg SimConfig) sharedPenalty() float64 {
+	if cfg.SharedPenalty > 0 {
+		return cfg.SharedPenalty
+	}
+	return DefaultSharedStepPenalty
 }
 
 // first and last return the decode steps run on rung j; count their number.

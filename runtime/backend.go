@@ -16,6 +16,7 @@ import (
 	"errors"
 	"strings"
 
+	"github.com/ovtoolkit/ovrun/compilecost"
 	"github.com/ovtoolkit/ovrun/model"
 )
 
@@ -111,6 +112,15 @@ type SharedGrapher interface {
 	SharedGraphs() bool
 }
 
+// SharedCoster is a Compiler that estimates how much longer a decode step
+// of its shared graphs is than one of its decode graphs, as a fraction of
+// the step (compilecost.SharedStepPenalty for its model), which prefill
+// mode auto weighs against the prompt. Without it, the estimate is
+// compilecost.DefaultSharedStepPenalty.
+type SharedCoster interface {
+	SharedStepPenalty() float64
+}
+
 // IRSizer is an Executable that knows the size of the IR it was compiled
 // from (recorded as a compile's ir_bytes).
 type IRSizer interface {
@@ -194,6 +204,14 @@ func hostViews(comp Compiler) bool {
 func sharedGraphs(comp Compiler) bool {
 	x, ok := comp.(SharedGrapher)
 	return ok && x.SharedGraphs()
+}
+
+// sharedPenalty is comp's SharedStepPenalty, or the default.
+func sharedPenalty(comp Compiler) float64 {
+	if x, ok := comp.(SharedCoster); ok {
+		return x.SharedStepPenalty()
+	}
+	return compilecost.DefaultSharedStepPenalty
 }
 
 // irBytes is the IR size of exe, 0 when unknown.

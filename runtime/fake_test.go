@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/ovtoolkit/ovrun/compilecost"
 	"github.com/ovtoolkit/ovrun/model"
 )
 
@@ -45,6 +46,7 @@ type fakeCompiler struct {
 	open     atomic.Int64          // executables not yet closed
 	poison   map[int]bool          // last positions whose logits are NaN
 	shared   bool                  // compiles shared graphs (SharedGrapher)
+	penalty  float64               // SharedStepPenalty (SharedCoster); 0: the default
 	exes     []*fakeExecutable     // every executable made, in order
 }
 
@@ -95,6 +97,15 @@ func (f *fakeCompiler) Compile(ctx context.Context, spec model.GraphSpec) (Execu
 
 // SharedGraphs makes the fake a SharedGrapher that answers f.shared.
 func (f *fakeCompiler) SharedGraphs() bool { return f.shared }
+
+// SharedStepPenalty makes the fake a SharedCoster that answers f.penalty,
+// or the default where that is 0.
+func (f *fakeCompiler) SharedStepPenalty() float64 {
+	if f.penalty > 0 {
+		return f.penalty
+	}
+	return compilecost.DefaultSharedStepPenalty
+}
 
 // decodes reports whether spec is a rung's graph: a decode graph or a
 // shared one.

@@ -65,12 +65,14 @@ const (
 
 // autoShared is auto mode's choice of a shared graph for a rung that takes
 // a prompt of n tokens and then decodes decoded tokens: on a compiler that
-// compiles shared graphs, where compilecost.SharedPays; it says why.
+// compiles shared graphs, where compilecost.SharedPays with the compiler's
+// estimate of the shared graph's slower steps; it says why.
 func autoShared(comp Compiler, n, decoded, chunk int) (why string, shared bool) {
-	if !sharedGraphs(comp) || !compilecost.SharedPays(n, decoded) {
+	penalty := sharedPenalty(comp)
+	if !sharedGraphs(comp) || !compilecost.SharedPays(n, decoded, penalty) {
 		return "", false
 	}
-	return fmt.Sprintf("%s; the rung compiles as a shared graph (up to %d tokens per call)", compilecost.SharedWhy(n, decoded), chunk), true
+	return fmt.Sprintf("%s; the rung compiles as a shared graph (up to %d tokens per call)", compilecost.SharedWhy(n, decoded, penalty), chunk), true
 }
 
 // DecodeSpec is the spec of the graph a rung of this capacity decodes

@@ -119,14 +119,15 @@ func near(a, b float64) bool { return a-b < 1e-9 && b-a < 1e-9 }
 
 // TestPrefillAutoChoosesSharedGraphs checks auto's choice of a shared first
 // rung (compilecost.SharedPays: a prompt of n tokens, a rung that decodes
-// d, shared when n > 0.4 d): only on a compiler that compiles shared
+// d, shared when n > p d, p the compiler's estimate of the shared graph's
+// slower steps: 0.4 by default, less for a wide model): only on a compiler that compiles shared
 // graphs, only for the rung that takes the prompt (the next rung is a
 // decode graph), never for a one-token prompt, and never on a ladder kept
 // for prompts to come; Generate chooses by the same rule.
 func TestPrefillAutoChoosesSharedGraphs(t *testing.T) {
-	run := func(shared bool, prompt, decode int) (*Summary, *fakeCompiler) {
+	run := func(shared bool, penalty float64, prompt, decode int) (*Summary, *fakeCompiler) {
 		f := newFakeCompiler(testShape, 97, newFakeClock())
-		f.shared = shared
+		f.shared, f.penalty = shared, penalty
 		s, err := fakeRun(t, f, RunConfig{Ladder: Ladder{64, 128}, Policy: GrowOneAhead, Prompt: SeededTokens(3, prompt, 97),
 			DecodeTokens: decode, PrefillChunk: 16, Prefill: PrefillAuto})
 		if err != nil {
@@ -137,15 +138,17 @@ func TestPrefillAutoChoosesSharedGraphs(t *testing.T) {
 	for _, tc := range []struct {
 		name           string
 		shared         bool
+		penalty        float64
 		prompt, decode int
 		want           bool
 	}{
-		{"long prompt", true, 40, 60, true},                // 40 > 0.4 x min(60, 24)
-		{"short prompt, long decode", true, 4, 100, false}, // 4 < 0.4 x 60
-		{"one token", true, 1, 4, false},
-		{"no shared graphs", false, 40, 60, false},
+		{"long prompt", true, 0, 40, 60, true},                        // 40 > 0.4 x min(60, 24)
+		{"short prompt, long decode", true, 0, 4, 100, false},         // 4 < 0.4 x 60
+		{"short prompt, long decode, wide", true, 0.03, 4, 100, true}, // 4 > 0.03 x 60
+		{"one token", true, 0.03, 1, 4, false},
+		{"no shared graphs", false, 0.03, 40, 60, false},
 	} {
-		s, f := run(tc.shared, tc.prompt, tc.decode)
+		s, f := run(tc.shared, tc.penalty, tc.prompt, tc.decode)
 		if got := s.PrefillUsed == PrefillUsedShared; got != tc.want || s.Rungs[0].Shared != tc.want || s.Rungs[1].Shared {
 			t.Errorf("%s: used %q, rungs shared %v, %v (%s); want the first rung shared: %v", tc.name, s.PrefillUsed, s.Rungs[0].Shared, s.Rungs[1].Shared, s.PrefillReason, tc.want)
 		}

@@ -10,7 +10,6 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/ovtoolkit/ovrun/compilecost"
 	"github.com/ovtoolkit/ovrun/internal/cliutil"
 	"github.com/ovtoolkit/ovrun/model"
 	"github.com/ovtoolkit/ovrun/ov"
@@ -50,7 +49,7 @@ var (
 	promptTokensFlag = &cli.IntFlag{Name: "prompt-tokens", Usage: "a seeded random prompt of `N` tokens"}
 	seedFlag         = &cli.Uint64Flag{Name: "seed", Value: 1, Usage: "seed of the random prompt (and teacher-forced tokens)"}
 	prefillChunkFlag = &cli.IntFlag{Name: "prefill-chunk", Value: runtime.DefaultPrefillChunk, Usage: "tokens per prefill call (static shape of the prefill graph, the most a shared graph takes per call); 0 feeds the prompt through the decode graph"}
-	prefillFlag      = &cli.StringFlag{Name: "prefill", Value: string(runtime.DefaultPrefill), Usage: fmt.Sprintf("`MODE` of the prompt: graph compiles the prefill graph before the first token, decode feeds the prompt through the first rung's decode graph, shared compiles every rung as one graph that takes 1 to --prefill-chunk tokens per call (the prompt in chunks, then decoding; CPU, GPU; decode steps slower, about %.0f%% for SmolLM2 in bf16), auto makes the first rung shared where the prompt is worth more than that slowdown over the tokens the rung decodes (CPU, GPU, not on chat and serve's kept ladders), and otherwise feeds the prompt through the decode graph until the measured step time says compiling the prefill graph is faster for the rest", 100*compilecost.SharedStepPenalty),
+	prefillFlag      = &cli.StringFlag{Name: "prefill", Value: string(runtime.DefaultPrefill), Usage: "`MODE` of the prompt: graph compiles the prefill graph before the first token, decode feeds the prompt through the first rung's decode graph, shared compiles every rung as one graph that takes 1 to --prefill-chunk tokens per call (the prompt in chunks, then decoding; CPU, GPU; decode steps slower by a cost per layer that narrow models feel most: 20-40% for SmolLM2, about 5% for a 0.5B model), auto makes the first rung shared where the prompt is worth more than that slowdown, estimated from the model's layers and weight bytes, over the tokens the rung decodes (CPU, GPU, not on chat and serve's kept ladders), and otherwise feeds the prompt through the decode graph until the measured step time says compiling the prefill graph is faster for the rest",
 		Action: func(_ *cli.Context, v string) error { _, err := runtime.ParsePrefillMode(v); return err }}
 	ladderFlag       = &cli.StringFlag{Name: "ladder", Value: "1024,2048,4096,8192", Usage: "ascending context `CAPACITIES`"}
 	decodeTokensFlag = &cli.IntFlag{Name: "decode-tokens", Value: 256, Usage: "decode `STEPS`"}

@@ -70,6 +70,10 @@ type Measurement struct {
 	After string `json:"after,omitempty"`
 	// GraphNodes is the number of layers (nodes) of the emitted IR.
 	GraphNodes int `json:"graph_nodes"`
+	// Layers and WeightBytes are the model's decoder layers and the bytes
+	// of its weights as the graphs read them (model.Weights.TensorBytes).
+	Layers      int   `json:"layers,omitempty"`
+	WeightBytes int64 `json:"weight_bytes,omitempty"`
 	// PluginLoadS is loading the device plugin (asking it for a property)
 	// before anything is timed; not part of CompileS.
 	PluginLoadS float64 `json:"plugin_load_s"`
@@ -195,6 +199,7 @@ func measure(ctx context.Context, ck *model.Checkpoint, cfg OnceConfig, props []
 	}
 	defer func() { err = errors.Join(err, core.Close()) }()
 	w := model.NewWeights(ck)
+	m.Layers, m.WeightBytes = w.Config().NumHiddenLayers, w.TensorBytes()
 	blob, err := ovexec.AllocWeights(w)
 	if err != nil {
 		return err

@@ -110,6 +110,7 @@ func buildProfile(cfg SweepConfig, got map[int][]*Measurement) *compilecost.Prof
 			if p.OpenVINOVersion == "" {
 				p.OpenVINOVersion = m.OpenVINOVersion
 			}
+			p.Layers, p.WeightBytes = max(p.Layers, m.Layers), max(p.WeightBytes, m.WeightBytes)
 		}
 		r.MedianS = compilecost.Median(r.CompileS)
 		p.Rungs = append(p.Rungs, r)

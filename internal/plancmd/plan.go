@@ -179,6 +179,7 @@ func planAction(c *cli.Context) error {
 		KVBytesPerToken:    kvPerToken,
 		BackgroundSlowdown: backgroundSlowdownFlag.Get(c),
 		SharedGraphs:       runtime.DynamicShapes(prof.Device),
+		SharedPenalty:      prof.SharedPenalty(),
 	}
 	// The prefill graph is the first rung's: the smallest holding the
 	// prompt and one token.

@@ -93,12 +93,14 @@ func formatFloat(x float64) string { b, _ := json.Marshal(x); return string(b) }
 // each mode puts it, from a profile that measured every kind: graph
 // compiles it first (and the first rung as a successor), decode never and
 // feeds the prompt through the decode graph, shared never and decodes the
-// first rung SharedStepPenalty slower, and auto picks as the runtime does:
+// first rung slower by the profile's SharedPenalty (the default for a
+// profile without the model's layers and weight bytes, a smaller one for a
+// wide model's), and auto picks as the runtime does:
 // on a device without shared graphs (NPU) the faster of decode and graph
 // for the prompt's length, on the CPU a shared first rung where SharedPays.
 func TestPlanPrefillModes(t *testing.T) {
-	plan := func(device, prompt string) map[string]compilecost.SimResult {
-		prof := compilecost.Profile{Model: "m", Device: device, Rungs: []compilecost.Rung{
+	plan := func(device, prompt string, layers int, weightBytes int64) map[string]compilecost.SimResult {
+		prof := compilecost.Profile{Model: "m", Device: device, Layers: layers, WeightBytes: weightBytes, Rungs: []compilecost.Rung{
 			{Capacity: 1024, CompileS: []float64{2}, SuccessorS: []float64{5},
 				Prefill: []compilecost.PrefillCost{{Chunk: 64, FirstS: []float64{6}, SuccessorS: []float64{9}}}},
 			{Capacity: 2048, CompileS: []float64{3}, SuccessorS: []float64{4}},
@@ -115,7 +117,7 @@ func TestPlanPrefillModes(t *testing.T) {
 		}
 		return out
 	}
-	short := plan("NPU", "16") // 0.8 s through the decode graph
+	short := plan("NPU", "16", 0, 0) // 0.8 s through the decode graph
 	if g := short["graph"]; !near(g.ForegroundCompileS, 6+5) || !near(g.TTFTS, 6+5+0.5) {
 		t.Errorf("graph: foreground %.2f s, TTFT %.2f s; want the prefill graph first (6 s), the first rung after it (5 s), prefill 0.5 s", g.ForegroundCompileS, g.TTFTS)
 	}
@@ -125,23 +127,37 @@ func TestPlanPrefillModes(t *testing.T) {
 	if a := short["auto"]; a.PrefillUsed != "decode" || !near(a.TTFTS, short["decode"].TTFTS) {
 		t.Errorf("auto on 16 tokens: used %s, TTFT %.2f s; want decode", a.PrefillUsed, a.TTFTS)
 	}
-	long := plan("NPU", "1000") // 50 s through the decode graph
+	long := plan("NPU", "1000", 0, 0) // 50 s through the decode graph
 	if a := long["auto"]; a.PrefillUsed != "graph" || !near(a.ForegroundCompileS, 2+9) || !near(a.TTFTS, 2+9+0.5) {
 		t.Errorf("auto on 1000 tokens: used %s, foreground %.2f s, TTFT %.2f s; want the prefill graph compiled after the first rung (2+9 s)", a.PrefillUsed, a.ForegroundCompileS, a.TTFTS)
 	}
-	for _, prompt := range []string{"16", "1000"} {
-		cpu := plan("CPU", prompt)
+	wide := compilecost.SharedStepPenalty(24, 991e6) // the qwen2.5-0.5b shapes: about 0.03
+	if wide <= 0 || wide >= compilecost.DefaultSharedStepPenalty/4 {
+		t.Fatalf("SharedStepPenalty of a 24-layer model reading 991 MB per step: %.3f, want well under the default %.2f", wide, compilecost.DefaultSharedStepPenalty)
+	}
+	for _, c := range []struct {
+		prompt      string
+		layers      int
+		weightBytes int64
+		penalty     float64
+	}{{"16", 0, 0, compilecost.DefaultSharedStepPenalty}, {"1000", 0, 0, compilecost.DefaultSharedStepPenalty}, {"2", 24, 991e6, wide}} {
+		cpu := plan("CPU", c.prompt, c.layers, c.weightBytes)
 		s := cpu["shared"]
 		if s.PrefillUsed != "shared" || !near(s.ForegroundCompileS, 2) || !near(s.TTFTS, 2+0.5) || s.PrefillCompileS != 0 {
 			t.Errorf("shared, %s tokens: used %s, foreground %.2f s, TTFT %.2f s, prefill compile %.2f s; want the first rung alone (2 s) and the prompt in 0.5 s",
-				prompt, s.PrefillUsed, s.ForegroundCompileS, s.TTFTS, s.PrefillCompileS)
+				c.prompt, s.PrefillUsed, s.ForegroundCompileS, s.TTFTS, s.PrefillCompileS)
 		}
-		if d := cpu["decode"]; !near(s.DecodeS, d.DecodeS*(1+compilecost.SharedStepPenalty)) {
-			t.Errorf("shared, %s tokens: decode %.3f s, want the decode graph's %.3f s x %.2f", prompt, s.DecodeS, d.DecodeS, 1+compilecost.SharedStepPenalty)
+		if d := cpu["decode"]; !near(s.DecodeS, d.DecodeS*(1+c.penalty)) {
+			t.Errorf("shared, %s tokens, %d layers: decode %.3f s, want the decode graph's %.3f s x %.3f", c.prompt, c.layers, s.DecodeS, d.DecodeS, 1+c.penalty)
 		}
 		if a := cpu["auto"]; a.PrefillUsed != "shared" || !near(a.TTFTS, s.TTFTS) {
-			t.Errorf("auto on the CPU, %s tokens: used %s, TTFT %.2f s; want shared (%.2f s)", prompt, a.PrefillUsed, a.TTFTS, s.TTFTS)
+			t.Errorf("auto on the CPU, %s tokens, %d layers: used %s, TTFT %.2f s; want shared (%.2f s)", c.prompt, c.layers, a.PrefillUsed, a.TTFTS, s.TTFTS)
 		}
+	}
+	// 2 prompt tokens against 8 decoded: shared for the wide model (above),
+	// not at the default penalty (2 < 0.4 x 8).
+	if a := plan("CPU", "2", 0, 0)["auto"]; a.PrefillUsed == "shared" {
+		t.Errorf("auto on the CPU, 2 tokens, no model in the profile: used shared, want the decode graph at the default penalty")
 	}
 }
 

@@ -15,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/ovtoolkit/ovrun/compilecost"
 	"github.com/ovtoolkit/ovrun/internal/rungcache"
 	"github.com/ovtoolkit/ovrun/model"
 	"github.com/ovtoolkit/ovrun/ov"
@@ -319,6 +320,13 @@ func (c *Compiler) DescribeAttention(specs ...model.GraphSpec) string {
 // attention was asked for.
 func (c *Compiler) SharedGraphs() bool {
 	return runtime.DynamicShapes(c.opts.Device) && c.opts.Attention != model.AttentionStatic
+}
+
+// SharedStepPenalty estimates how much longer a shared graph's decode step
+// is than the decode graph's for this compiler's model
+// (compilecost.SharedStepPenalty of its layers and weight bytes).
+func (c *Compiler) SharedStepPenalty() float64 {
+	return compilecost.SharedStepPenalty(c.weights.Config().NumHiddenLayers, c.weights.TensorBytes())
 }
 
 // KVPrecision is the element type of the KV cache of every graph (auto
