@@ -331,6 +331,19 @@ func (w *Weights) Size() int64 { return w.size + poolCap }
 // as the graphs read them, before the constant pool.
 func (w *Weights) TensorBytes() int64 { return w.size }
 
+// StepBytes is how many bytes of weights a decode step reads: every tensor,
+// but of an embedding that is not also the lm_head only the one row it
+// gathers (taken as none).
+func (w *Weights) StepBytes() int64 {
+	n := w.size
+	if _, untied := w.slots["lm_head.weight"]; untied {
+		if e, ok := w.slots["model.embed_tokens.weight"]; ok {
+			n -= e.size + e.scaleSize + e.zpSize
+		}
+	}
+	return n
+}
+
 // Format is the blob's weight format.
 func (w *Weights) Format() WeightFormat { return w.format }
 

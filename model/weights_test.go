@@ -178,3 +178,28 @@ func TestMinimumPlanes(t *testing.T) {
 		}
 	}
 }
+
+// TestStepBytes: a decode step reads every weight of a model whose lm_head
+// is its embedding (tiny), and all but the embedding, of which it gathers
+// one row, of a model with a separate lm_head (tiny-llama).
+func TestStepBytes(t *testing.T) {
+	for _, tc := range []struct {
+		preset string
+		tied   bool
+	}{{"tiny", true}, {"tiny-llama", false}} {
+		ck, err := Load(synthTo(t, tc.preset, 2, DTypeF32))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ck.Close()
+		w := NewWeights(ck)
+		cfg := w.Config()
+		want := w.TensorBytes()
+		if !tc.tied {
+			want -= int64(cfg.VocabSize * cfg.HiddenSize * 4) // the f32 embedding, 64-byte aligned already
+		}
+		if got := w.StepBytes(); got != want || got <= 0 {
+			t.Errorf("%s: StepBytes %d, want %d (tensors %d)", tc.preset, got, want, w.TensorBytes())
+		}
+	}
+}

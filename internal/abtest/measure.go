@@ -71,7 +71,7 @@ type Measurement struct {
 	// GraphNodes is the number of layers (nodes) of the emitted IR.
 	GraphNodes int `json:"graph_nodes"`
 	// Layers and WeightBytes are the model's decoder layers and the bytes
-	// of its weights as the graphs read them (model.Weights.TensorBytes).
+	// of weights its decode step reads (model.Weights.StepBytes).
 	Layers      int   `json:"layers,omitempty"`
 	WeightBytes int64 `json:"weight_bytes,omitempty"`
 	// PluginLoadS is loading the device plugin (asking it for a property)
@@ -199,7 +199,7 @@ func measure(ctx context.Context, ck *model.Checkpoint, cfg OnceConfig, props []
 	}
 	defer func() { err = errors.Join(err, core.Close()) }()
 	w := model.NewWeights(ck)
-	m.Layers, m.WeightBytes = w.Config().NumHiddenLayers, w.TensorBytes()
+	m.Layers, m.WeightBytes = w.Config().NumHiddenLayers, w.StepBytes()
 	blob, err := ovexec.AllocWeights(w)
 	if err != nil {
 		return err

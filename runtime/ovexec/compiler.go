@@ -326,7 +326,7 @@ func (c *Compiler) SharedGraphs() bool {
 // is than the decode graph's for this compiler's model
 // (compilecost.SharedStepPenalty of its layers and weight bytes).
 func (c *Compiler) SharedStepPenalty() float64 {
-	return compilecost.SharedStepPenalty(c.weights.Config().NumHiddenLayers, c.weights.TensorBytes())
+	return compilecost.SharedStepPenalty(c.weights.Config().NumHiddenLayers, c.weights.StepBytes())
 }
 
 // KVPrecision is the element type of the KV cache of every graph (auto
