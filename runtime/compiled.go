@@ -141,22 +141,23 @@ func NewCompiledLadder(ctx context.Context, comp Compiler, cfg LadderConfig) (*C
 // decodes up to decode tokens, a shared graph when auto mode's rule says
 // so (autoShared), on a ladder that is not kept for prompts to come (a
 // kept rung serves every request's decoding) and before anything compiled
-// the rung; it says why.
-func (l *CompiledLadder) shareFirstRung(i, n, decode int) (why string, shared bool) {
+// the rung; it says why, and returns the estimate of the shared graph's
+// slower steps it weighed (0 where it weighed none).
+func (l *CompiledLadder) shareFirstRung(i, n, decode int) (why string, shared bool, penalty float64) {
 	if l.prefillMode != PrefillAuto || l.cfg.KeepRungs {
-		return "", false
+		return "", false, 0
 	}
-	if why, shared = autoShared(l.comp, n, min(decode, l.caps[i]-n), l.cfg.PrefillChunk); !shared {
-		return "", false
+	if why, shared, penalty = autoShared(l.comp, n, min(decode, l.caps[i]-n), l.cfg.PrefillChunk); !shared {
+		return "", false, penalty
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	r := l.rungs[i]
 	if r.job != nil || r.spec.Shared {
-		return why, r.spec.Shared
+		return why, r.spec.Shared, penalty
 	}
 	r.spec = DecodeSpec(l.caps[i], PrefillShared, l.cfg.PrefillChunk)
-	return why, true
+	return why, true, penalty
 }
 
 // Rungs are the capacities the ladder compiles: the whole ladder, or for

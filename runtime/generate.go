@@ -35,8 +35,12 @@ type GenerateResult struct {
 	// PrefillUsed is what the prompt went through (graph, decode,
 	// decode+graph) and PrefillReason why.
 	PrefillUsed, PrefillReason string
-	DecodeS                    float64 // infer time of decode steps
-	Steps                      int     // decode infer calls
+	// SharedStepPenalty is the estimate of a shared graph's slower steps
+	// that prefill mode auto weighed against the prompt (0 where it
+	// weighed none), as Summary's.
+	SharedStepPenalty float64
+	DecodeS           float64 // infer time of decode steps
+	Steps             int     // decode infer calls
 	// FinishReason is "length" (MaxNewTokens made) or "stop" (an
 	// end-of-generation token, kept as the last of Tokens).
 	FinishReason string
@@ -72,7 +76,9 @@ func Generate(ctx context.Context, comp Compiler, shape KVShape, cfg GenerateCon
 	}
 	res := &GenerateResult{}
 	if mode == PrefillAuto {
-		if why, shared := autoShared(comp, P, M-1, cfg.PrefillChunk); shared {
+		why, shared, penalty := autoShared(comp, P, M-1, cfg.PrefillChunk)
+		res.SharedStepPenalty = penalty
+		if shared {
 			mode, res.PrefillReason = PrefillShared, why
 		}
 	}

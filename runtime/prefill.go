@@ -66,13 +66,17 @@ const (
 // autoShared is auto mode's choice of a shared graph for a rung that takes
 // a prompt of n tokens and then decodes decoded tokens: on a compiler that
 // compiles shared graphs, where compilecost.SharedPays with the compiler's
-// estimate of the shared graph's slower steps; it says why.
-func autoShared(comp Compiler, n, decoded, chunk int) (why string, shared bool) {
-	penalty := sharedPenalty(comp)
-	if !sharedGraphs(comp) || !compilecost.SharedPays(n, decoded, penalty) {
-		return "", false
+// estimate of the shared graph's slower steps; it says why, and returns the
+// estimate it weighed (0 on a compiler without shared graphs).
+func autoShared(comp Compiler, n, decoded, chunk int) (why string, shared bool, penalty float64) {
+	if !sharedGraphs(comp) {
+		return "", false, 0
 	}
-	return fmt.Sprintf("%s; the rung compiles as a shared graph (up to %d tokens per call)", compilecost.SharedWhy(n, decoded, penalty), chunk), true
+	penalty = sharedPenalty(comp)
+	if !compilecost.SharedPays(n, decoded, penalty) {
+		return "", false, penalty
+	}
+	return fmt.Sprintf("%s; the rung compiles as a shared graph (up to %d tokens per call)", compilecost.SharedWhy(n, decoded, penalty), chunk), true, penalty
 }
 
 // DecodeSpec is the spec of the graph a rung of this capacity decodes
@@ -134,7 +138,9 @@ func (q *Sequence) startPrefill() (compileFirst bool) {
 		}
 		return false
 	}
-	if why, shared := q.l.shareFirstRung(q.cur, len(q.cfg.Prompt), q.cfg.DecodeTokens); shared {
+	why, shared, penalty := q.l.shareFirstRung(q.cur, len(q.cfg.Prompt), q.cfg.DecodeTokens)
+	q.s.SharedStepPenalty = penalty
+	if shared {
 		q.choosePrefill(PrefillUsedShared, "%s", why)
 		return false
 	}

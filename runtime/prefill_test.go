@@ -157,6 +157,15 @@ func TestPrefillAutoChoosesSharedGraphs(t *testing.T) {
 				t.Errorf("%s: compiled a prefill graph %s", tc.name, c.Name())
 			}
 		}
+		// The summary keeps the estimate auto weighed (none without
+		// shared graphs).
+		want := 0.0
+		if tc.shared {
+			want = f.SharedStepPenalty()
+		}
+		if s.SharedStepPenalty != want {
+			t.Errorf("%s: shared_step_penalty %v, want %v", tc.name, s.SharedStepPenalty, want)
+		}
 	}
 
 	f := newFakeCompiler(testShape, 97, newFakeClock())
@@ -174,8 +183,8 @@ func TestPrefillAutoChoosesSharedGraphs(t *testing.T) {
 	if err := errors.Join(q.Close(), l.Close()); err != nil {
 		t.Fatal(err)
 	}
-	if s.PrefillUsed == PrefillUsedShared {
-		t.Errorf("kept ladder: used %q, want no shared rung", s.PrefillUsed)
+	if s.PrefillUsed == PrefillUsedShared || s.SharedStepPenalty != 0 {
+		t.Errorf("kept ladder: used %q, shared_step_penalty %v; want no shared rung weighed", s.PrefillUsed, s.SharedStepPenalty)
 	}
 
 	g := newFakeCompiler(testShape, 97, nil)
@@ -185,8 +194,9 @@ func TestPrefillAutoChoosesSharedGraphs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.PrefillUsed != PrefillUsedShared || len(g.calls) != 1 || !g.calls[0].Shared || !strings.HasPrefix(res.PrefillReason, "auto:") {
-		t.Errorf("generate: used %q (%s), compiled %v; want one shared graph", res.PrefillUsed, res.PrefillReason, g.calls)
+	if res.PrefillUsed != PrefillUsedShared || len(g.calls) != 1 || !g.calls[0].Shared || !strings.HasPrefix(res.PrefillReason, "auto:") ||
+		res.SharedStepPenalty != compilecost.DefaultSharedStepPenalty {
+		t.Errorf("generate: used %q (%s, penalty %v), compiled %v; want one shared graph, weighed at the default", res.PrefillUsed, res.PrefillReason, res.SharedStepPenalty, g.calls)
 	}
 }
 

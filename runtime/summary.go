@@ -56,6 +56,11 @@ type Summary struct {
 	PrefillUsed         string `json:"prefill_used,omitempty"`
 	PrefillReason       string `json:"prefill_reason,omitempty"`
 	PrefillDecodeTokens int    `json:"prefill_decode_tokens"`
+	// SharedStepPenalty is how much longer than the decode graph's prefill
+	// mode auto estimated a shared graph's steps for this model, as a
+	// fraction (compilecost.SharedStepPenalty), when it weighed a shared
+	// first rung against the prompt; 0 where it did not.
+	SharedStepPenalty float64 `json:"shared_step_penalty,omitempty"`
 
 	Rungs       []RungSummary     `json:"rungs"`
 	Compiles    []CompileRecord   `json:"compiles"`

@@ -169,7 +169,7 @@ func generateAction(c *cli.Context) error {
 		"tokens": res.Tokens, "generated_ids": res.Tokens, "text": generatedText(tok, res.Tokens),
 		"finish_reason": res.FinishReason,
 		"compile_s":     res.CompileS, "prefill_s": res.PrefillS,
-		"prefill_used": res.PrefillUsed, "prefill_reason": res.PrefillReason,
+		"prefill_used": res.PrefillUsed, "prefill_reason": res.PrefillReason, "shared_step_penalty": res.SharedStepPenalty,
 		"decode_s": res.DecodeS, "decode_tokens_per_s": res.DecodeTokensPerS(),
 		"peak_rss_bytes": runtime.PeakRSS(),
 		"weights":        comp.Weights().Format(), "weight_bytes": comp.Weights().TensorBytes(),

@@ -62,7 +62,8 @@ compiling the prefill graph (its time from --compile-cost, else taken to be
 at least the decode graph's) and running the rest through it, switching when
 that is faster. All three give the same tokens; the summary records the mode,
 what the prompt went through and why (prefill_mode, prefill_used,
-prefill_reason) and the time to first token (ttft_s).
+prefill_reason, and shared_step_penalty: auto's estimate of a shared
+graph's slower steps for this model) and the time to first token (ttft_s).
 
 On a CPU both decode and background compiles use the same cores; see
 --compile-cpus, --compile-nice and --infer-threads.`,
