@@ -73,9 +73,13 @@ func EmitSpans(ctx context.Context, tracer trace.Tracer, s *Summary, processStar
 		if stop < s.PrefillStartS {
 			stop = end
 		}
-		child(tracing.SpanPrefill, s.PrefillStartS, stop, "", tracing.AttrTokens.Int(s.PromptTokens),
+		attrs := []attribute.KeyValue{tracing.AttrTokens.Int(s.PromptTokens),
 			tracing.AttrPrefillMode.String(s.PrefillMode), tracing.AttrPrefillUsed.String(s.PrefillUsed),
-			tracing.AttrPrefillReason.String(s.PrefillReason), tracing.AttrPrefillDecodeTokens.Int(s.PrefillDecodeTokens))
+			tracing.AttrPrefillReason.String(s.PrefillReason), tracing.AttrPrefillDecodeTokens.Int(s.PrefillDecodeTokens)}
+		if s.SharedStepPenalty > 0 {
+			attrs = append(attrs, tracing.AttrPrefillSharedCost.Float64(s.SharedStepPenalty))
+		}
+		child(tracing.SpanPrefill, s.PrefillStartS, stop, "", attrs...)
 	}
 	for i, r := range s.Rungs {
 		capacity := tracing.AttrCapacity.Int(r.Capacity)

@@ -85,10 +85,11 @@ const (
 // the prefill span, and the time to first token on the run span.
 const (
 	AttrTTFTS               = attribute.Key("ovrun.ttft_s")
-	AttrPrefillMode         = attribute.Key("ovrun.prefill.mode")          // auto, graph, decode
-	AttrPrefillUsed         = attribute.Key("ovrun.prefill.used")          // graph, decode, decode+graph
-	AttrPrefillReason       = attribute.Key("ovrun.prefill.reason")        // the choice, in words
-	AttrPrefillDecodeTokens = attribute.Key("ovrun.prefill.decode_tokens") // prompt tokens through the decode graph
+	AttrPrefillMode         = attribute.Key("ovrun.prefill.mode")                // auto, graph, decode
+	AttrPrefillUsed         = attribute.Key("ovrun.prefill.used")                // graph, decode, decode+graph
+	AttrPrefillReason       = attribute.Key("ovrun.prefill.reason")              // the choice, in words
+	AttrPrefillDecodeTokens = attribute.Key("ovrun.prefill.decode_tokens")       // prompt tokens through the decode graph
+	AttrPrefillSharedCost   = attribute.Key("ovrun.prefill.shared_step_penalty") // auto's estimate of a shared graph's slower steps, where weighed
 )
 
 // Outcomes of a compile span.
