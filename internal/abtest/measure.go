@@ -198,6 +198,11 @@ func measure(ctx context.Context, ck *model.Checkpoint, cfg OnceConfig, props []
 		return err
 	}
 	defer func() { err = errors.Join(err, core.Close()) }()
+	// Compile as ovrun does on this device (ovexec.SnippetsDefault).
+	if p, ok := ovexec.SnippetsDefault(core, cfg.Device, cfg.Props); ok {
+		props = append(props, p)
+		m.Properties = append(m.Properties, p.Key+"="+p.Value)
+	}
 	w := model.NewWeights(ck)
 	m.Layers, m.WeightBytes = w.Config().NumHiddenLayers, w.StepBytes()
 	blob, err := ovexec.AllocWeights(w)
