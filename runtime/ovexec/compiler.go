@@ -134,8 +134,8 @@ const SnippetsKey = "SNIPPETS_MODE"
 // SnippetsDefault is SNIPPETS_MODE=DISABLE on a CPU without bf16
 // instructions (OPTIMIZATION_CAPABILITIES without BF16: everything runs in
 // f32), unless set: there the fused kernels cost compile time and memory
-// and save no decode time. On an AVX2-only CPU (docs/design.md, "Graph
-// forms on the CPU"), bin/ovrun generate with 16 + 128 tokens, three
+// and save no decode time. On an AVX2-only CPU (docs/design.md, "One
+// graph for the prompt and decoding", its end), bin/ovrun generate with 16 + 128 tokens, three
 // rounds: SmolLM2 compile 4.50-4.75 -> 3.75-4.36 s at capacity 256 and
 // 4.00-4.39 -> 3.65-4.12 s at 1024, peak RSS 414 -> 385 and 403 -> 377 MiB,
 // decode 47.8-48.8 against 45.2-51.9 tok/s; small compile 1.87-2.19 ->
