@@ -146,11 +146,18 @@ func SnippetsDefault(core *ov.Core, device string, set map[string]string) (ov.Pr
 	if _, ok := set[SnippetsKey]; ok || !strings.EqualFold(device, "CPU") {
 		return ov.Property{}, false
 	}
-	caps, err := core.Property(device, "OPTIMIZATION_CAPABILITIES")
-	if err != nil || slices.Contains(strings.Fields(caps), "BF16") {
+	caps, err := capabilities(core, device)
+	if err != nil || slices.Contains(caps, "BF16") {
 		return ov.Property{}, false
 	}
 	return ov.Property{Key: SnippetsKey, Value: "DISABLE"}, true
+}
+
+// capabilities are the device's OPTIMIZATION_CAPABILITIES (BF16, FP16,
+// ...): what it can compute in.
+func capabilities(core *ov.Core, device string) ([]string, error) {
+	caps, err := core.Property(device, "OPTIMIZATION_CAPABILITIES")
+	return strings.Fields(caps), err
 }
 
 // FailCompileEnv names a fault-injection hook for testing recovery paths:
@@ -399,11 +406,11 @@ func resolveKVPrecision(core *ov.Core, o Options) string {
 	if p == "" {
 		p, _ = core.Property(o.Device, "INFERENCE_PRECISION_HINT")
 	}
-	caps, _ := core.Property(o.Device, "OPTIMIZATION_CAPABILITIES")
+	caps, _ := capabilities(core, o.Device)
 	switch p = strings.ToLower(p); {
-	case p == "bf16" && slices.Contains(strings.Fields(caps), "BF16"):
+	case p == "bf16" && slices.Contains(caps, "BF16"):
 		return p
-	case p == "f16" && slices.Contains(strings.Fields(caps), "FP16"):
+	case p == "f16" && slices.Contains(caps, "FP16"):
 		return p
 	}
 	return "f32"
