@@ -303,9 +303,11 @@ func (b *decoderBuilder) attendSDPA(q, k, v, pastK, pastV port) port {
 // and writes no copy of the cache. Grouped-query heads are handled with a
 // block-diagonal query: query head n keeps its D values in the columns of
 // its KV head n/G and zeros elsewhere, so q x K^T gives every head's scores
-// against its own KV head, and the product P x V keeps, per head, the block
-// of its KV head. This costs Hkv times the multiply-adds of a per-head
-// product, nothing next to reading the cache when T is 1.
+// against its own KV head, and of the product P x V a Gather keeps, per
+// head, the block of its KV head (a mask and a sum over the KV heads read
+// Hkv times as much: 10% of a 128-token chunk of the synthetic small). This
+// costs Hkv times the multiply-adds of a per-head product, nothing next to
+// reading the cache when T is 1.
 func (b *decoderBuilder) attendRows(q, k, v, pastK, pastV port) port {
 	g, cfg := b.g, b.cfg
 	T, P, K := b.T, b.P, b.keys()
@@ -314,14 +316,15 @@ func (b *decoderBuilder) attendRows(q, k, v, pastK, pastV port) port {
 	if T < 0 {
 		R = -1
 	}
-	// pick[n, h] is 1 where query head n reads KV head h.
-	pick, scaled := make([]float32, Nh*Hkv), make([]float32, Nh*Hkv)
+	// scaled[n, h] is 1/sqrt(D) where query head n reads KV head h, and
+	// own[n] = n*Hkv + h indexes that block among the Nh x Hkv blocks of
+	// D values an output row holds.
+	scaled, own := make([]float32, Nh*Hkv), make([]int64, Nh)
 	for n := int64(0); n < Nh; n++ {
-		pick[n*Hkv+n/G] = 1
 		scaled[n*Hkv+n/G] = float32(1 / math.Sqrt(float64(D)))
+		own[n] = n*Hkv + n/G
 	}
-	sel := g.constF32([]int64{1, Nh, Hkv, 1}, pick...)                            // [1, Nh, Hkv, 1]
-	selq := g.constF32([]int64{1, Nh, Hkv, 1}, scaled...)                         // [1, Nh, Hkv, 1] with 1/sqrt(D)
+	selq := g.constF32([]int64{1, Nh, Hkv, 1}, scaled...)                         // [1, Nh, Hkv, 1]
 	qb := b.mul(b.reshape(q, []int64{T, Nh, 1, D}), selq, []int64{T, Nh, Hkv, D}) // [T, Nh, Hkv, D]
 	qb = b.reshape(qb, []int64{R, KD})                                            // [T*Nh, Hkv*D]
 	kp := b.reshape(pastK, []int64{P, KD})                                        // [P, Hkv*D]
@@ -335,10 +338,11 @@ func (b *decoderBuilder) attendRows(q, k, v, pastK, pastV port) port {
 	p = b.reshapeTo(p, []int64{R, K})                                                       // [T*Nh, P+T]
 	parts := g.add("VariadicSplit", "opset1", "", nil, []port{p, g.scalarI64(1), b.splitLengths()},
 		port{shape: []int64{R, P}, et: f32}, port{shape: []int64{R, T}, et: f32}) // [T*Nh, P], [T*Nh, T]
-	o := b.add(b.matmul(parts[0], vp, []int64{R, KD}), b.matmul(parts[1], vn, []int64{R, KD}), []int64{R, KD})            // [T*Nh, Hkv*D]
-	o = b.mul(b.reshape(o, []int64{T, Nh, Hkv, D}), sel, []int64{T, Nh, Hkv, D})                                          // [T, Nh, Hkv, D]
-	o = g.op("ReduceSum", "opset1", []attr{{"keep_dims", "false"}}, []int64{T, Nh, D}, f32, o, g.constI64([]int64{1}, 2)) // [T, Nh, D]
-	return b.reshape(o, []int64{1, T, Nh * D})                                                                            // [1, T, Nh*D]
+	o := b.add(b.matmul(parts[0], vp, []int64{R, KD}), b.matmul(parts[1], vn, []int64{R, KD}), []int64{R, KD}) // [T*Nh, Hkv*D]
+	o = b.reshape(o, []int64{T, Nh * Hkv, D})                                                                  // [T, Nh*Hkv, D]
+	o = g.op("Gather", "opset8", []attr{{"batch_dims", "0"}}, []int64{T, Nh, D}, f32, o,
+		g.constI64([]int64{Nh}, own...), g.scalarI64(1)) // [T, Nh, D]: each head's own block
+	return b.reshape(o, []int64{1, T, Nh * D}) // [1, T, Nh*D]
 }
 
 // reshapeTo reshapes x to shape, whose dynamic dimensions (-1) are among
