@@ -42,6 +42,13 @@ func TestFusedProjections(t *testing.T) {
 			}
 		}, qkv: true, mlp: true},
 		{name: "mixed", edit: func(s *ggufSpec) { s.tensor("blk.0.attn_k.weight").typ = 8 }, qkv: false, mlp: true},
+		// 16-bit gate and up read in place stay apart (fusesMLP: the CPU
+		// plugin's fused MLP node needs them so).
+		{name: "f16", edit: func(s *ggufSpec) {
+			for _, n := range []string{"blk.0.ffn_gate.weight", "blk.0.ffn_up.weight"} {
+				s.tensor(n).typ = 1
+			}
+		}, qkv: false, mlp: false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := tinyLlama()
