@@ -50,6 +50,9 @@ func ParseWeightFormat(s string) (WeightFormat, error) {
 // WeightOptions configures a Weights blob.
 type WeightOptions struct {
 	Format WeightFormat // "" is WeightsNative
+	// SplitMLP keeps 16-bit gate and up weights read in place apart
+	// instead of fused (fusesMLP): for a device that fuses the MLP itself.
+	SplitMLP bool
 }
 
 // slotKind says how a tensor is placed in the blob.
@@ -141,7 +144,7 @@ func NewWeightsWith(ck *Checkpoint, opts WeightOptions) *Weights {
 	placed := map[string]bool{}
 	groups, mlp := fusedProjections(ck.Config)
 	for i, group := range groups {
-		if mlp[i] && !fusesMLP(w.slots[group[0]]) {
+		if mlp[i] && opts.SplitMLP && !fusesMLP(w.slots[group[0]]) {
 			continue
 		}
 		if f := w.fuse(group, place); f != nil {
@@ -268,12 +271,13 @@ func fusedProjections(cfg *Config) (groups [][]string, mlp []bool) {
 }
 
 // fusesMLP says whether a layer's gate and up weights, stored as first
-// (gate's slot), are fused. 16-bit weights read in place are not: on a CPU
-// with AMX the plugin runs a bf16 inference's gate, up, SiLU, product and
-// down as one LLMMLP node, which it recognises only with gate and up apart
-// (the qwen2.5-0.5b shapes, F16, bf16: a decode step 89.7 -> 78.8 ms, a
-// 128-token chunk of the shared graph 335 -> 314 ms; at f32, where the node
-// is not used, `small`'s step is the same either way).
+// (gate's slot), are fused where WeightOptions.SplitMLP asks for them
+// apart. 16-bit weights read in place are not: on a CPU with AMX the
+// plugin runs a bf16 inference's gate, up, SiLU, product and down as one
+// LLMMLP node, which it recognises only with gate and up apart (the
+// qwen2.5-0.5b shapes, F16, bf16: a decode step 89.7 -> 78.8 ms, a
+// 128-token chunk of the shared graph 335 -> 314 ms). Where the node is
+// not used it costs: `small` at f32, a 16-token prompt 21-22 -> 38-45 ms.
 func fusesMLP(first *slot) bool {
 	return first == nil || first.kind != slotMapped || (first.et != f16 && first.et != bf16)
 }

@@ -42,8 +42,9 @@ func TestFusedProjections(t *testing.T) {
 			}
 		}, qkv: true, mlp: true},
 		{name: "mixed", edit: func(s *ggufSpec) { s.tensor("blk.0.attn_k.weight").typ = 8 }, qkv: false, mlp: true},
-		// 16-bit gate and up read in place stay apart (fusesMLP: the CPU
-		// plugin's fused MLP node needs them so).
+		// 16-bit gate and up read in place stay apart when asked
+		// (SplitMLP; fusesMLP: the CPU plugin's fused MLP node needs them
+		// so).
 		{name: "f16", edit: func(s *ggufSpec) {
 			for _, n := range []string{"blk.0.ffn_gate.weight", "blk.0.ffn_up.weight"} {
 				s.tensor(n).typ = 1
@@ -53,7 +54,7 @@ func TestFusedProjections(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			s := tinyLlama()
 			tc.edit(s)
-			w := NewWeights(loadSpec(t, s))
+			w := NewWeightsWith(loadSpec(t, s), WeightOptions{SplitMLP: true})
 			for _, g := range []struct {
 				members []string
 				want    bool

@@ -15,6 +15,8 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sys/cpu"
+
 	"github.com/ovtoolkit/ovrun/compilecost"
 	"github.com/ovtoolkit/ovrun/internal/rungcache"
 	"github.com/ovtoolkit/ovrun/model"
@@ -232,7 +234,7 @@ func NewCompiler(ck *model.Checkpoint, opts Options) (*Compiler, error) {
 	}
 	c := &Compiler{ck: ck, core: core, opts: opts, shape: runtime.ShapeOf(ck.Config), vocab: ck.Config.VocabSize, faults: faults}
 	c.shape.ElemBytes = KVElemBytes(opts.KVPrecision)
-	c.weights = model.NewWeightsWith(ck, model.WeightOptions{Format: opts.Weights})
+	c.weights = model.NewWeightsWith(ck, model.WeightOptions{Format: opts.Weights, SplitMLP: fusesMLP(core, opts)})
 	c.props = opts.compileProperties(core, c.weights.Compressed())
 	if opts.Worker != nil || opts.CacheDir != "" {
 		// Import takes no properties: graphs imported from workers or from
@@ -414,6 +416,20 @@ func resolveKVPrecision(core *ov.Core, o Options) string {
 		return p
 	}
 	return "f32"
+}
+
+// fusesMLP says whether the device fuses a layer's MLP into one node when
+// gate and up are separate products (model.WeightOptions.SplitMLP): the CPU
+// plugin's LLMMLP, used for bf16 inference on a CPU with AMX.
+func fusesMLP(core *ov.Core, o Options) bool {
+	if !strings.EqualFold(o.Device, "CPU") || !cpu.X86.HasAMXBF16 {
+		return false
+	}
+	p := o.Precision
+	if p == "" {
+		p, _ = core.Property(o.Device, "INFERENCE_PRECISION_HINT")
+	}
+	return strings.EqualFold(p, "bf16")
 }
 
 // kvElement is the OpenVINO element type of a resolved KV precision.
