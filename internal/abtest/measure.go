@@ -198,12 +198,13 @@ func measure(ctx context.Context, ck *model.Checkpoint, cfg OnceConfig, props []
 		return err
 	}
 	defer func() { err = errors.Join(err, core.Close()) }()
-	// Compile as ovrun does on this device (ovexec.SnippetsDefault).
+	// Compile as ovrun does on this device (ovexec.SnippetsDefault,
+	// ovexec.SplitsMLP).
 	if p, ok := ovexec.SnippetsDefault(core, cfg.Device, cfg.Props); ok {
 		props = append(props, p)
 		m.Properties = append(m.Properties, p.Key+"="+p.Value)
 	}
-	w := model.NewWeights(ck)
+	w := model.NewWeightsWith(ck, model.WeightOptions{SplitMLP: ovexec.SplitsMLP(core, cfg.Device, props)})
 	m.Layers, m.WeightBytes = w.Config().NumHiddenLayers, w.StepBytes()
 	blob, err := ovexec.AllocWeights(w)
 	if err != nil {

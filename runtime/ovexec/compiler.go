@@ -234,7 +234,7 @@ func NewCompiler(ck *model.Checkpoint, opts Options) (*Compiler, error) {
 	}
 	c := &Compiler{ck: ck, core: core, opts: opts, shape: runtime.ShapeOf(ck.Config), vocab: ck.Config.VocabSize, faults: faults}
 	c.shape.ElemBytes = KVElemBytes(opts.KVPrecision)
-	c.weights = model.NewWeightsWith(ck, model.WeightOptions{Format: opts.Weights, SplitMLP: fusesMLP(core, opts)})
+	c.weights = model.NewWeightsWith(ck, model.WeightOptions{Format: opts.Weights, SplitMLP: SplitsMLP(core, opts.Device, opts.properties())})
 	c.props = opts.compileProperties(core, c.weights.Compressed())
 	if opts.Worker != nil || opts.CacheDir != "" {
 		// Import takes no properties: graphs imported from workers or from
@@ -418,18 +418,22 @@ func resolveKVPrecision(core *ov.Core, o Options) string {
 	return "f32"
 }
 
-// fusesMLP says whether the device fuses a layer's MLP into one node when
-// gate and up are separate products (model.WeightOptions.SplitMLP): the CPU
-// plugin's LLMMLP, used for bf16 inference on a CPU with AMX.
-func fusesMLP(core *ov.Core, o Options) bool {
-	if !strings.EqualFold(o.Device, "CPU") || !cpu.X86.HasAMXBF16 {
+// SplitsMLP says whether graphs compiled for device with props (the last
+// INFERENCE_PRECISION_HINT among them wins; none: the device's default)
+// keep 16-bit gate and up weights apart (model.WeightOptions.SplitMLP): the
+// CPU plugin fuses a layer's MLP into one LLMMLP node for bf16 inference on
+// a CPU with AMX, and only from separate gate and up products.
+func SplitsMLP(core *ov.Core, device string, props []ov.Property) bool {
+	if !strings.EqualFold(device, "CPU") || !cpu.X86.HasAMXBF16 {
 		return false
 	}
-	p := o.Precision
-	if p == "" {
-		p, _ = core.Property(o.Device, "INFERENCE_PRECISION_HINT")
+	precision, _ := core.Property(device, "INFERENCE_PRECISION_HINT")
+	for _, p := range props {
+		if p.Key == "INFERENCE_PRECISION_HINT" {
+			precision = p.Value
+		}
 	}
-	return strings.EqualFold(p, "bf16")
+	return strings.EqualFold(precision, "bf16")
 }
 
 // kvElement is the OpenVINO element type of a resolved KV precision.
