@@ -200,7 +200,7 @@ func measure(ctx context.Context, ck *model.Checkpoint, cfg OnceConfig, props []
 	defer func() { err = errors.Join(err, core.Close()) }()
 	// Compile as ovrun does on this device (ovexec.SnippetsDefault,
 	// ovexec.SplitsMLP).
-	if p, ok := ovexec.SnippetsDefault(core, cfg.Device, cfg.Props); ok {
+	if p, ok := ovexec.SnippetsDefault(cfg.Device, cfg.Props); ok {
 		props = append(props, p)
 		m.Properties = append(m.Properties, p.Key+"="+p.Value)
 	}

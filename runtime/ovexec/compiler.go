@@ -118,12 +118,12 @@ const DynamicQuantizationKey = "DYNAMIC_QUANTIZATION_GROUP_SIZE"
 // weights on the CPU, DYNAMIC_QUANTIZATION_GROUP_SIZE=0 unless set: a run
 // asked for f32 stays f32 throughout (dynamic quantization otherwise moves
 // logits by about 0.5% of their range); and SnippetsDefault.
-func (o Options) compileProperties(core *ov.Core, compressed bool) []ov.Property {
+func (o Options) compileProperties(compressed bool) []ov.Property {
 	ps := o.properties()
 	if _, set := o.Properties[DynamicQuantizationKey]; compressed && !set && o.Precision == "f32" && strings.EqualFold(o.Device, "CPU") {
 		ps = append(ps, ov.Property{Key: DynamicQuantizationKey, Value: "0"})
 	}
-	if p, ok := SnippetsDefault(core, o.Device, o.Properties); ok {
+	if p, ok := SnippetsDefault(o.Device, o.Properties); ok {
 		ps = append(ps, p)
 	}
 	return ps
@@ -133,23 +133,20 @@ func (o Options) compileProperties(core *ov.Core, compressed bool) []ov.Property
 // operations into generated kernels ("Subgraph" nodes).
 const SnippetsKey = "SNIPPETS_MODE"
 
-// SnippetsDefault is SNIPPETS_MODE=DISABLE on a CPU without bf16
-// instructions (OPTIMIZATION_CAPABILITIES without BF16: everything runs in
-// f32), unless set: there the fused kernels cost compile time and memory
-// and save no decode time. On an AVX2-only CPU (docs/design.md, "One
-// graph for the prompt and decoding", its end), bin/ovrun generate with 16 + 128 tokens, three
-// rounds: SmolLM2 compile 4.50-4.75 -> 3.75-4.36 s at capacity 256 and
-// 4.00-4.39 -> 3.65-4.12 s at 1024, peak RSS 414 -> 385 and 403 -> 377 MiB,
-// decode 47.8-48.8 against 45.2-51.9 tok/s; small compile 1.87-2.19 ->
-// 1.66-1.67 s; the qwen2.5-0.5b shapes 17.7 -> 12.5 s. CPUs with bf16 keep
-// the plugin's default (not measured without it). ovtrace's compile
-// measurements use the same default.
-func SnippetsDefault(core *ov.Core, device string, set map[string]string) (ov.Property, bool) {
+// SnippetsDefault is SNIPPETS_MODE=DISABLE on the CPU, unless set: the
+// fused element-wise kernels cost compile time and memory and save no
+// decode time. bin/ovrun generate with 16 + 128 tokens at capacity 1024
+// (docs/design.md, "One graph for the prompt and decoding", its end): on
+// an AVX2-only CPU (f32), three rounds, SmolLM2 compile 4.00-4.39 ->
+// 3.65-4.12 s, peak RSS 403 -> 377 MiB, decode 45.1-48.3 against
+// 44.0-50.1 tok/s; small compile 1.87-2.19 -> 1.66-1.67 s; the
+// qwen2.5-0.5b shapes' decode graph 17.7 -> 12.5 s. On a CPU with AMX
+// (bf16), three rounds, SmolLM2 peak RSS 424-425 -> 394-396 MiB, compile
+// 3.60-4.54 -> 3.46-4.15 s, its decode step the same (scripts/step_time.py:
+// 22.62 against 22.35 ms); shared graphs (no fused kernels there) the same
+// either way. ovtrace's compile measurements use the same default.
+func SnippetsDefault(device string, set map[string]string) (ov.Property, bool) {
 	if _, ok := set[SnippetsKey]; ok || !strings.EqualFold(device, "CPU") {
-		return ov.Property{}, false
-	}
-	caps, err := capabilities(core, device)
-	if err != nil || slices.Contains(caps, "BF16") {
 		return ov.Property{}, false
 	}
 	return ov.Property{Key: SnippetsKey, Value: "DISABLE"}, true
@@ -235,7 +232,7 @@ func NewCompiler(ck *model.Checkpoint, opts Options) (*Compiler, error) {
 	c := &Compiler{ck: ck, core: core, opts: opts, shape: runtime.ShapeOf(ck.Config), vocab: ck.Config.VocabSize, faults: faults}
 	c.shape.ElemBytes = KVElemBytes(opts.KVPrecision)
 	c.weights = model.NewWeightsWith(ck, model.WeightOptions{Format: opts.Weights, SplitMLP: SplitsMLP(core, opts.Device, opts.properties())})
-	c.props = opts.compileProperties(core, c.weights.Compressed())
+	c.props = opts.compileProperties(c.weights.Compressed())
 	if opts.Worker != nil || opts.CacheDir != "" {
 		// Import takes no properties: graphs imported from workers or from
 		// the compiled-rung cache get the compile properties from the core.
