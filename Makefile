@@ -47,7 +47,18 @@ $(OV_STAMP):
 	test -e $(SMOLLM2)
 	touch $@
 
-build: setup
+# ovrun's OpenVINO extension (ov/ext/paged_attention.cc): built against the
+# wheel's headers into the folder of its libopenvino, where package ov looks
+# for it. Without it the CPU falls back from paged to bounded attention.
+PAGED_EXT        := $(VENV)/openvino/libs/libovrun_paged_attention.so
+CXX              ?= g++
+
+$(PAGED_EXT): ov/ext/paged_attention.cc $(OV_STAMP)
+	$(CXX) -std=c++17 -O2 -Wall -Wextra -shared -fPIC -isystem $(VENV)/openvino/include -o $@ $< \
+		-L$(VENV)/openvino/libs -l:libopenvino.so.$$(cd $(VENV)/openvino/libs && ls libopenvino.so.* | head -n 1 | sed 's/.*\.so\.//') \
+		-Wl,-rpath,'$$ORIGIN'
+
+build: setup $(PAGED_EXT)
 	go build -o bin/ovrun ./cmd/ovrun
 	go build -o bin/ovtrace ./cmd/ovtrace
 

@@ -29,6 +29,11 @@ type Profile struct {
 	OpenVINOVersion string `json:"openvino_version"`
 	// Precision is the inference precision hint, when one was set.
 	Precision string `json:"precision,omitempty"`
+	// Attention and KVPrecision are the attention form and KV cache
+	// element type of the measured graphs (absent from older profiles):
+	// those ovrun compiles with --attention and --kv-precision auto.
+	Attention   string `json:"attention,omitempty"`
+	KVPrecision string `json:"kv_precision,omitempty"`
 	// Layers and WeightBytes are the model's decoder layers and the bytes
 	// of weights its decode step reads (absent from older profiles): what
 	// SharedStepPenalty estimates a shared graph's slower steps from.

@@ -17,10 +17,26 @@ const (
 	// plugin keeps no Capacity-slot buffer of its own per input. Needs a
 	// device that accepts dynamic shapes inside a graph (CPU, GPU).
 	AttentionBounded Attention = "bounded"
-	// AttentionAuto picks bounded where the device takes dynamic shapes
-	// inside a graph and static elsewhere (see ovexec).
+	// AttentionPaged attends through OpenVINO's PagedAttentionExtension
+	// operation, the CPU plugin's kernels for OpenVINO GenAI's
+	// PagedAttention back-end: each layer's cache input is the paged
+	// layout [Capacity/PagedBlock, Hkv, PagedBlock, D] (the slot axis
+	// still outermost, so a rung's cache is a prefix of a larger one), the
+	// operation writes the chunk's K/V into it in place (the graph has no
+	// present outputs) and reads only the blocks of the live tokens; the
+	// token axis is dynamic whatever the chunk, so nothing is padded.
+	// Needs ovrun's extension library (ov.PagedAttentionLibrary) and the
+	// CPU.
+	AttentionPaged Attention = "paged"
+	// AttentionAuto picks paged on the CPU where the extension is there,
+	// bounded or static where the device takes dynamic shapes inside a
+	// graph, static elsewhere (see ovexec).
 	AttentionAuto Attention = "auto"
 )
+
+// PagedBlock is the slots per block of a paged cache: the CPU plugin's
+// block size for PagedAttention.
+const PagedBlock = 32
 
 // BoundedBlock is the granularity of a bounded graph's live prefix: the
 // slots bound are the chunk's first position rounded up to the next
@@ -36,13 +52,20 @@ func LiveSlots(p, c int) int {
 	return min(c, (p/BoundedBlock+1)*BoundedBlock)
 }
 
-// ParseAttention reads auto, bounded or static.
+// ParseAttention reads auto, paged, bounded or static.
 func ParseAttention(s string) (Attention, error) {
 	switch a := Attention(s); a {
-	case AttentionAuto, AttentionBounded, AttentionStatic:
+	case AttentionAuto, AttentionPaged, AttentionBounded, AttentionStatic:
 		return a, nil
 	}
-	return "", fmt.Errorf("attention %q: want auto, bounded or static", s)
+	return "", fmt.Errorf("attention %q: want auto, paged, bounded or static", s)
+}
+
+// DynamicTokens reports whether the graph takes any number of tokens up to
+// its chunk per call (a shared graph, or a paged one: it writes every token
+// it is given into the cache, so a chunk is never padded).
+func (s GraphSpec) DynamicTokens() bool {
+	return s.Shared || s.Attention == AttentionPaged && s.Chunk > 1
 }
 
 // pastF32 is the f32 value of a past K/V input as attention reads it: all

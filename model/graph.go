@@ -75,19 +75,19 @@ func BuildIR(w *Weights, spec GraphSpec) ([]byte, error) {
 		return nil, fmt.Errorf("graph %s: capacity and chunk must be positive", spec.Name())
 	}
 	switch spec.Attention {
-	case "", AttentionStatic, AttentionBounded:
+	case "", AttentionStatic, AttentionBounded, AttentionPaged:
 	default:
-		return nil, fmt.Errorf("graph %s: attention %q: want static or bounded (auto is resolved by the compiler)", spec.Name(), spec.Attention)
+		return nil, fmt.Errorf("graph %s: attention %q: want static, bounded or paged (auto is resolved by the compiler)", spec.Name(), spec.Attention)
 	}
-	if spec.Shared && spec.Attention != AttentionBounded {
-		return nil, fmt.Errorf("graph %s: a shared graph (1 to %d tokens per call) needs bounded attention, not %q", spec.Name(), spec.Chunk, spec.Attention)
+	if spec.Shared && spec.Attention != AttentionBounded && spec.Attention != AttentionPaged {
+		return nil, fmt.Errorf("graph %s: a shared graph (1 to %d tokens per call) needs bounded or paged attention, not %q", spec.Name(), spec.Chunk, spec.Attention)
 	}
 	kv, err := kvElem(spec.KVPrecision)
 	if err != nil {
 		return nil, fmt.Errorf("graph %s: %w", spec.Name(), err)
 	}
-	b := &decoderBuilder{g: newGraph(spec.Name(), w), cfg: w.Config(), kv: kv, C: int64(spec.Capacity), T: int64(spec.Chunk), maxT: int64(spec.Chunk), bounded: spec.Attention == AttentionBounded}
-	if spec.Shared {
+	b := &decoderBuilder{g: newGraph(spec.Name(), w), cfg: w.Config(), kv: kv, C: int64(spec.Capacity), T: int64(spec.Chunk), maxT: int64(spec.Chunk), bounded: spec.Attention == AttentionBounded, paged: spec.Attention == AttentionPaged}
+	if spec.DynamicTokens() {
 		b.T = -1
 	}
 	b.P = b.C
@@ -109,9 +109,11 @@ type decoderBuilder struct {
 	// bounded, where pastSlots holds it in the graph.
 	P         int64
 	bounded   bool
-	kv        elem // element type of the K/V I/O
-	pastSlots port // [1]: the past slots bound
-	tokens    port // [1]: the chunk's length, when it is dynamic
+	paged     bool      // attention through PagedAttentionExtension (paged.go)
+	pa        *pagedSeq // its sequence inputs, when paged
+	kv        elem      // element type of the K/V I/O
+	pastSlots port      // [1]: the past slots bound
+	tokens    port      // [1]: the chunk's length, when it is dynamic
 
 	cos, sin port // [1, T, 1, D]
 	mask     port // [T, P+T] additive f32
@@ -129,6 +131,16 @@ func (b *decoderBuilder) build() {
 	li := g.parameter(LogitsIndex, i64, []int64{1})   // [1]
 	past := make([][2]port, cfg.NumHiddenLayers)
 	for i := range past {
+		if b.paged {
+			// The paged layout, declared 1..C/PagedBlock blocks: the
+			// runtime binds the whole capacity once, and the operation
+			// reads the blocks its sequence inputs name.
+			nb := (b.C + PagedBlock - 1) / PagedBlock
+			shape, upTo := []int64{-1, Hkv, PagedBlock, D}, []int64{nb, Hkv, PagedBlock, D}
+			past[i][0] = g.parameterUpTo(PastKey(i), b.kv, shape, upTo)   // [C/B, Hkv, B, D]
+			past[i][1] = g.parameterUpTo(PastValue(i), b.kv, shape, upTo) // [C/B, Hkv, B, D]
+			continue
+		}
 		if b.bounded {
 			// Declared 1..C slots: the runtime binds the live prefix
 			// (LiveSlots), and the plugin keeps no C-slot buffer of
@@ -150,11 +162,19 @@ func (b *decoderBuilder) build() {
 	if b.bounded {
 		b.P = -1
 	}
-	b.attentionMask(pos, past[0][0])
+	if b.paged {
+		b.pagedInputs(pos)
+	} else {
+		b.attentionMask(pos, past[0][0])
+	}
 
 	emb := g.weight("model.embed_tokens.weight")                                                                  // [V, H]
 	x := g.op("Gather", "opset8", []attr{{"batch_dims", "0"}}, []int64{1, b.T, H}, f32, emb, ids, g.scalarI64(0)) // [1, T, H]
 	for i := 0; i < cfg.NumHiddenLayers; i++ {
+		if b.paged { // the operation reads the cache in its own precision
+			x = b.layer(i, x, past[i][0], past[i][1])
+			continue
+		}
 		x = b.layer(i, x, b.pastF32(past[i][0]), b.pastF32(past[i][1]))
 	}
 	x = b.rmsNorm(x, "model.norm.weight")                                                                       // [1, T, H]
@@ -238,7 +258,8 @@ func (b *decoderBuilder) attentionMask(pos, pastKey port) {
 		g.scalarF32(0), g.scalarF32(float32(math.Inf(-1)))) // [T, P+T]
 }
 
-// layer is one pre-norm decoder block; it emits the chunk's K/V as outputs.
+// layer is one pre-norm decoder block; it emits the chunk's K/V as outputs
+// (a paged graph stores them into its caches instead).
 func (b *decoderBuilder) layer(i int, x, pastK, pastV port) port {
 	g, cfg := b.g, b.cfg
 	T := b.T
@@ -253,13 +274,18 @@ func (b *decoderBuilder) layer(i int, x, pastK, pastV port) port {
 	q = b.rope(b.reshape(q, []int64{T, Nh, D}))  // [T, Nh, D]
 	k = b.rope(b.reshape(k, []int64{T, Hkv, D})) // [T, Hkv, D]
 	v = b.reshape(v, []int64{T, Hkv, D})         // [T, Hkv, D]
-	g.result(PresentKey(i), b.toKV(k))
-	g.result(PresentValue(i), b.toKV(v))
 
+	if !b.paged { // a paged graph's attention writes k and v into the caches itself
+		g.result(PresentKey(i), b.toKV(k))
+		g.result(PresentValue(i), b.toKV(v))
+	}
 	var att port
-	if T == 1 || b.T < 0 {
+	switch {
+	case b.paged:
+		att = b.attendPaged(q, k, v, pastK, pastV) // [1, T, Nh*D]
+	case T == 1 || b.T < 0:
 		att = b.attendRows(q, k, v, pastK, pastV) // [1, T, Nh*D]
-	} else {
+	default:
 		att = b.attendSDPA(q, k, v, pastK, pastV) // [1, T, Nh*D]
 	}
 	o := b.proj(att, pre+"self_attn.o_proj", H, cfg.OProjBias()) // [1, T, H]

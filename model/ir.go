@@ -18,6 +18,7 @@ const (
 	f16     elem = "f16"
 	bf16    elem = "bf16"
 	i64     elem = "i64"
+	i32     elem = "i32"
 	boolean elem = "boolean"
 )
 

@@ -38,10 +38,12 @@ func version() (string, error) {
 // Its methods may be called from several goroutines at once, but not
 // concurrently with Close.
 type Core struct {
-	p *C.ov_core_t
+	p     *C.ov_core_t
+	paged error // why PagedAttention is unavailable; nil when the extension was added
 }
 
-// NewCore loads the library if needed and creates a Core.
+// NewCore loads the library if needed and creates a Core, with ovrun's
+// paged-attention extension added when it is there (Core.PagedAttention).
 func NewCore() (*Core, error) {
 	if err := Load(); err != nil {
 		return nil, err
@@ -50,7 +52,9 @@ func NewCore() (*Core, error) {
 	if err := statusError("ov_core_create", C.ovr_core_create(&p)); err != nil {
 		return nil, err
 	}
-	return &Core{p: p}, nil
+	c := &Core{p: p}
+	c.paged = c.addPagedAttention()
+	return c, nil
 }
 
 // Close frees the core. Models compiled by it stay usable until their own Close.

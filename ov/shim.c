@@ -16,6 +16,7 @@
     X(ov_version_free)                         \
     X(ov_core_create)                          \
     X(ov_core_free)                            \
+    X(ov_core_add_extension)                   \
     X(ov_core_get_available_devices)           \
     X(ov_available_devices_free)               \
     X(ov_core_set_property)                    \
@@ -171,6 +172,10 @@ void ovr_version_free(ov_version_t* v) {
 
 ov_status_e ovr_core_create(ov_core_t** core) {
     OVR_GUARDED(ov_status_e, ovr.ov_core_create(core));
+}
+
+ov_status_e ovr_core_add_extension(const ov_core_t* core, const char* path) {
+    OVR_GUARDED(ov_status_e, ovr.ov_core_add_extension(core, path));
 }
 
 void ovr_core_free(ov_core_t* core) {

@@ -38,6 +38,7 @@ void ovr_version_free(ov_version_t* v);
 // Core.
 ov_status_e ovr_core_create(ov_core_t** core);
 void ovr_core_free(ov_core_t* core);
+ov_status_e ovr_core_add_extension(const ov_core_t* core, const char* path);
 ov_status_e ovr_core_get_available_devices(const ov_core_t* core, ov_available_devices_t* devices);
 void ovr_available_devices_free(ov_available_devices_t* devices);
 ov_status_e ovr_core_set_property(const ov_core_t* core, const char* device, const char* key, const char* value);

@@ -25,12 +25,16 @@ var ErrCapacity = errors.New("context capacity exceeded")
 
 // KVShape is the per-layer cache geometry: [capacity, KVHeads, HeadDim]
 // elements of ElemBytes (4: f32, 2: bf16 or f16; 0 means 4) for each
-// layer's K and V.
+// layer's K and V, or with Block > 1 the paged layout [capacity/Block,
+// KVHeads, Block, HeadDim] (model.AttentionPaged), the capacity rounded up
+// to whole blocks. Either way the slot axis (rows, or blocks of them) is
+// outermost, so a smaller capacity's cache is a prefix of a larger one's.
 type KVShape struct {
 	Layers    int
 	KVHeads   int
 	HeadDim   int
 	ElemBytes int
+	Block     int
 }
 
 // ShapeOf derives the f32 cache geometry of a model. A compiler may store
@@ -51,8 +55,21 @@ func (s KVShape) RowBytes() int {
 // TokenBytes is the size of one token's K and V across all layers.
 func (s KVShape) TokenBytes() int64 { return int64(2 * s.Layers * s.RowBytes()) }
 
+// Slots is tokens rounded up to whole blocks: the slots a cache holding
+// tokens (or of that capacity) spans.
+func (s KVShape) Slots(tokens int) int {
+	if s.Block <= 1 {
+		return tokens
+	}
+	return (tokens + s.Block - 1) / s.Block * s.Block
+}
+
+// LayerBytes is the size of one layer's K (or V) of a cache of capacity
+// slots, or the prefix of a cache that holds its first capacity tokens.
+func (s KVShape) LayerBytes(capacity int) int { return s.Slots(capacity) * s.RowBytes() }
+
 // BufferBytes is the size of a cache of the given capacity.
-func (s KVShape) BufferBytes(capacity int) int64 { return int64(capacity) * s.TokenBytes() }
+func (s KVShape) BufferBytes(capacity int) int64 { return int64(s.Slots(capacity)) * s.TokenBytes() }
 
 // KV is a cache view of Capacity slots: per layer, K[l] and V[l] hold
 // Capacity rows of RowBytes. The memory is not managed by Go's collector and

@@ -36,7 +36,7 @@ func AllocKV(shape KVShape, capacity int, commit bool) (*KVBuffer, error) {
 	if capacity <= 0 {
 		return nil, fmt.Errorf("kv capacity must be positive, got %d", capacity)
 	}
-	n := capacity * shape.RowBytes()
+	n := shape.LayerBytes(capacity)
 	b := &KVBuffer{shape: shape, capacity: capacity}
 	for i := 0; i < 2*shape.Layers; i++ {
 		m, err := syscall.Mmap(-1, 0, n, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_PRIVATE|syscall.MAP_ANON|syscall.MAP_NORESERVE)
@@ -73,12 +73,13 @@ func (b *KVBuffer) Capacity() int { return b.capacity }
 func (b *KVBuffer) Bytes() int64 { return b.shape.BufferBytes(b.capacity) }
 
 // View returns the first capacity slots of every layer: for the [C, Hkv, D]
-// layout that is a valid cache of that capacity, holding the same tokens.
+// layout (or its blocks) that is a valid cache of that capacity, holding
+// the same tokens.
 func (b *KVBuffer) View(capacity int) (*KV, error) {
 	if capacity > b.capacity {
 		return nil, fmt.Errorf("%w: view of %d slots in a buffer of %d", ErrCapacity, capacity, b.capacity)
 	}
-	n := capacity * b.shape.RowBytes()
+	n := b.shape.LayerBytes(capacity)
 	kv := &KV{Capacity: capacity}
 	for l := 0; l < b.shape.Layers; l++ {
 		kv.K = append(kv.K, b.maps[2*l][:n:n])
@@ -141,13 +142,14 @@ func (b *KVBuffer) Free() error {
 	return errors.Join(errs...)
 }
 
-// CopyLive copies the first tokens slots of every layer from src to dst and
-// returns the bytes copied.
-func CopyLive(dst, src *KV, tokens, rowBytes int) (int64, error) {
+// CopyLive copies the first tokens slots of every layer (whole blocks of a
+// paged layout) from src to dst, both of shape, and returns the bytes
+// copied.
+func CopyLive(dst, src *KV, tokens int, shape KVShape) (int64, error) {
 	if tokens > dst.Capacity || tokens > src.Capacity {
 		return 0, fmt.Errorf("%w: copying %d tokens between caches of %d and %d", ErrCapacity, tokens, src.Capacity, dst.Capacity)
 	}
-	n := tokens * rowBytes
+	n := shape.LayerBytes(tokens)
 	for l := range src.K {
 		copy(dst.K[l][:n], src.K[l][:n])
 		copy(dst.V[l][:n], src.V[l][:n])

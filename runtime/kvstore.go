@@ -149,7 +149,7 @@ func (s *CopyStore) Grow(capacity, live int, observe func(int64)) (*KV, int64, e
 	if err != nil {
 		return nil, 0, errors.Join(err, nb.Free())
 	}
-	n, err := CopyLive(kv, s.kv, live, s.shape.RowBytes())
+	n, err := CopyLive(kv, s.kv, live, s.shape)
 	if err != nil {
 		return nil, 0, errors.Join(err, nb.Free())
 	}

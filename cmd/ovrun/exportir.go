@@ -75,7 +75,9 @@ no inference precision); --weights how the weights are stored, as for run.
 		defer ck.Close()
 		shape := runtime.ShapeOf(ck.Config)
 		shape.ElemBytes = ovexec.KVElemBytes(kv)
-		attention = ovexec.ResolveAttention(attention, deviceFlag.Get(c), shape.BufferBytes(capacity))
+		// auto never picks paged here: an IR file with paged attention
+		// reads back only where ovrun's extension is added to the core.
+		attention = ovexec.ResolveAttention(attention, deviceFlag.Get(c), shape.BufferBytes(capacity), false)
 		w := model.NewWeightsWith(ck, model.WeightOptions{Format: format})
 		blob := make([]byte, w.Size())
 		if err := w.Bind(blob); err != nil {
@@ -86,7 +88,11 @@ no inference precision); --weights how the weights are stored, as for run.
 			if chunk < 2 {
 				return fmt.Errorf("--shared needs a --prefill-chunk above 1, got %d", chunk)
 			}
-			specs = []model.GraphSpec{{Capacity: capacity, Chunk: chunk, Shared: true, Attention: model.AttentionBounded, KVPrecision: kv}}
+			shared := model.AttentionBounded
+			if attention == model.AttentionPaged {
+				shared = attention
+			}
+			specs = []model.GraphSpec{{Capacity: capacity, Chunk: chunk, Shared: true, Attention: shared, KVPrecision: kv}}
 		} else if chunk > 1 {
 			specs = append(specs, model.GraphSpec{Capacity: capacity, Chunk: chunk, Attention: attention, KVPrecision: kv})
 		}

@@ -94,6 +94,11 @@ type Measurement struct {
 	OpenVINOVersion   string  `json:"openvino_version"`
 	// Library is the libopenvino_c that was loaded.
 	Library string `json:"library"`
+	// Attention and KVPrecision are the measured graph's attention form
+	// and KV cache element type: those ovrun compiles with --attention
+	// auto and --kv-precision auto on this device (ovexec.Form).
+	Attention   string `json:"attention,omitempty"`
+	KVPrecision string `json:"kv_precision,omitempty"`
 	// PrecisionEffective is the inference precision the compiled model
 	// reports (a CPU without bf16 support runs f32 whatever the hint).
 	PrecisionEffective string `json:"precision_effective,omitempty"`
@@ -172,11 +177,7 @@ func MeasureCompile(ctx context.Context, cfg OnceConfig) (*Measurement, error) {
 	ver, _ := ov.Version()
 	m := &Measurement{Model: cfg.Model, Device: cfg.Device, Capacity: cfg.Capacity, Chunk: cfg.Chunk,
 		After: FormatSpecs(cfg.After), OpenVINOVersion: ver, Library: ov.LibraryPath()}
-	props := cfg.properties()
-	for _, p := range props {
-		m.Properties = append(m.Properties, p.Key+"="+p.Value)
-	}
-	if err := measure(ctx, ck, cfg, props, m); err != nil {
+	if err := measure(ctx, ck, cfg, cfg.properties(), m); err != nil {
 		return nil, err
 	}
 	if cfg.DumpLogits != "" {
@@ -198,10 +199,17 @@ func measure(ctx context.Context, ck *model.Checkpoint, cfg OnceConfig, props []
 		return err
 	}
 	defer func() { err = errors.Join(err, core.Close()) }()
-	// Compile as ovrun does on this device (ovexec.SnippetsDefault,
-	// ovexec.SplitsMLP).
+	// Compile the graphs ovrun compiles on this device, as it does
+	// (ovexec.Form, ovexec.SnippetsDefault, ovexec.SplitsMLP).
+	form, err := ovexec.NewForm(core, ck.Config, ovexec.Options{Device: cfg.Device, Precision: cfg.Precision, Properties: cfg.Props})
+	if err != nil {
+		return err
+	}
 	if p, ok := ovexec.SnippetsDefault(cfg.Device, cfg.Props); ok {
 		props = append(props, p)
+	}
+	props = form.Properties(props)
+	for _, p := range props {
 		m.Properties = append(m.Properties, p.Key+"="+p.Value)
 	}
 	w := model.NewWeightsWith(ck, model.WeightOptions{SplitMLP: ovexec.SplitsMLP(core, cfg.Device, props)})
@@ -230,6 +238,7 @@ func measure(ctx context.Context, ck *model.Checkpoint, cfg OnceConfig, props []
 
 	// The predecessors of a successor compile, held until the end.
 	for _, spec := range cfg.After {
+		spec = form.Spec(spec)
 		xml, err := model.BuildIR(w, spec)
 		if err != nil {
 			return err
@@ -246,7 +255,8 @@ func measure(ctx context.Context, ck *model.Checkpoint, cfg OnceConfig, props []
 		defer cm.Close()
 	}
 
-	spec := model.GraphSpec{Capacity: cfg.Capacity, Chunk: cfg.Chunk}
+	spec := form.Spec(model.GraphSpec{Capacity: cfg.Capacity, Chunk: cfg.Chunk})
+	m.Attention, m.KVPrecision = string(spec.Attention), spec.KVPrecision
 	t0 := time.Now()
 	xml, err := model.BuildIR(w, spec)
 	if err != nil {

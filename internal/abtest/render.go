@@ -146,6 +146,9 @@ func WriteProfile(w io.Writer, p *compilecost.Profile) error {
 	if p.Precision != "" {
 		fmt.Fprintf(w, ", precision %s", p.Precision)
 	}
+	if p.Attention != "" {
+		fmt.Fprintf(w, ", attention %s, kv %s", p.Attention, p.KVPrecision)
+	}
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "capacity\treps\tcompile s (median)\tmin\tmax\tcompile CPU s\tIR build s\tpeak RSS MiB\tfit s\timport s\texport s\t")

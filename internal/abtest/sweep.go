@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/ovtoolkit/ovrun/compilecost"
@@ -90,6 +92,18 @@ func Sweep(ctx context.Context, cfg SweepConfig, compile CompileFunc, progress f
 	return p, runErr
 }
 
+// joinForm adds form to the attention forms seen so far ("static",
+// "static, bounded" where auto splits the ladder).
+func joinForm(seen, form string) string {
+	switch {
+	case form == "" || slices.Contains(strings.Split(seen, ", "), form):
+		return seen
+	case seen == "":
+		return form
+	}
+	return seen + ", " + form
+}
+
 func buildProfile(cfg SweepConfig, got map[int][]*Measurement) *compilecost.Profile {
 	p := &compilecost.Profile{Model: filepath.Base(filepath.Clean(cfg.Model)), Device: cfg.Device, Precision: cfg.Precision}
 	for _, c := range cfg.Ladder {
@@ -108,8 +122,9 @@ func buildProfile(cfg SweepConfig, got map[int][]*Measurement) *compilecost.Prof
 				r.ExportS = append(r.ExportS, m.ExportS)
 			}
 			if p.OpenVINOVersion == "" {
-				p.OpenVINOVersion = m.OpenVINOVersion
+				p.OpenVINOVersion, p.KVPrecision = m.OpenVINOVersion, m.KVPrecision
 			}
+			p.Attention = joinForm(p.Attention, m.Attention)
 			p.Layers, p.WeightBytes = max(p.Layers, m.Layers), max(p.WeightBytes, m.WeightBytes)
 		}
 		r.MedianS = compilecost.Median(r.CompileS)

@@ -200,7 +200,7 @@ func TestArms(t *testing.T) {
 		{in: "grow-eager+prefill=eager", wantErr: "prefill mode"},
 		{in: "grow-eager+chunk=4", wantErr: "POLICY[+prefill=MODE][+compile-in=WHERE][+weights=FORMAT][+attention=FORM]"},
 		{in: "grow-one-ahead+attention=bounded+weights=rounded", want: Arm{Policy: runtime.GrowOneAhead, Attention: model.AttentionBounded, Weights: model.WeightsRounded}},
-		{in: "grow-one-ahead+attention=dense", wantErr: "want auto, bounded or static"},
+		{in: "grow-one-ahead+attention=dense", wantErr: "want auto, paged, bounded or static"},
 		{in: "grow-one-ahead+weights=rounded", want: Arm{Policy: runtime.GrowOneAhead, Weights: model.WeightsRounded}},
 		{in: "grow-one-ahead+weights=u4", wantErr: "want native, rounded or f32"},
 		{in: "grow-one-ahead+weights=", wantErr: "POLICY[+prefill=MODE]"},

@@ -10,18 +10,21 @@ import (
 
 	"github.com/ovtoolkit/ovrun/internal/testenv"
 	"github.com/ovtoolkit/ovrun/model"
+	"github.com/ovtoolkit/ovrun/ov"
 	"github.com/ovtoolkit/ovrun/runtime"
 )
 
-// TestAttentionFormsAgree runs the same prompt through bounded and static
-// graphs at a capacity that is not a multiple of the 64-slot block, with a
-// prompt whose prefill chunks and decode steps cross block edges (60 + 100
-// tokens: live prefixes of 64, 128 and 192 slots, then capped at 200): the
-// greedy tokens are identical and every logits row agrees.
+// TestAttentionFormsAgree runs the same prompt through paged, bounded and
+// static graphs at a capacity that is a multiple of neither the 64-slot
+// block nor the 32-slot paged block, with a prompt whose prefill chunks and
+// decode steps cross block edges (60 + 140 tokens: live prefixes of 64,
+// 128 and 192 slots, then capped at 200; paged blocks up to the seventh,
+// partly past the capacity): the greedy tokens are identical and every
+// logits row agrees.
 func TestAttentionFormsAgree(t *testing.T) {
 	run := func(a model.Attention) *runtime.GenerateResult {
 		ck, comp := openOVWith(t, "tiny", "F32", a)
-		res, err := runtime.Generate(context.Background(), comp, runtime.ShapeOf(ck.Config), runtime.GenerateConfig{
+		res, err := runtime.Generate(context.Background(), comp, comp.KVShape(), runtime.GenerateConfig{
 			Capacity: 200, PrefillChunk: 8, Prompt: runtime.SeededTokens(9, 60, ck.Config.VocabSize), MaxNewTokens: 140, KeepLogits: true})
 		if err != nil {
 			t.Fatal(err)
@@ -31,40 +34,48 @@ func TestAttentionFormsAgree(t *testing.T) {
 		}
 		return res
 	}
-	bounded, static := run(model.AttentionBounded), run(model.AttentionStatic)
-	if len(bounded.Tokens) != 140 || !slices.Equal(bounded.Tokens, static.Tokens) {
-		t.Fatalf("tokens differ:\nbounded %v\n static %v", bounded.Tokens, static.Tokens)
-	}
-	for i := range static.Logits {
-		checkRow(t, i, bounded.Logits[i], static.Logits[i])
+	static := run(model.AttentionStatic)
+	for _, a := range []model.Attention{model.AttentionBounded, model.AttentionPaged} {
+		got := run(a)
+		if len(got.Tokens) != 140 || !slices.Equal(got.Tokens, static.Tokens) {
+			t.Fatalf("tokens differ:\n%7s %v\n static %v", a, got.Tokens, static.Tokens)
+		}
+		for i := range static.Logits {
+			checkRow(t, i, got.Logits[i], static.Logits[i])
+		}
 	}
 }
 
-// TestBoundedReadsOnlyLivePrefix fills every cache slot past the bounded
-// graph's live prefix with NaN: the bounded decode graph must not read them
-// (finite logits, equal to those with zeros there), while the static graph,
-// which reads every slot, turns them into NaN logits (the check can fail).
-func TestBoundedReadsOnlyLivePrefix(t *testing.T) {
-	const capacity, pos = 256, 70 // live prefix: model.LiveSlots(70, 256) = 128 slots
-	live := model.LiveSlots(pos, capacity)
-	step := func(a model.Attention, poison bool) []float32 {
-		ck, comp := openOVWith(t, "tiny", "F32", a)
-		shape := runtime.ShapeOf(ck.Config)
+// TestPagedReadsOnlyLiveBlocks fills the paged cache with NaN everywhere
+// but the live tokens' slots (the blocks past them, and the slots past the
+// live position inside the last block, of every KV head): a paged decode
+// step must not read them (finite logits, equal to those with finite
+// content there), and writes its own token's K/V into its slot.
+func TestPagedReadsOnlyLiveBlocks(t *testing.T) {
+	const capacity, pos = 256, 70 // slot 70 is in block 2, slot 6 of 32
+	step := func(poison bool) ([]float32, *runtime.KV, runtime.KVShape) {
+		_, comp := openOVWith(t, "tiny", "F32", model.AttentionPaged)
+		shape := comp.KVShape()
+		if shape.Block != model.PagedBlock {
+			t.Fatalf("KVShape().Block = %d, want %d", shape.Block, model.PagedBlock)
+		}
 		exe, err := comp.Compile(context.Background(), model.GraphSpec{Capacity: capacity, Chunk: 1})
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer exe.Close()
+		t.Cleanup(func() { exe.Close() })
 		buf, kv, err := runtime.AllocFullView(shape, capacity)
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer buf.Free()
-		rb := shape.RowBytes()
+		t.Cleanup(func() { buf.Free() })
+		eb, B, H, D := 4, shape.Block, shape.KVHeads, shape.HeadDim
 		for _, m := range append(append([][]byte{}, kv.K...), kv.V...) {
-			for j := 0; j < capacity*rb; j += 4 {
-				v := float32(math.Sin(float64(j))) // some finite cache content
-				if j >= live*rb && poison {
+			for j := 0; j < len(m); j += eb {
+				e := j / eb
+				slot := e/(H*B*D)*B + e/D%B // [block, head, slot in block, d]
+				v := float32(math.Sin(float64(j)))
+				if slot >= pos && poison {
 					v = float32(math.NaN())
 				}
 				binary.LittleEndian.PutUint32(m[j:], math.Float32bits(v))
@@ -77,25 +88,25 @@ func TestBoundedReadsOnlyLivePrefix(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return slices.Clone(logits)
+		return slices.Clone(logits), kv, shape
 	}
-	clean := step(model.AttentionBounded, false)
-	poisoned := step(model.AttentionBounded, true)
+	clean, _, _ := step(false)
+	poisoned, kv, shape := step(true)
 	for i, v := range poisoned {
 		if math.IsNaN(float64(v)) {
-			t.Fatalf("bounded graph: logit %d is NaN: it read slots past its live prefix of %d", i, live)
+			t.Fatalf("paged graph: logit %d is NaN: it read slots past position %d", i, pos)
 		}
 	}
-	checkRow(t, 0, poisoned, clean)
 	if !slices.Equal(poisoned, clean) {
-		t.Errorf("bounded graph: logits moved when slots %d.. changed", live)
+		t.Errorf("paged graph: logits moved when slots %d.. changed", pos)
 	}
-	nan := false
-	for _, v := range step(model.AttentionStatic, true) {
-		nan = nan || math.IsNaN(float64(v))
-	}
-	if !nan {
-		t.Error("static graph: finite logits with NaN in unused slots; the poison does not reach the attention and the bounded check proves nothing")
+	// The step stored its K row at slot 70: block 2, slot 6, every head.
+	B, H, D := shape.Block, shape.KVHeads, shape.HeadDim
+	for h := 0; h < H; h++ {
+		off := 4 * (((pos/B*H+h)*B + pos%B) * D)
+		if v := math.Float32frombits(binary.LittleEndian.Uint32(kv.K[0][off:])); math.IsNaN(float64(v)) {
+			t.Errorf("layer 0 head %d: slot %d still holds the poison: the graph did not write its K row there", h, pos)
+		}
 	}
 }
 
@@ -108,8 +119,14 @@ func TestResolveAttention(t *testing.T) {
 		asked  model.Attention
 		device string
 		bytes  int64
+		paged  bool // the core can read paged attention
 		want   model.Attention
 	}{
+		{name: "auto on CPU with paged attention", asked: model.AttentionAuto, device: "CPU", bytes: 1, paged: true, want: model.AttentionPaged},
+		{name: "auto on CPU with paged attention, large cache", asked: "", device: "cpu", bytes: 1 << 40, paged: true, want: model.AttentionPaged},
+		{name: "auto on GPU with paged attention", asked: model.AttentionAuto, device: "GPU", bytes: 1, paged: true, want: model.AttentionBounded},
+		{name: "auto on NPU with paged attention", asked: model.AttentionAuto, device: "NPU", bytes: 1, paged: true, want: model.AttentionStatic},
+		{name: "static on CPU with paged attention", asked: model.AttentionStatic, device: "CPU", bytes: 1, paged: true, want: model.AttentionStatic},
 		{name: "auto on CPU, small cache", asked: model.AttentionAuto, device: "CPU", bytes: StaticCacheMax, want: model.AttentionStatic},
 		{name: "auto on CPU, large cache", asked: model.AttentionAuto, device: "CPU", bytes: StaticCacheMax + 1, want: model.AttentionBounded},
 		{name: "empty on cpu", asked: "", device: "cpu", bytes: 1 << 20, want: model.AttentionStatic},
@@ -119,18 +136,32 @@ func TestResolveAttention(t *testing.T) {
 		{name: "bounded on CPU", asked: model.AttentionBounded, device: "CPU", bytes: 1, want: model.AttentionBounded},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := ResolveAttention(tc.asked, tc.device, tc.bytes); got != tc.want {
-				t.Errorf("ResolveAttention(%q, %s, %d) = %q, want %q", tc.asked, tc.device, tc.bytes, got, tc.want)
+			if got := ResolveAttention(tc.asked, tc.device, tc.bytes, tc.paged); got != tc.want {
+				t.Errorf("ResolveAttention(%q, %s, %d, paged %v) = %q, want %q", tc.asked, tc.device, tc.bytes, tc.paged, got, tc.want)
 			}
 		})
 	}
 }
 
-// TestAutoAttentionPerCapacity: with auto, a compiler gives each graph the
-// form its capacity's cache size calls for, the summary's description names
-// the split, and an explicit form holds for every capacity.
+// TestAutoAttentionPerCapacity: with auto, a compiler whose core has the
+// paged-attention extension gives every graph paged attention (make build
+// builds the extension, so it must be there); without it, each graph gets
+// the form its capacity's cache size calls for, the summary's description
+// names the split, and an explicit form holds for every capacity.
 func TestAutoAttentionPerCapacity(t *testing.T) {
 	_, comp := openOVWith(t, "tiny", "F32", model.AttentionAuto)
+	if comp.paged != nil {
+		t.Fatalf("no paged attention: %v", comp.paged)
+	}
+	for _, c := range []int{64, 1000, 1 << 16} {
+		if got := comp.withAttention(model.GraphSpec{Capacity: c, Chunk: 8, Shared: c == 64}).Attention; got != model.AttentionPaged {
+			t.Errorf("capacity %d: %s, want paged", c, got)
+		}
+	}
+	if !comp.Paged() || comp.KVShape().Block != model.PagedBlock || comp.SharedStepPenalty() != 0 {
+		t.Errorf("Paged() %v, KVShape().Block %d, SharedStepPenalty() %v: want true, %d, 0", comp.Paged(), comp.KVShape().Block, comp.SharedStepPenalty(), model.PagedBlock)
+	}
+	comp.paged = ov.ErrNoPagedAttention                        // as without the extension
 	limit := int(StaticCacheMax / comp.KVShape().TokenBytes()) // the largest static capacity
 	if comp.AttentionFor(limit) != model.AttentionStatic || comp.AttentionFor(limit+1) != model.AttentionBounded {
 		t.Fatalf("AttentionFor(%d), (%d) = %s, %s: want static, bounded", limit, limit+1, comp.AttentionFor(limit), comp.AttentionFor(limit+1))
@@ -226,7 +257,7 @@ func TestKVCacheInBF16(t *testing.T) {
 func TestSharedGraphAgrees(t *testing.T) {
 	run := func(a model.Attention, mode runtime.PrefillMode) *runtime.GenerateResult {
 		ck, comp := openOVWith(t, "tiny", "F32", a)
-		res, err := runtime.Generate(context.Background(), comp, runtime.ShapeOf(ck.Config), runtime.GenerateConfig{
+		res, err := runtime.Generate(context.Background(), comp, comp.KVShape(), runtime.GenerateConfig{
 			Capacity: 200, PrefillChunk: 8, Prefill: mode, Prompt: runtime.SeededTokens(9, 60, ck.Config.VocabSize), MaxNewTokens: 140, KeepLogits: true})
 		if err != nil {
 			t.Fatal(err)

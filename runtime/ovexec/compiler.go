@@ -61,36 +61,6 @@ func ParseKVPrecision(s string) (string, error) {
 	return "", fmt.Errorf("kv precision %q: want auto, f32, bf16 or f16", s)
 }
 
-// StaticCacheMax is the largest past cache (every layer's K and V over the
-// graph's capacity, in the cache's element type) for which auto picks the
-// static form on the CPU. A static decode step reads the whole cache; a
-// bounded one reads the live prefix but pays for the dynamic shapes inside
-// the graph (shape inference of every attention node on every call, about
-// 1 ms a step for SmolLM2's 30 layers). Measured on an AMD EPYC with 2
-// cores (docs/design.md, "Graph forms on the CPU"): SmolLM2 decode with a bf16 cache
-// is faster static up to capacity 1024 (22.5 MiB), with an f32 cache up to
-// 512 (22.5 MiB); bounded wins from 2048 (bf16) and 1024 (f32) on.
-const StaticCacheMax = 24 << 20
-
-// ResolveAttention turns auto (or "") into the form a graph whose past
-// cache takes cacheBytes runs: static on devices that compile static shapes
-// only (NPU); on the CPU static up to StaticCacheMax and bounded above;
-// bounded on the GPU (not measured there). Explicit forms are kept.
-func ResolveAttention(a model.Attention, device string, cacheBytes int64) model.Attention {
-	if a != "" && a != model.AttentionAuto {
-		return a
-	}
-	switch {
-	case !runtime.DynamicShapes(device):
-		return model.AttentionStatic
-	case strings.EqualFold(device, "GPU"):
-		return model.AttentionBounded
-	case cacheBytes <= StaticCacheMax:
-		return model.AttentionStatic
-	}
-	return model.AttentionBounded
-}
-
 // properties lists the compile properties in a stable order.
 func (o Options) properties() []ov.Property {
 	var ps []ov.Property
@@ -167,14 +137,13 @@ const FailCompileEnv = "OVRUN_FAIL_COMPILE"
 // Compiler compiles decoder graphs of one checkpoint with OpenVINO. All its
 // graphs share one weights blob in C memory.
 type Compiler struct {
+	Form
 	ck      *model.Checkpoint
 	core    *ov.Core
 	weights *model.Weights
 	blob    *ov.HostBuffer
 	wt      *ov.Tensor
-	opts    Options
 	props   []ov.Property
-	shape   runtime.KVShape
 	vocab   int
 	faults  *faultPlan
 	cache   *rungCache // nil without a cache folder
@@ -201,38 +170,22 @@ var (
 // NewCompiler loads OpenVINO and copies the checkpoint's weights into the
 // shared blob.
 func NewCompiler(ck *model.Checkpoint, opts Options) (*Compiler, error) {
-	if opts.Device == "" {
-		opts.Device = "CPU"
-	}
-	if opts.Attention != "" {
-		if _, err := model.ParseAttention(string(opts.Attention)); err != nil {
-			return nil, err
-		}
-	}
-	if opts.Attention == model.AttentionBounded && !runtime.DynamicShapes(opts.Device) {
-		return nil, fmt.Errorf("attention bounded: device %s compiles static shapes only; use --attention static or auto", opts.Device)
-	}
-	if opts.Attention == "" {
-		opts.Attention = model.AttentionAuto
-	}
-	if opts.KVPrecision != "" {
-		if _, err := ParseKVPrecision(opts.KVPrecision); err != nil {
-			return nil, err
-		}
-	}
 	core, err := ov.NewCore()
 	if err != nil {
 		return nil, err
 	}
-	opts.KVPrecision = resolveKVPrecision(core, opts)
+	form, err := NewForm(core, ck.Config, opts)
+	if err != nil {
+		return nil, errors.Join(err, core.Close())
+	}
 	faults, err := parseFaultPlan(os.Getenv(FailCompileEnv))
 	if err != nil {
 		return nil, errors.Join(err, core.Close())
 	}
-	c := &Compiler{ck: ck, core: core, opts: opts, shape: runtime.ShapeOf(ck.Config), vocab: ck.Config.VocabSize, faults: faults}
-	c.shape.ElemBytes = KVElemBytes(opts.KVPrecision)
+	opts = form.opts
+	c := &Compiler{Form: form, ck: ck, core: core, vocab: ck.Config.VocabSize, faults: faults}
 	c.weights = model.NewWeightsWith(ck, model.WeightOptions{Format: opts.Weights, SplitMLP: SplitsMLP(core, opts.Device, opts.properties())})
-	c.props = opts.compileProperties(c.weights.Compressed())
+	c.props = form.Properties(opts.compileProperties(c.weights.Compressed()))
 	if opts.Worker != nil || opts.CacheDir != "" {
 		// Import takes no properties: graphs imported from workers or from
 		// the compiled-rung cache get the compile properties from the core.
@@ -314,105 +267,15 @@ func (c *Compiler) NonFiniteWeight() string {
 	return fmt.Sprintf("the checkpoint's first non-finite weight is %s[%d] = %v", name, i, v)
 }
 
-// Attention is the form of attention asked for: static, bounded, or auto,
-// which each graph resolves by its capacity (AttentionFor).
-func (c *Compiler) Attention() model.Attention { return c.opts.Attention }
-
-// AttentionFor is the form of attention a graph of this capacity gets.
-func (c *Compiler) AttentionFor(capacity int) model.Attention {
-	return ResolveAttention(c.opts.Attention, c.opts.Device, c.shape.BufferBytes(capacity))
-}
-
-// DescribeAttention says which form these graphs get: one form, or each
-// form with its capacities ("static 256-1024, bounded 2048-4096") when
-// auto splits them or a shared graph (always bounded) is among them.
-func (c *Compiler) DescribeAttention(specs ...model.GraphSpec) string {
-	if len(specs) == 0 {
-		return string(c.opts.Attention)
-	}
-	form := func(s model.GraphSpec) model.Attention { return c.withAttention(s).Attention }
-	var parts []string
-	first := 0
-	for i, s := range specs {
-		f := form(s)
-		if i+1 < len(specs) && form(specs[i+1]) == f {
-			continue
-		}
-		part := fmt.Sprintf("%s %d", f, specs[first].Capacity)
-		if i > first {
-			part += fmt.Sprintf("-%d", s.Capacity)
-		}
-		parts, first = append(parts, part), i+1
-	}
-	if len(parts) < 2 {
-		return string(form(specs[0]))
-	}
-	return strings.Join(parts, ", ")
-}
-
-// SharedGraphs reports whether this compiler compiles shared graphs (a
-// dynamic token axis): on devices that take dynamic shapes, unless static
-// attention was asked for.
-func (c *Compiler) SharedGraphs() bool {
-	return runtime.DynamicShapes(c.opts.Device) && c.opts.Attention != model.AttentionStatic
-}
-
 // SharedStepPenalty estimates how much longer a shared graph's decode step
 // is than the decode graph's for this compiler's model
-// (compilecost.SharedStepPenalty of its layers and weight bytes).
+// (compilecost.SharedStepPenalty of its layers and weight bytes); 0 for
+// paged graphs, whose attention has no dynamic shapes of its own.
 func (c *Compiler) SharedStepPenalty() float64 {
+	if c.Paged() {
+		return 0
+	}
 	return compilecost.SharedStepPenalty(c.weights.Config().NumHiddenLayers, c.weights.StepBytes())
-}
-
-// KVPrecision is the element type of the KV cache of every graph (auto
-// resolved): f32, bf16 or f16.
-func (c *Compiler) KVPrecision() string { return c.opts.KVPrecision }
-
-// KVShape is the cache geometry of this compiler's graphs, in the element
-// size of KVPrecision: what the runtime allocates and binds.
-func (c *Compiler) KVShape() runtime.KVShape { return c.shape }
-
-// withAttention gives spec the compiler's attention form and KV precision
-// unless it names them. A shared graph's attention is bounded (its token
-// axis is dynamic anyway).
-func (c *Compiler) withAttention(spec model.GraphSpec) model.GraphSpec {
-	if spec.Attention == "" || spec.Attention == model.AttentionAuto {
-		spec.Attention = c.AttentionFor(spec.Capacity)
-		if spec.Shared {
-			spec.Attention = model.AttentionBounded
-		}
-	}
-	if spec.KVPrecision == "" {
-		spec.KVPrecision = c.opts.KVPrecision
-	}
-	return spec
-}
-
-// resolveKVPrecision turns auto (or "") into f32, bf16 or f16: on the CPU
-// the inference precision asked for, or else the device's default
-// (INFERENCE_PRECISION_HINT, bf16 on CPUs with bf16 instructions), where
-// the device can compute in it (OPTIMIZATION_CAPABILITIES: a CPU without
-// bf16 runs a bf16 request in f32, and its cache stays f32); f32 on other
-// devices and whenever the precision is unknown.
-func resolveKVPrecision(core *ov.Core, o Options) string {
-	if o.KVPrecision != "" && o.KVPrecision != "auto" {
-		return o.KVPrecision
-	}
-	if !strings.EqualFold(o.Device, "CPU") {
-		return "f32"
-	}
-	p := o.Precision
-	if p == "" {
-		p, _ = core.Property(o.Device, "INFERENCE_PRECISION_HINT")
-	}
-	caps, _ := capabilities(core, o.Device)
-	switch p = strings.ToLower(p); {
-	case p == "bf16" && slices.Contains(caps, "BF16"):
-		return p
-	case p == "f16" && slices.Contains(caps, "FP16"):
-		return p
-	}
-	return "f32"
 }
 
 // SplitsMLP says whether graphs compiled for device with props (the last
@@ -593,6 +456,10 @@ func (c *Compiler) recordPrecision(cm *ov.CompiledModel) {
 func (c *Compiler) newExecutable(spec model.GraphSpec, cm *ov.CompiledModel, irBytes int, origin runtime.Origin, notes ...string) (runtime.Executable, error) {
 	shape := c.shape
 	shape.ElemBytes = kvElement(spec.KVPrecision).Size()
+	shape.Block = 0
+	if spec.Attention == model.AttentionPaged {
+		shape.Block = model.PagedBlock
+	}
 	e := &executable{spec: spec, compiled: cm, shape: shape, vocab: c.vocab, irBytes: irBytes, origin: origin, notes: notes}
 	if err := e.prepare(); err != nil {
 		return nil, errors.Join(fmt.Errorf("prepare graph %s: %w", spec.Name(), err), e.Close())

@@ -74,6 +74,9 @@ func (e *executable) prepare() error {
 		return err
 	}
 	for range 2 * e.shape.Layers {
+		if e.paged() {
+			break // the graph writes its K/V rows into the cache itself
+		}
 		buf, err := alloc(kvElement(e.spec.KVPrecision), T, int64(e.shape.KVHeads), int64(e.shape.HeadDim))
 		if err != nil {
 			return err
@@ -92,14 +95,19 @@ func (e *executable) prepare() error {
 		}
 		e.tensors = append(e.tensors, t)
 	}
-	// A shared graph takes 1 to Chunk tokens: Step binds the count each
-	// call has; a static graph takes Chunk (padded) on every call.
+	// A shared or paged graph takes 1 to Chunk tokens: Step binds the
+	// count each call has; a static graph takes Chunk (padded) on every
+	// call.
 	n := e.spec.Chunk
-	if e.spec.Shared {
+	if e.spec.DynamicTokens() {
 		n = 1
 	}
 	return e.bindTokens(n)
 }
+
+// paged reports whether the graph attends through paged attention: its
+// cache is bound in blocks once, and it writes its K/V rows there itself.
+func (e *executable) paged() bool { return e.spec.Attention == model.AttentionPaged }
 
 // bind makes a tensor of shape over the memory at ptr the request's tensor
 // name.
@@ -138,7 +146,7 @@ func (e *executable) bindTokens(n int) error {
 		return err
 	}
 	row := []int64{T, int64(e.shape.KVHeads), int64(e.shape.HeadDim)}
-	for l := 0; l < e.shape.Layers; l++ {
+	for l := 0; l < e.shape.Layers && !e.paged(); l++ {
 		for i, name := range []string{model.PresentKey(l), model.PresentValue(l)} {
 			if err := bind(name, kvElement(e.spec.KVPrecision), row, e.present[2*l+i]); err != nil {
 				return err
@@ -149,18 +157,19 @@ func (e *executable) bindTokens(n int) error {
 	return nil
 }
 
-// Bind makes kv the graph's past K/V. A static graph gets every slot
-// bound here; a bounded one gets the live prefix of each call in Step.
+// Bind makes kv the graph's past K/V. A static or paged graph gets every
+// slot bound here; a bounded one gets the live prefix of each call in Step.
 func (e *executable) Bind(kv *runtime.KV) error {
 	if kv.Capacity != e.spec.Capacity {
 		return fmt.Errorf("bind a cache of %d slots to graph %s", kv.Capacity, e.spec.Name())
 	}
 	e.freeKV()
+	need := e.shape.LayerBytes(kv.Capacity)
 	for l := 0; l < e.shape.Layers; l++ {
 		for _, mem := range [][]byte{kv.K[l], kv.V[l]} {
-			if len(mem) < kv.Capacity*e.shape.RowBytes() {
+			if len(mem) < need {
 				return fmt.Errorf("bind graph %s: layer %d's cache has %d bytes, %d slots of %s need %d (allocate it with the compiler's KVShape)",
-					e.spec.Name(), l, len(mem), kv.Capacity, kvElement(e.spec.KVPrecision), kv.Capacity*e.shape.RowBytes())
+					e.spec.Name(), l, len(mem), kv.Capacity, kvElement(e.spec.KVPrecision), need)
 			}
 		}
 	}
@@ -171,18 +180,25 @@ func (e *executable) Bind(kv *runtime.KV) error {
 	return e.bindPast(kv.Capacity)
 }
 
-// warmUp runs one decode step of a graph with dynamic shapes on a scratch
-// cache of its first live prefix. The CPU plugin prepares such a graph's
-// kernels (weights repacked for the matrix products included) on its first
-// call, not at compile time as for a static graph: SmolLM2's shared graph
-// took 0.2-0.35 s longer on its first call than on the next. Done here,
+// warmUp runs a decode step of a graph with dynamic shapes on a scratch
+// cache, and for one whose token axis is dynamic a call of warmTokens
+// tokens as well. The CPU plugin prepares such a graph's kernels (weights
+// repacked for the matrix products included) on its first call of each
+// kind, not at compile time as for a static graph: SmolLM2's shared graph
+// took 0.2-0.35 s longer on its first call than on the next, and its
+// first call of 8 or more tokens 0.43 s longer again at f32. Done here,
 // that cost is part of the compile, which the ladder may run in the
 // background, instead of the first token or a rung boundary.
 func (e *executable) warmUp() error {
-	if e.spec.Attention != model.AttentionBounded {
+	var slots int
+	switch {
+	case e.paged():
+		slots = e.shape.Slots(min(warmTokens, e.spec.Capacity))
+	case e.spec.Attention == model.AttentionBounded:
+		slots = model.LiveSlots(0, e.spec.Capacity)
+	default:
 		return nil
 	}
-	slots := model.LiveSlots(0, e.spec.Capacity)
 	scratch, kv, err := runtime.AllocFullView(e.shape, slots)
 	if err != nil {
 		return err
@@ -193,23 +209,37 @@ func (e *executable) warmUp() error {
 	if err := e.bindPast(slots); err != nil {
 		return err
 	}
-	for _, b := range []*ov.HostBuffer{e.ids, e.pos, e.idx} {
-		clear(b.Bytes())
+	calls := []int{1}
+	if n := min(e.spec.Chunk, warmTokens, e.spec.Capacity); e.spec.DynamicTokens() && n > 1 {
+		calls = append(calls, n)
 	}
-	if err := e.req.Infer(); err != nil {
-		return fmt.Errorf("first call of graph %s: %w", e.spec.Name(), err)
+	for _, n := range calls {
+		if _, err := e.Step(make([]int64, n), 0); err != nil {
+			return fmt.Errorf("first call of graph %s: %w", e.spec.Name(), err)
+		}
 	}
 	return nil
 }
 
+// warmTokens is the length of warmUp's second call: on the CPU a product
+// with compressed weights runs another kernel from a few rows on (at f32
+// from somewhere between 5 and 8), laid out on its first call.
+const warmTokens = 16
+
 // bindPast binds the first slots of every layer's K/V cache (a prefix view
-// of the bound cache, whose capacity axis is outermost) as the past inputs.
+// of the bound cache, whose capacity axis is outermost) as the past inputs:
+// [slots, Hkv, D], or a paged graph's [slots/B, Hkv, B, D] (slots rounded
+// up to whole blocks B).
 func (e *executable) bindPast(slots int) error {
 	for _, t := range e.kvTensors {
 		t.Close()
 	}
 	e.kvTensors, e.pastSlots = nil, 0
 	shape := []int64{int64(slots), int64(e.shape.KVHeads), int64(e.shape.HeadDim)}
+	if e.paged() {
+		B := e.shape.Block
+		shape = []int64{int64(e.shape.Slots(slots) / B), int64(e.shape.KVHeads), int64(B), int64(e.shape.HeadDim)}
+	}
 	et := kvElement(e.spec.KVPrecision)
 	for l := 0; l < e.shape.Layers; l++ {
 		for i, mem := range [][]byte{e.kv.K[l], e.kv.V[l]} {
@@ -243,7 +273,7 @@ func (e *executable) Step(ids []int64, start int) ([]float32, error) {
 			return nil, err
 		}
 	}
-	if e.spec.Shared && n != e.boundT {
+	if e.spec.DynamicTokens() && n != e.boundT {
 		if err := e.bindTokens(n); err != nil {
 			return nil, fmt.Errorf("graph %s: %w", e.spec.Name(), err)
 		}
@@ -262,7 +292,7 @@ func (e *executable) Step(ids []int64, start int) ([]float32, error) {
 		return nil, fmt.Errorf("infer graph %s: %w", e.spec.Name(), err)
 	}
 	rb := e.shape.RowBytes()
-	for l := 0; l < e.shape.Layers; l++ {
+	for l := 0; l < e.shape.Layers && !e.paged(); l++ {
 		copy(e.kv.K[l][start*rb:(start+n)*rb], e.present[2*l].Bytes()[:n*rb])
 		copy(e.kv.V[l][start*rb:(start+n)*rb], e.present[2*l+1].Bytes()[:n*rb])
 	}

@@ -34,7 +34,7 @@ func BenchmarkGGUFRungs(b *testing.B) {
 				mib := func(n int64) float64 { return float64(n) / (1 << 20) }
 				b.ReportMetric(mib(comp.Weights().TensorBytes()), "blob-MiB")
 				b.ReportMetric(mib(runtime.CurrentRSS()-base), "rss-blob-MiB")
-				buf, _, err := runtime.AllocFullView(runtime.ShapeOf(ck.Config), 1024) // one KV reservation: rungs bind prefix views
+				buf, _, err := runtime.AllocFullView(comp.KVShape(), 1024) // one KV reservation: rungs bind prefix views
 				if err != nil {
 					b.Fatal(err)
 				}

@@ -38,7 +38,7 @@ func generateGGUF(t *testing.T, path string, format model.WeightFormat, prompt [
 			t.Error(err)
 		}
 	})
-	res, err := runtime.Generate(context.Background(), comp, runtime.ShapeOf(ck.Config), runtime.GenerateConfig{
+	res, err := runtime.Generate(context.Background(), comp, comp.KVShape(), runtime.GenerateConfig{
 		Capacity: 64, PrefillChunk: 16, Prompt: prompt, MaxNewTokens: steps + 1, KeepLogits: true, Prefill: append(prefill, "")[0]})
 	if err != nil {
 		t.Fatal(err)

@@ -110,7 +110,7 @@ func TestLogitsMatchReference(t *testing.T) {
 			t.Run(tc.name+" "+string(attention), func(t *testing.T) {
 				ck, comp := openOVWith(t, tc.preset, tc.dtype, attention)
 				prompt := runtime.SeededTokens(7, 11, ck.Config.VocabSize)
-				res, err := runtime.Generate(context.Background(), comp, runtime.ShapeOf(ck.Config), runtime.GenerateConfig{
+				res, err := runtime.Generate(context.Background(), comp, comp.KVShape(), runtime.GenerateConfig{
 					Capacity: 64, PrefillChunk: 8, Prompt: prompt, MaxNewTokens: steps + 1, KeepLogits: true})
 				if err != nil {
 					t.Fatal(err)
@@ -147,7 +147,7 @@ func TestPrefillEqualsTokenByToken(t *testing.T) {
 	ck, comp := openOV(t, "tiny", "F32")
 	prompt := runtime.SeededTokens(3, 21, ck.Config.VocabSize) // 8+8+5: the last chunk is padded
 	run := func(chunk int) *runtime.GenerateResult {
-		res, err := runtime.Generate(context.Background(), comp, runtime.ShapeOf(ck.Config), runtime.GenerateConfig{
+		res, err := runtime.Generate(context.Background(), comp, comp.KVShape(), runtime.GenerateConfig{
 			Capacity: 48, PrefillChunk: chunk, Prompt: prompt, MaxNewTokens: 10, KeepLogits: true})
 		if err != nil {
 			t.Fatal(err)
@@ -165,7 +165,7 @@ func TestPrefillEqualsTokenByToken(t *testing.T) {
 
 func TestGenerateRejectsPromptLongerThanCapacity(t *testing.T) {
 	ck, comp := openOV(t, "tiny", "F32")
-	_, err := runtime.Generate(context.Background(), comp, runtime.ShapeOf(ck.Config), runtime.GenerateConfig{
+	_, err := runtime.Generate(context.Background(), comp, comp.KVShape(), runtime.GenerateConfig{
 		Capacity: 16, Prompt: runtime.SeededTokens(1, 17, ck.Config.VocabSize), MaxNewTokens: 1})
 	if err == nil || !strings.Contains(err.Error(), "longer than capacity 16") {
 		t.Fatalf("err = %v, want prompt longer than capacity", err)

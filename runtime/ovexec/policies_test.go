@@ -30,7 +30,7 @@ func TestPoliciesAgreeOnOpenVINO(t *testing.T) {
 			vocab := ck.Config.VocabSize
 			var want []int64
 			for _, p := range runtime.Policies {
-				s, err := runtime.Run(context.Background(), comp, runtime.ShapeOf(ck.Config), runtime.RunConfig{
+				s, err := runtime.Run(context.Background(), comp, comp.KVShape(), runtime.RunConfig{
 					Ladder: ladder, Policy: p, Prompt: runtime.SeededTokens(5, tc.prompt, vocab), DecodeTokens: tc.decode,
 					Forced: runtime.SeededTokens(6, tc.decode, vocab), Verify: tc.verify, PrefillChunk: 16,
 				})

@@ -63,9 +63,9 @@ func openWorkerOV(t *testing.T, ck *model.Checkpoint, w *WorkerOptions) *Compile
 }
 
 // workerRun is the one-ahead run the worker tests compare.
-func workerRun(t *testing.T, comp runtime.Compiler, ck *model.Checkpoint) (*runtime.Summary, error) {
+func workerRun(t *testing.T, comp *Compiler, ck *model.Checkpoint) (*runtime.Summary, error) {
 	t.Helper()
-	return runtime.Run(context.Background(), comp, runtime.ShapeOf(ck.Config), runtime.RunConfig{
+	return runtime.Run(context.Background(), comp, comp.KVShape(), runtime.RunConfig{
 		Ladder: runtime.Ladder{32, 64, 128}, Policy: runtime.GrowOneAhead,
 		Prompt: runtime.SeededTokens(5, 8, ck.Config.VocabSize), DecodeTokens: 100, PrefillChunk: 16,
 	})
@@ -142,7 +142,7 @@ func TestBackgroundWorkersCarryTheLadderCPUSetAndNice(t *testing.T) {
 	}
 	ck, comp := smolWorkerOV(t)
 	stop := watchWorkerThreads("decode-c64")
-	s, err := runtime.Run(context.Background(), comp, runtime.ShapeOf(ck.Config), runtime.RunConfig{
+	s, err := runtime.Run(context.Background(), comp, comp.KVShape(), runtime.RunConfig{
 		Ladder: runtime.Ladder{32, 64}, Policy: runtime.GrowOneAhead, Prefill: runtime.PrefillDecode,
 		Prompt: runtime.SeededTokens(5, 8, ck.Config.VocabSize), DecodeTokens: 40,
 		Background: runtime.BackgroundOptions{CPUs: []int{1}, Nice: 5},

@@ -1,0 +1,123 @@
+package model
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+)
+
+// This file is the paged form of attention (AttentionPaged): each layer's
+// attention is one PagedAttentionExtension operation over the cache in
+// blocks. The operation's inputs are those OpenVINO's SDPAToPagedAttention
+// pass gives it in the 2026.3 release (28, most of them empty: no sliding
+// window, ALiBi, cache rotation, sparse or adaptive attention); the CPU
+// plugin reads the head counts and sizes from the layer's attributes, which
+// ovrun's extension (ov/ext) turns into the node's runtime info.
+
+// pagedSeq holds the operation's inputs every layer shares: one sequence
+// whose chunk starts at position p with T tokens.
+type pagedSeq struct {
+	pastLens    port // i32 [1] = p
+	begins      port // i32 [2] = 0, T
+	blocks      port // i32 [nb] = 0..nb-1, nb = ceil((p+T)/PagedBlock)
+	blockBegins port // i32 [2] = 0, nb
+	maxLen      port // i32 [] = p+T
+	scale       port // f32 [] = 1/sqrt(D)
+	// unused are the inputs after scale that ovrun leaves empty or 0:
+	// 10 and 11, then 13 on (12 is maxLen).
+	unused []port
+}
+
+// pagedInputs computes the sequence inputs from the chunk's positions (the
+// first one is the tokens already cached) and its length: the runtime binds
+// the same tensors as for the other forms, and the cache's block table is
+// the identity (block i holds slots i*PagedBlock.., a prefix of the buffer).
+func (b *decoderBuilder) pagedInputs(pos port) {
+	g := b.g
+	T := b.T
+	D := int64(b.cfg.HeadDim())
+	first := g.op("Gather", "opset8", []attr{{"batch_dims", "0"}}, []int64{1}, i64,
+		b.reshape(pos, []int64{T}), g.constI64([]int64{1}, 0), g.scalarI64(0)) // [1] = p
+	tokens := b.tokens
+	if T >= 0 {
+		tokens = g.constI64([]int64{1}, T)
+	}
+	end := b.add(first, tokens, []int64{1}) // [1] = p+T
+	nb := g.op("Divide", "opset1", []attr{{"auto_broadcast", "numpy"}, {"m_pythondiv", "true"}}, []int64{1}, i64,
+		b.add(end, g.constI64([]int64{1}, PagedBlock-1), []int64{1}), g.constI64([]int64{1}, PagedBlock)) // [1]
+	zero := g.constI64([]int64{1}, 0)
+	toI32 := func(x port) port {
+		return g.op("Convert", "opset1", []attr{{"destination_type", string(i32)}}, x.shape, i32, x)
+	}
+	concat := func(x, y port) port {
+		return g.op("Concat", "opset1", []attr{{"axis", "0"}}, []int64{2}, i64, x, y)
+	}
+	scalar := func(x port) port { return b.reshape(x, []int64{}) }
+	b.pa = &pagedSeq{
+		pastLens:    toI32(first),
+		begins:      toI32(concat(zero, tokens)),
+		blocks:      g.op("Range", "opset4", []attr{{"output_type", string(i32)}}, []int64{-1}, i32, g.scalarI64(0), scalar(nb), g.scalarI64(1)),
+		blockBegins: toI32(concat(zero, nb)),
+		maxLen:      toI32(scalar(end)),
+		scale:       g.scalarF32(float32(1 / math.Sqrt(float64(D)))),
+	}
+	// Inputs 10 and 13-27, in order: sliding window (0: none), ALiBi
+	// slopes, score aggregation window, rotated block indices, rotation
+	// deltas, rotation table, xattention threshold, block size and stride,
+	// sinks, adaptive RKV start size, evictable sizes, diversity block set
+	// indices and begins, and two more index lists; empty or 0 = unused.
+	i32s := func(shape []int64, v ...int32) port {
+		data := make([]byte, 4*len(v))
+		for i, x := range v {
+			binary.LittleEndian.PutUint32(data[4*i:], uint32(x))
+		}
+		return g.constBytes(i32, shape, data)
+	}
+	empty := []int64{0}
+	b.pa.unused = []port{
+		i32s([]int64{}, 0),              // 10 sliding_window
+		g.constF32(empty),               // 11 alibi_slopes
+		i32s(empty),                     // 13 score_aggregation_window
+		i32s(empty),                     // 14 rotated_block_indices
+		i32s(empty),                     // 15 rotation_deltas
+		g.constF32(empty),               // 16 rotation_trig_lut
+		g.constF32(empty),               // 17 xattention_threshold
+		i32s([]int64{}, 0),              // 18 xattention_block_size
+		i32s([]int64{}, 0),              // 19 xattention_stride
+		g.constF32([]int64{0, 0, 0, 0}), // 20 sinks
+		i32s([]int64{}, 0),              // 21 adaptive_rkv_start_size
+		i32s(empty),                     // 22 adaptive_rkv_evictable_sizes
+		i32s(empty),                     // 23 adaptive_rkv_diversity_block_set_indices
+		i32s(empty),                     // 24 adaptive_rkv_diversity_block_set_indices_begins
+		i32s(empty),                     // 25
+		g.constBytes(u8, empty, nil),    // 26
+		i32s(empty),                     // 27
+	}
+}
+
+// attendPaged is one layer's attention through PagedAttentionExtension:
+// q [T, Nh, D] and k, v [T, Hkv, D] (rotary applied), and the layer's
+// paged caches, which the operation also writes the chunk's K/V into.
+func (b *decoderBuilder) attendPaged(q, k, v, cacheK, cacheV port) port {
+	g, cfg := b.g, b.cfg
+	T := b.T
+	Nh, Hkv, D := int64(cfg.NumAttentionHeads), int64(cfg.KVHeads()), int64(cfg.HeadDim())
+	pa := b.pa
+	inputs := []port{
+		b.reshape(q, []int64{T, Nh * D}), b.reshape(k, []int64{T, Hkv * D}), b.reshape(v, []int64{T, Hkv * D}),
+		cacheK, cacheV, pa.pastLens, pa.begins, pa.blocks, pa.blockBegins, pa.scale,
+	}
+	inputs = append(inputs, pa.unused[:2]...)
+	inputs = append(inputs, pa.maxLen)
+	inputs = append(inputs, pa.unused[2:]...)
+	out := g.add("PagedAttentionExtension", "extension", "", []attr{
+		{"write_kv_cache", "true"},
+		{"num_k_heads", fmt.Sprint(Hkv)}, {"k_head_size", fmt.Sprint(D)},
+		{"num_v_heads", fmt.Sprint(Hkv)}, {"v_head_size", fmt.Sprint(D)},
+	}, inputs,
+		port{shape: []int64{T, Nh * D}, et: f32}, // the attention
+		port{shape: []int64{-1}, et: f32},        // scores (unused)
+		port{shape: []int64{-1}, et: f32},        // diversity (unused)
+	)[0]
+	return b.reshape(out, []int64{1, T, Nh * D}) // [1, T, Nh*D]
+}
