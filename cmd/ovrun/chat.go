@@ -78,7 +78,7 @@ func chatAction(c *cli.Context) error {
 	}
 	// One ladder for the whole conversation: later turns reuse its rungs.
 	l, err := runtime.NewCompiledLadder(c.Context, comp, runtime.LadderConfig{Ladder: ladder, Policy: policy,
-		Shape: comp.KVShape(), PrefillChunk: prefillChunkFlag.Get(c), Prefill: prefill, KeepRungs: true,
+		Shape: comp.KVShape(), PrefillChunk: prefillChunk(c, comp), Prefill: prefill, KeepRungs: true,
 		Background: runtime.BackgroundOptions{Nice: defaultCompileNice}})
 	if err != nil {
 		return err

@@ -48,7 +48,7 @@ var (
 	promptIDsFlag    = &cli.StringFlag{Name: "prompt-ids", Usage: "prompt token ids, comma-separated (`1,2,3`)"}
 	promptTokensFlag = &cli.IntFlag{Name: "prompt-tokens", Usage: "a seeded random prompt of `N` tokens"}
 	seedFlag         = &cli.Uint64Flag{Name: "seed", Value: 1, Usage: "seed of the random prompt (and teacher-forced tokens)"}
-	prefillChunkFlag = &cli.IntFlag{Name: "prefill-chunk", Value: runtime.DefaultPrefillChunk, Usage: "tokens per prefill call (static shape of the prefill graph, the most a shared graph takes per call); 0 feeds the prompt through the decode graph"}
+	prefillChunkFlag = &cli.IntFlag{Name: "prefill-chunk", Value: runtime.DefaultPrefillChunk, Usage: "tokens per prefill call (static shape of the prefill graph, the most a shared or paged graph takes per call; when not given, 512 where the graphs attend paged); 0 feeds the prompt through the decode graph"}
 	prefillFlag      = &cli.StringFlag{Name: "prefill", Value: string(runtime.DefaultPrefill), Usage: "`MODE` of the prompt: graph compiles the prefill graph before the first token, decode feeds the prompt through the first rung's decode graph, shared compiles every rung as one graph that takes 1 to --prefill-chunk tokens per call (the prompt in chunks, then decoding; CPU, GPU; decode steps slower by a cost per layer that narrow models feel most: 20-40% for SmolLM2, about 5% for a 0.5B model), auto makes the first rung shared where the prompt is worth more than that slowdown, estimated from the model's layers and weight bytes, over the tokens the rung decodes (CPU, GPU, not on chat and serve's kept ladders), and otherwise feeds the prompt through the decode graph until the measured step time says compiling the prefill graph is faster for the rest",
 		Action: func(_ *cli.Context, v string) error { _, err := runtime.ParsePrefillMode(v); return err }}
 	ladderFlag       = &cli.StringFlag{Name: "ladder", Value: "1024,2048,4096,8192", Usage: "ascending context `CAPACITIES`"}
@@ -97,6 +97,15 @@ func workerOptions(c *cli.Context) (*ovexec.WorkerOptions, error) {
 		return nil, fmt.Errorf("--%s %s: find the ovrun executable to start workers: %w", compileInFlag.Name, runtime.CompileInWorker, err)
 	}
 	return &ovexec.WorkerOptions{Exe: exe, Args: []string{compileWorkerName}, Timeout: timeout, MemoryMiB: mem}, nil
+}
+
+// prefillChunk is --prefill-chunk, or where it is not given and comp's
+// graphs attend paged, runtime.PagedPrefillChunk.
+func prefillChunk(c *cli.Context, comp *ovexec.Compiler) int {
+	if !c.IsSet(prefillChunkFlag.Name) && comp.Paged() {
+		return runtime.PagedPrefillChunk
+	}
+	return prefillChunkFlag.Get(c)
 }
 
 // prefillMode reads --prefill; a prefill graph needs --prefill-chunk above
@@ -183,6 +192,10 @@ func openModel(c *cli.Context) (*model.Checkpoint, *ovexec.Compiler, error) {
 	if err != nil {
 		ck.Close()
 		return nil, nil, err
+	}
+	if why := comp.PagedUnavailable(); why != nil && comp.Attention() == model.AttentionAuto && strings.EqualFold(comp.Options().Device, "CPU") {
+		// Auto falls back to the slower forms: say why, once.
+		fmt.Fprintf(c.App.ErrWriter, "ovrun: note: %v; --attention auto uses static and bounded graphs\n", why)
 	}
 	return ck, comp, nil
 }

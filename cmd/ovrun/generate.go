@@ -123,7 +123,7 @@ func generateAction(c *cli.Context) error {
 		dec.OnToken = stream.token
 	}
 	res, genErr := runtime.Generate(c.Context, comp, comp.KVShape(), runtime.GenerateConfig{
-		Capacity: capacity, PrefillChunk: chunk, Prefill: prefill,
+		Capacity: capacity, PrefillChunk: prefillChunk(c, comp), Prefill: prefill,
 		Prompt: in.ids, MaxNewTokens: newTokens, KeepLogits: dumpLogitsFlag.Get(c) != "",
 		Decoding: dec,
 	})

@@ -24,6 +24,7 @@ import (
 
 	"github.com/ovtoolkit/ovrun/internal/testenv"
 	"github.com/ovtoolkit/ovrun/model"
+	"github.com/ovtoolkit/ovrun/ov"
 )
 
 // ovrunIn runs the binary in dir (the test's working directory when "")
@@ -493,4 +494,46 @@ func TestRunJSONOnLoadError(t *testing.T) {
 	if r.FinishReason != "error" || !strings.Contains(r.Error, "no model.safetensors") {
 		t.Errorf("summary: finish %q, error %q", r.FinishReason, r.Error)
 	}
+}
+
+// TestMissingPagedAttentionExtension runs ovrun on an OpenVINO folder
+// without ovrun's extension library (links to every other file of the
+// wheel's): auto attention says why once and falls back to the other
+// forms, giving the tokens of --attention bounded; --attention paged is a
+// one-line error.
+func TestMissingPagedAttentionExtension(t *testing.T) {
+	libs := filepath.Join(testenv.RepoRoot(t), ".venv", "openvino", "libs")
+	es, err := os.ReadDir(libs)
+	if err != nil {
+		t.Skipf("no wheel: %v", err)
+	}
+	dir := t.TempDir()
+	for _, e := range es {
+		if e.Name() != ov.PagedAttentionLibrary {
+			if err := os.Symlink(filepath.Join(libs, e.Name()), filepath.Join(dir, e.Name())); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	ck := testenv.Synth(t, "tiny", "F32")
+	run := func(attention string) (string, string, int) {
+		cmd := exec.Command(ovrunBin, "generate", "--model", ck, "--capacity", "64", "--prompt-tokens", "20",
+			"--max-new-tokens", "8", "--precision", "f32", "--attention", attention)
+		cmd.Env = append(os.Environ(), ov.EnvLibrary+"="+dir)
+		var stdout, stderr bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		cmd.Run()
+		return stdout.String(), stderr.String(), cmd.ProcessState.ExitCode()
+	}
+	out, stderr, code := run("auto")
+	if code != 0 || !strings.Contains(stderr, "ovrun: note: paged attention unavailable: no "+filepath.Join(dir, ov.PagedAttentionLibrary)) ||
+		strings.Count(stderr, "\n") != 1 || strings.Contains(out, "attention paged") {
+		t.Fatalf("auto without the extension: exit %d, stderr %q, stdout %q; want one note and another form", code, stderr, out)
+	}
+	bounded, _, _ := run("bounded")
+	if tokens := func(s string) string { return strings.SplitN(s, "\n", 2)[0] }; tokens(out) != tokens(bounded) {
+		t.Errorf("auto without the extension gave %q, --attention bounded %q", tokens(out), tokens(bounded))
+	}
+	_, stderr, code = run("paged")
+	assertOneLineError(t, stderr, code, "attention paged: paged attention unavailable")
 }

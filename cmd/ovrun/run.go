@@ -149,7 +149,7 @@ func runAction(c *cli.Context) error {
 	}
 	cfg := runtime.RunConfig{
 		Ladder: ladder, Policy: policy, Prompt: in.ids, DecodeTokens: decodeTokensFlag.Get(c), Decoding: dec,
-		Verify: verifyFlag.Get(c), PrefillChunk: prefillChunkFlag.Get(c), Prefill: prefill,
+		Verify: verifyFlag.Get(c), PrefillChunk: prefillChunk(c, comp), Prefill: prefill,
 		Background:   runtime.BackgroundOptions{CPUs: cpus, Nice: compileNiceFlag.Get(c)},
 		ProcessStart: processStart,
 	}

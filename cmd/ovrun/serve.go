@@ -97,7 +97,7 @@ func serveAction(c *cli.Context) error {
 		name = strings.TrimSuffix(filepath.Base(modelFlag.Get(c)), ".gguf")
 	}
 	l, err := runtime.NewCompiledLadder(c.Context, comp, runtime.LadderConfig{Ladder: ladder, Policy: policy,
-		Shape: comp.KVShape(), PrefillChunk: prefillChunkFlag.Get(c), Prefill: prefill, KeepRungs: true,
+		Shape: comp.KVShape(), PrefillChunk: prefillChunk(c, comp), Prefill: prefill, KeepRungs: true,
 		Background: runtime.BackgroundOptions{Nice: defaultCompileNice}})
 	if err != nil {
 		return err

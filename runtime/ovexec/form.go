@@ -66,6 +66,10 @@ func NewForm(core *ov.Core, cfg *model.Config, opts Options) (Form, error) {
 	return f, nil
 }
 
+// PagedUnavailable is nil when these graphs may attend paged, else why
+// not (wrapping ov.ErrNoPagedAttention).
+func (f *Form) PagedUnavailable() error { return f.paged }
+
 // Spec is spec as these graphs compile it: the attention form of its
 // capacity and the KV precision, unless it names them.
 func (f *Form) Spec(spec model.GraphSpec) model.GraphSpec { return f.withAttention(spec) }
