@@ -264,8 +264,12 @@ func (p *Profile) Save(path string) error {
 	return nil
 }
 
-// SharedPenalty is SharedStepPenalty for the profile's model
-// (DefaultSharedStepPenalty for a profile without one).
+// SharedPenalty is SharedStepPenalty for the profile's model, or
+// PagedSharedStepPenalty where its graphs attend paged
+// (DefaultSharedStepPenalty for a profile without a model).
 func (p *Profile) SharedPenalty() float64 {
+	if p.Attention == "paged" {
+		return PagedSharedStepPenalty(p.Layers, p.WeightBytes)
+	}
 	return SharedStepPenalty(p.Layers, p.WeightBytes)
 }

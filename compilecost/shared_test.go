@@ -40,3 +40,22 @@ func TestSharedStepPenalty(t *testing.T) {
 		t.Error("SharedPays: want 16 prompt tokens against 127 decoded shared at 0.117, not at 0.241, and never a one-token prompt")
 	}
 }
+
+// TestPagedSharedStepPenalty: paged graphs pay less than the others for
+// the same model, and the same default without one.
+func TestPagedSharedStepPenalty(t *testing.T) {
+	for _, m := range []struct {
+		layers int
+		bytes  int64
+	}{{30, 97e6}, {8, 78e6}, {24, 991e6}} {
+		if p, s := PagedSharedStepPenalty(m.layers, m.bytes), SharedStepPenalty(m.layers, m.bytes); p <= 0 || p >= s {
+			t.Errorf("%d layers, %d bytes: paged %.3f, other %.3f; want 0 < paged < other", m.layers, m.bytes, p, s)
+		}
+	}
+	if p := PagedSharedStepPenalty(30, 0); p != DefaultSharedStepPenalty {
+		t.Errorf("without a model: %.3f, want the default", p)
+	}
+	if p := (&Profile{Attention: "paged", Layers: 30, WeightBytes: 97e6}).SharedPenalty(); p != PagedSharedStepPenalty(30, 97e6) {
+		t.Errorf("a paged profile's SharedPenalty = %.3f, want the paged estimate", p)
+	}
+}

@@ -16,6 +16,7 @@ import time
 
 import numpy as np
 import openvino as ov
+from ovrun_core import compile_props, new_core, past_rows
 
 
 def main():
@@ -28,7 +29,7 @@ def main():
     ap.add_argument("--top", type=int, default=20)
     a = ap.parse_args()
 
-    core = ov.Core()
+    core = new_core()
     m = core.read_model(a.xml)
     props = {"PERF_COUNT": "YES"}
     if a.precision:
@@ -36,21 +37,21 @@ def main():
         if a.precision == "f32":
             props["DYNAMIC_QUANTIZATION_GROUP_SIZE"] = "0"
     t0 = time.perf_counter()
-    cm = core.compile_model(m, "CPU", props)
+    cm = core.compile_model(m, "CPU", compile_props(m, props))
     print(f"compile {time.perf_counter() - t0:.2f} s, runs as {cm.get_property('INFERENCE_PRECISION_HINT')}")
 
     rng = np.random.default_rng(0)
     req = cm.create_infer_request()
     feeds = {}
-    for p in cm.inputs:
+    for p in m.inputs:  # as declared: the plugin may relax a paged cache's shape
         # Dynamic dimensions: a shared graph's token axis takes --tokens
         # (default 1, a decode step); a bounded graph's past inputs
         # (declared 1..C) get the live prefix the runtime binds
-        # (model.LiveSlots).
+        # (model.LiveSlots), a paged graph's the blocks that hold it.
         shape = [d.get_max_length() for d in p.get_partial_shape()]
         name = p.get_any_name()
         if p.get_partial_shape()[0].is_dynamic:
-            shape[0] = min(shape[0], (a.live // 64 + 1) * 64)
+            shape[0] = past_rows(m, a.live, shape[0])
         if name in ("input_ids", "position_ids") and p.get_partial_shape()[1].is_dynamic:
             shape[1] = a.tokens
         if name == "input_ids":

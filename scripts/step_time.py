@@ -13,6 +13,7 @@ steps, outside the timing). Prints min, first quartile and median ms:
   bin/ovrun export-ir --model M --capacity 1024 --prefill-chunk 0 --attention static --kv-precision bf16 --out /tmp/s
   bin/ovrun export-ir --model M --capacity 1024 --prefill-chunk 0 --attention bounded --kv-precision bf16 --out /tmp/b
   bin/ovrun export-ir --model M --capacity 1024 --shared --kv-precision bf16 --out /tmp/h
+  bin/ovrun export-ir --model M --capacity 1024 --prefill-chunk 0 --attention paged --out /tmp/p
   .venv/bin/python scripts/step_time.py --live 500 /tmp/s/decode-c1024.xml /tmp/b/decode-c1024.xml /tmp/h/shared-c1024-t64.xml genai:DIR/openvino_model.xml
 
 --precision f32 compiles at f32 (then export with --kv-precision f32).
@@ -24,19 +25,22 @@ import time
 
 import numpy as np
 import openvino as ov
+from ovrun_core import compile_props, new_core, past_rows
 
 
 def ovrun_step(core, path, live, props):
     """A timed decode step of an ovrun graph: position live, zero cache."""
-    cm = core.compile_model(core.read_model(path), "CPU", props)
+    m = core.read_model(path)
+    cm = core.compile_model(m, "CPU", compile_props(m, props))
     req, keep = cm.create_infer_request(), []
-    for p in cm.inputs:
+    for p in m.inputs:  # as declared: the plugin may relax a paged cache's shape
         # Dynamic dimensions: a shared graph's token axis takes the one
         # token of a decode step; a bounded graph's past inputs (declared
-        # 1..C) get the live prefix the runtime binds (model.LiveSlots).
+        # 1..C) get the live prefix the runtime binds (model.LiveSlots), a
+        # paged graph's the blocks of 32 slots that hold live + 1 tokens.
         shape, name = [d.get_max_length() for d in p.get_partial_shape()], p.get_any_name()
         if p.get_partial_shape()[0].is_dynamic:
-            shape[0] = min(shape[0], (live // 64 + 1) * 64)
+            shape[0] = past_rows(m, live, shape[0])
         if name in ("input_ids", "position_ids") and p.get_partial_shape()[1].is_dynamic:
             shape[1] = 1
         if name == "input_ids":
@@ -100,7 +104,7 @@ def main():
         props = {"INFERENCE_PRECISION_HINT": a.precision}
         if a.precision == "f32":
             props["DYNAMIC_QUANTIZATION_GROUP_SIZE"] = "0"
-    core = ov.Core()
+    core = new_core()
     runs = []
     for g in a.graphs:
         # GRAPH+KEY=VALUE+... compiles GRAPH with extra properties.

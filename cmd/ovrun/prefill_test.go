@@ -76,12 +76,11 @@ func TestPrefillModesGiveIdenticalTokensOnSmolLM2(t *testing.T) {
 		}
 		// Auto weighs SmolLM2's own estimate (30 layers, about 97 MB read a
 		// step: 0.24, not the 0.4 default) on the CPU where its graphs
-		// attend bounded, none where they attend paged (no dynamic shapes
-		// inside a paged graph); the static switching run compiles no
-		// shared graphs, so it weighs none.
+		// attend bounded, 0.13 where they attend paged; the static
+		// switching run compiles no shared graphs, so it weighs none.
 		lo, hi := 0.15, 0.35
 		if s.Attention == string(model.AttentionPaged) {
-			lo, hi = 0, 0
+			lo, hi = 0.08, 0.2
 		}
 		if p := s.SharedStepPenalty; r.name == "auto" && (p < lo || p > hi) || r.name != "auto" && p != 0 {
 			t.Errorf("%s: shared_step_penalty %v, want SmolLM2's estimate (%v-%v) for auto on the CPU with attention %s, else none", r.name, p, lo, hi, s.Attention)

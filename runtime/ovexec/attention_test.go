@@ -158,10 +158,14 @@ func TestAutoAttentionPerCapacity(t *testing.T) {
 			t.Errorf("capacity %d: %s, want paged", c, got)
 		}
 	}
-	if !comp.Paged() || comp.KVShape().Block != model.PagedBlock || comp.SharedStepPenalty() != 0 {
-		t.Errorf("Paged() %v, KVShape().Block %d, SharedStepPenalty() %v: want true, %d, 0", comp.Paged(), comp.KVShape().Block, comp.SharedStepPenalty(), model.PagedBlock)
+	pagedPenalty := comp.SharedStepPenalty()
+	if !comp.Paged() || comp.KVShape().Block != model.PagedBlock {
+		t.Errorf("Paged() %v, KVShape().Block %d: want true, %d", comp.Paged(), comp.KVShape().Block, model.PagedBlock)
 	}
-	comp.paged = ov.ErrNoPagedAttention                        // as without the extension
+	comp.paged = ov.ErrNoPagedAttention // as without the extension
+	if p := comp.SharedStepPenalty(); pagedPenalty <= 0 || pagedPenalty >= p {
+		t.Errorf("SharedStepPenalty: paged %v, else %v; want a positive estimate below the other", pagedPenalty, p)
+	}
 	limit := int(StaticCacheMax / comp.KVShape().TokenBytes()) // the largest static capacity
 	if comp.AttentionFor(limit) != model.AttentionStatic || comp.AttentionFor(limit+1) != model.AttentionBounded {
 		t.Fatalf("AttentionFor(%d), (%d) = %s, %s: want static, bounded", limit, limit+1, comp.AttentionFor(limit), comp.AttentionFor(limit+1))

@@ -269,13 +269,14 @@ func (c *Compiler) NonFiniteWeight() string {
 
 // SharedStepPenalty estimates how much longer a shared graph's decode step
 // is than the decode graph's for this compiler's model
-// (compilecost.SharedStepPenalty of its layers and weight bytes); 0 for
-// paged graphs, whose attention has no dynamic shapes of its own.
+// (compilecost.SharedStepPenalty of its layers and weight bytes, or
+// PagedSharedStepPenalty for paged graphs).
 func (c *Compiler) SharedStepPenalty() float64 {
+	layers, bytes := c.weights.Config().NumHiddenLayers, c.weights.StepBytes()
 	if c.Paged() {
-		return 0
+		return compilecost.PagedSharedStepPenalty(layers, bytes)
 	}
-	return compilecost.SharedStepPenalty(c.weights.Config().NumHiddenLayers, c.weights.StepBytes())
+	return compilecost.SharedStepPenalty(layers, bytes)
 }
 
 // SplitsMLP says whether graphs compiled for device with props (the last

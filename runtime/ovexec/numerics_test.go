@@ -106,7 +106,7 @@ func TestLogitsMatchReference(t *testing.T) {
 	}
 	const steps = 16
 	for _, tc := range tests {
-		for _, attention := range []model.Attention{model.AttentionBounded, model.AttentionStatic} {
+		for _, attention := range []model.Attention{model.AttentionPaged, model.AttentionBounded, model.AttentionStatic} {
 			t.Run(tc.name+" "+string(attention), func(t *testing.T) {
 				ck, comp := openOVWith(t, tc.preset, tc.dtype, attention)
 				prompt := runtime.SeededTokens(7, 11, ck.Config.VocabSize)
