@@ -84,8 +84,15 @@ func New(cfg Config) (*Server, error) {
 // Handler is the server's HTTP handler.
 func (s *Server) Handler() http.Handler { return s.mux }
 
+// retryAfter is the Retry-After of a 503 while the first rung compiles, in
+// seconds: the openai clients wait that long between their retries (2 by
+// default), so a request sent while SmolLM2's first rung compiles (4 s on
+// 2 cores) gets its answer instead of an error.
+const retryAfter = "3"
+
 func (s *Server) healthz(w http.ResponseWriter, _ *http.Request) {
 	if !s.cfg.Engine.Ready() {
+		w.Header().Set("Retry-After", retryAfter)
 		http.Error(w, "compiling the first rung", http.StatusServiceUnavailable)
 		return
 	}
@@ -210,6 +217,7 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, j job, stream, isCh
 		defer cancel()
 	}
 	if !s.cfg.Engine.Ready() {
+		w.Header().Set("Retry-After", retryAfter)
 		s.fail(w, j.endpoint, http.StatusServiceUnavailable, "the model is still compiling its first rung; retry shortly")
 		return
 	}

@@ -280,8 +280,8 @@ func TestHealthModelsMetrics(t *testing.T) {
 	if code := get(t, ts.URL+"/healthz"); code != http.StatusServiceUnavailable {
 		t.Errorf("healthz before the first rung: %d", code)
 	}
-	if resp, _ := post(t, ts.URL+"/v1/completions", map[string]any{"prompt": "x"}); resp.StatusCode != http.StatusServiceUnavailable {
-		t.Errorf("a request before the first rung: %d", resp.StatusCode)
+	if resp, _ := post(t, ts.URL+"/v1/completions", map[string]any{"prompt": "x"}); resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") != retryAfter {
+		t.Errorf("a request before the first rung: %d, Retry-After %q; want 503 and %s", resp.StatusCode, resp.Header.Get("Retry-After"), retryAfter)
 	}
 	eng.ready.Store(true)
 	if code := get(t, ts.URL+"/healthz"); code != http.StatusOK {
