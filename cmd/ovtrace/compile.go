@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"time"
 
 	"github.com/urfave/cli/v2"
@@ -21,7 +22,7 @@ var (
 	ladderFlag = &cli.StringFlag{Name: "ladder", Value: "1024,2048,4096,8192", Usage: "ascending `CAPACITIES` to measure"}
 	repsFlag   = &cli.IntFlag{Name: "reps", Value: 3, Usage: "compiles per capacity"}
 	// The runtime's default chunk: the prefill graph ovrun run compiles.
-	compilePrefillChunkFlag = &cli.IntFlag{Name: "prefill-chunk", Value: runtime.DefaultPrefillChunk, Usage: "also measure the prefill graph of `N` tokens per call at every capacity of at least N (0: decode graphs only)"}
+	compilePrefillChunkFlag = &cli.IntFlag{Name: "prefill-chunk", Value: runtime.DefaultPrefillChunk, Usage: "also measure the prefill graph of `N` tokens per call at every capacity of at least N (0: decode graphs only; when not given, 512 where the graphs attend paged, as ovrun's do)"}
 	measureImportFlag       = &cli.BoolFlag{Name: "import", Value: true, Usage: "also export every decode graph compiled first and import it back in the same process, timing both: what a compiled-rung cache (ovrun --cache-dir) hit costs instead of the compile"}
 	successorsFlag          = &cli.BoolFlag{Name: "successors", Value: true, Usage: "also measure every graph compiled after its predecessor in the same process (the runtime's order), not only first in a fresh process"}
 )
@@ -94,6 +95,17 @@ func compileKinds(c *cli.Context) ([]compilecost.Kind, error) {
 	return kinds, nil
 }
 
+// withPrefillChunk gives the prefill kinds among kinds chunk tokens a call.
+func withPrefillChunk(kinds []compilecost.Kind, chunk int) []compilecost.Kind {
+	out := slices.Clone(kinds)
+	for i, k := range out {
+		if k.Graph == compilecost.GraphPrefill {
+			out[i].Chunk = chunk
+		}
+	}
+	return out
+}
+
 func compileAction(c *cli.Context) error {
 	cfg, err := onceConfig(c, 0)
 	if err != nil {
@@ -132,13 +144,19 @@ func compileAction(c *cli.Context) error {
 		left := p.Elapsed / time.Duration(p.Done) * time.Duration(p.Total-p.Done)
 		st.Show("compile %d/%d done: capacity %d in %.2f s  ETA %s", p.Done, p.Total, p.Capacity, p.Last.CompileS, eta(left))
 	})
+	chunk := compilePrefillChunkFlag.Get(c)
+	if prof != nil && !c.IsSet(compilePrefillChunkFlag.Name) && prof.Attention == string(model.AttentionPaged) {
+		// ovrun's paged graphs take runtime.PagedPrefillChunk tokens a
+		// call unless told otherwise: measure the graphs it compiles.
+		kinds, chunk = withPrefillChunk(kinds, runtime.PagedPrefillChunk), runtime.PagedPrefillChunk
+	}
 	if prof != nil && err == nil && len(kinds) > 0 {
 		run := func(ctx context.Context, capacity int, k compilecost.Kind, after []model.GraphSpec) (*abtest.Measurement, error) {
 			once := cfg
 			once.Capacity, once.Chunk, once.After = capacity, k.Chunk, after
 			return runOnce(ctx, once, abtest.Variant{})
 		}
-		err = abtest.SweepKinds(c.Context, sweep, prof, kinds, compilePrefillChunkFlag.Get(c), run, func(p abtest.KindsSweepProgress) {
+		err = abtest.SweepKinds(c.Context, sweep, prof, kinds, chunk, run, func(p abtest.KindsSweepProgress) {
 			left := p.Elapsed / time.Duration(p.Done) * time.Duration(p.Total-p.Done)
 			st.Show("other kinds %d/%d done: capacity %d %s in %.2f s  ETA %s", p.Done, p.Total, p.Capacity, p.Kind, p.Last.CompileS, eta(left))
 		})

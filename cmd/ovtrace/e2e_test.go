@@ -13,6 +13,7 @@ import (
 	"github.com/ovtoolkit/ovrun/internal/profiling"
 	"github.com/ovtoolkit/ovrun/internal/testenv"
 	"github.com/ovtoolkit/ovrun/model"
+	"github.com/ovtoolkit/ovrun/runtime"
 )
 
 func tiny(t *testing.T) string {
@@ -66,6 +67,31 @@ func TestCompileEndToEnd(t *testing.T) {
 	}
 	if !strings.Contains(out, "prefill64.successor") {
 		t.Errorf("table lacks the kinds:\n%s", out)
+	}
+}
+
+// TestCompileMeasuresWhatOvrunCompiles: without --prefill-chunk the
+// profile holds the graphs ovrun compiles on this CPU: paged attention, the
+// cache in the inference precision, and prefill graphs of 512 tokens.
+func TestCompileMeasuresWhatOvrunCompiles(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "cost.json")
+	out, err := ovtrace(t, "compile", "--model", tiny(t), "--ladder", "512", "--reps", "1", "--precision", "f32",
+		"--successors=false", "--import=false", "--json", path, "-q")
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	p, err := compilecost.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Attention != string(model.AttentionPaged) || p.KVPrecision != "f32" {
+		t.Fatalf("attention %q, kv_precision %q; want paged, f32 (ovrun's auto on the CPU)", p.Attention, p.KVPrecision)
+	}
+	if r := p.Rungs[0]; len(r.Prefill) != 1 || r.Prefill[0].Chunk != runtime.PagedPrefillChunk {
+		t.Errorf("prefill kinds %+v, want one of %d tokens, as ovrun's paged graphs take", r.Prefill, runtime.PagedPrefillChunk)
+	}
+	if !strings.Contains(out, "attention paged, kv f32") {
+		t.Errorf("the table does not name the form:\n%s", out)
 	}
 }
 
