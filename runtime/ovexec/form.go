@@ -54,7 +54,11 @@ func NewForm(core *ov.Core, cfg *model.Config, opts Options) (Form, error) {
 		paged = pagedCacheType(core, opts, kvAsked)
 	}
 	if opts.Attention == model.AttentionPaged && paged != nil {
-		return Form{}, fmt.Errorf("attention paged: %w; use --attention auto, bounded or static", paged)
+		others := "auto, bounded or static"
+		if !runtime.DynamicShapes(opts.Device) {
+			others = "auto or static"
+		}
+		return Form{}, fmt.Errorf("attention paged: %w; use --attention %s", paged, others)
 	}
 	f := Form{opts: opts, shape: runtime.ShapeOf(cfg), paged: paged}
 	f.shape.ElemBytes = KVElemBytes(opts.KVPrecision)
