@@ -73,10 +73,11 @@ func (e *executable) prepare() error {
 	if e.logits, err = alloc(ov.F32, 1, int64(e.vocab)); err != nil {
 		return err
 	}
-	for range 2 * e.shape.Layers {
-		if e.paged() {
-			break // the graph writes its K/V rows into the cache itself
-		}
+	presents := 2 * e.shape.Layers
+	if e.paged() {
+		presents = 0 // the graph writes its K/V rows into the cache itself
+	}
+	for range presents {
 		buf, err := alloc(kvElement(e.spec.KVPrecision), T, int64(e.shape.KVHeads), int64(e.shape.HeadDim))
 		if err != nil {
 			return err
@@ -146,7 +147,7 @@ func (e *executable) bindTokens(n int) error {
 		return err
 	}
 	row := []int64{T, int64(e.shape.KVHeads), int64(e.shape.HeadDim)}
-	for l := 0; l < e.shape.Layers && !e.paged(); l++ {
+	for l := range len(e.present) / 2 { // none for a paged graph
 		for i, name := range []string{model.PresentKey(l), model.PresentValue(l)} {
 			if err := bind(name, kvElement(e.spec.KVPrecision), row, e.present[2*l+i]); err != nil {
 				return err

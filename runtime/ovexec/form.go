@@ -19,7 +19,8 @@ type Form struct {
 	opts  Options
 	shape runtime.KVShape
 	// paged is nil when these graphs may use paged attention, else why
-	// not (PagedAttentionAvailable, pagedCacheType).
+	// not (PagedAttentionAvailable, or a cache not in the inference
+	// precision).
 	paged error
 }
 
@@ -48,10 +49,15 @@ func NewForm(core *ov.Core, cfg *model.Config, opts Options) (Form, error) {
 		}
 	}
 	paged := PagedAttentionAvailable(core, opts.Device)
-	kvAsked := opts.KVPrecision
-	opts.KVPrecision = resolveKVPrecision(core, opts)
-	if paged == nil {
-		paged = pagedCacheType(core, opts, kvAsked)
+	infer := inferenceCachePrecision(core, opts)
+	if opts.KVPrecision == "" || opts.KVPrecision == "auto" {
+		opts.KVPrecision = infer
+	}
+	if paged == nil && opts.KVPrecision != infer {
+		// The CPU plugin's PagedAttention reads a cache only in the
+		// inference precision ("expect kvcache type bf16, current: f32").
+		paged = fmt.Errorf("%w: the CPU plugin's paged attention keeps the cache in the inference precision (%s), not %s as asked",
+			ov.ErrNoPagedAttention, infer, opts.KVPrecision)
 	}
 	if opts.Attention == model.AttentionPaged && paged != nil {
 		others := "auto, bounded or static"
@@ -220,29 +226,14 @@ func (o Options) inferencePrecision() string {
 	return o.Precision
 }
 
-// pagedCacheType says why a paged graph cannot hold the cache in the
-// element type asked for (kv, before auto is resolved), or nil: the CPU
-// plugin's PagedAttention reads a cache only in the inference precision
-// ("expect kvcache type bf16, current: f32" otherwise).
-func pagedCacheType(core *ov.Core, o Options, kv string) error {
-	infer := resolveKVPrecision(core, Options{Device: o.Device, Precision: o.inferencePrecision()})
-	if o.KVPrecision == infer {
-		return nil
-	}
-	return fmt.Errorf("%w: the CPU plugin's paged attention keeps the cache in the inference precision (%s), not %s as asked",
-		ov.ErrNoPagedAttention, infer, kv)
-}
-
-// resolveKVPrecision turns auto (or "") into f32, bf16 or f16: on the CPU
-// the inference precision asked for, or else the device's default
-// (INFERENCE_PRECISION_HINT, bf16 on CPUs with bf16 instructions), where
-// the device can compute in it (OPTIMIZATION_CAPABILITIES: a CPU without
-// bf16 runs a bf16 request in f32, and its cache stays f32); f32 on other
-// devices and whenever the precision is unknown.
-func resolveKVPrecision(core *ov.Core, o Options) string {
-	if o.KVPrecision != "" && o.KVPrecision != "auto" {
-		return o.KVPrecision
-	}
+// inferenceCachePrecision is what --kv-precision auto resolves to: f32,
+// bf16 or f16, on the CPU the inference precision asked for, or else the
+// device's default (INFERENCE_PRECISION_HINT, bf16 on CPUs with bf16
+// instructions), where the device can compute in it
+// (OPTIMIZATION_CAPABILITIES: a CPU without bf16 runs a bf16 request in
+// f32, and its cache stays f32); f32 on other devices and whenever the
+// precision is unknown.
+func inferenceCachePrecision(core *ov.Core, o Options) string {
 	if !strings.EqualFold(o.Device, "CPU") {
 		return "f32"
 	}
