@@ -38,6 +38,16 @@ const (
 // block size for PagedAttention.
 const PagedBlock = 32
 
+// CacheBlock is the slots a cache of this form is allocated and bound in
+// (runtime.KVShape.Block): PagedBlock for paged attention, else 0 (single
+// slots).
+func (a Attention) CacheBlock() int {
+	if a == AttentionPaged {
+		return PagedBlock
+	}
+	return 0
+}
+
 // BoundedBlock is the granularity of a bounded graph's live prefix: the
 // slots bound are the chunk's first position rounded up to the next
 // multiple of BoundedBlock (so the plugin sees a new shape once every

@@ -457,10 +457,7 @@ func (c *Compiler) recordPrecision(cm *ov.CompiledModel) {
 func (c *Compiler) newExecutable(spec model.GraphSpec, cm *ov.CompiledModel, irBytes int, origin runtime.Origin, notes ...string) (runtime.Executable, error) {
 	shape := c.shape
 	shape.ElemBytes = kvElement(spec.KVPrecision).Size()
-	shape.Block = 0
-	if spec.Attention == model.AttentionPaged {
-		shape.Block = model.PagedBlock
-	}
+	shape.Block = spec.Attention.CacheBlock()
 	e := &executable{spec: spec, compiled: cm, shape: shape, vocab: c.vocab, irBytes: irBytes, origin: origin, notes: notes}
 	if err := e.prepare(); err != nil {
 		return nil, errors.Join(fmt.Errorf("prepare graph %s: %w", spec.Name(), err), e.Close())

@@ -68,11 +68,9 @@ func NewForm(core *ov.Core, cfg *model.Config, opts Options) (Form, error) {
 	}
 	f := Form{opts: opts, shape: runtime.ShapeOf(cfg), paged: paged}
 	f.shape.ElemBytes = KVElemBytes(opts.KVPrecision)
-	if f.Paged() {
-		// Paged graphs are every graph (auto resolves to paged at every
-		// capacity), so the caches are allocated in blocks.
-		f.shape.Block = model.PagedBlock
-	}
+	// Paged graphs are every graph (auto resolves to paged at every
+	// capacity), so the caches are allocated in blocks.
+	f.shape.Block = f.AttentionFor(0).CacheBlock()
 	return f, nil
 }
 
