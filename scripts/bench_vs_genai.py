@@ -2,9 +2,15 @@
 """ovrun generate against OpenVINO GenAI's LLMPipeline on the same weights.
 
 For every case (precision x prompt length x ovrun capacity) it runs GenAI
-(scripts/genai_generate.py) and `ovrun generate` alternately, A B A B ...,
-each a fresh process, with the same prompt ids, greedy, exactly --new-tokens
-tokens, and prints one Markdown table of medians and ratios (ovrun / GenAI):
+(scripts/genai_generate.py) and `ovrun generate` in --pairs pairs, each a
+fresh process, with the same prompt ids, greedy, exactly --new-tokens
+tokens. The pairs are counterbalanced: GenAI runs first in odd pairs and
+second in even ones (A B, B A, A B, ...), so neither tool always gets the
+page cache or the quiet moment the other just left. It prints one Markdown
+table of medians (each tool's own runs) and ratios (ovrun / GenAI), each
+ratio the median of the per-pair ratios: the two runs of a pair share the
+machine's state of that minute, so a slow minute on a shared machine moves
+both and not their ratio:
 
   decode tok/s     ovrun: decode_tokens_per_s; GenAI: 1 / mean TPOT
   TTFT             ovrun: prefill_s; GenAI: perf_metrics TTFT
@@ -200,11 +206,11 @@ def main():
     for r in rows:
         cells = [r["model"], r["prec"], f"{r['P']} + {a.new_tokens}", str(r["C"])]
         for key, fmt in (("dec", "{:.1f}"), ("ttft", "{:.0f}"), ("load", "{:.2f}"), ("first", "{:.2f}"), ("rss", "{:.0f}")):
-            x, y = r[key]
-            cells += [f"{fmt.format(x)} / {fmt.format(y)}", f"{x / y:.2f}" if y else "-"]
+            x, y, ratio = r[key]
+            cells += [f"{fmt.format(x)} / {fmt.format(y)}", f"{ratio:.2f}"]
         cells.append(r["agree"])
         print("| " + " | ".join(cells) + " |")
-    print(f"\n{a.pairs} interleaved pairs per row, medians; {time.perf_counter() - t_start:.0f} s in all; "
+    print(f"\n{a.pairs} counterbalanced pairs per row: medians, ratios the median of the pairs' ratios; {time.perf_counter() - t_start:.0f} s in all; "
           f"raw JSON in {a.out}", file=sys.stderr)
     if failures:
         sys.exit("f32 check failed: " + "; ".join(failures))
@@ -229,22 +235,11 @@ def measure(a, model, folder, check, precisions, prompts, rows, failures, t_star
                 name = f"{tag}-{prec}-p{P}-c{C}"
                 g, o = [], []
                 for i in range(a.pairs):
-                    jg = f"{a.out}/{name}-genai-{i}.json"
-                    wall, rss = run([a.genai_python, os.path.join(HERE, "genai_generate.py"),
-                                     "--model", model, "--prompt-ids", ids,
-                                     "--max-new-tokens", str(a.new_tokens),
-                                     "--precision", prec, "--json", jg], jg + ".log")
-                    d = json.load(open(jg))
-                    d.update(wall_s=wall, rusage_peak_rss_bytes=rss, load_compile_s=d["load_s"],
-                             first_token_s=d["load_s"] + d["ttft_s"])
-                    g.append(d)
-                    jo = f"{a.out}/{name}-ovrun-{i}.json"
-                    wall, rss = run(ovrun_cmd(a, model, C, ids, prec, jo), jo + ".log")
-                    d = json.load(open(jo))
-                    d.update(wall_s=wall, rusage_peak_rss_bytes=rss,
-                             load_compile_s=wall - d["prefill_s"] - d["decode_s"],
-                             first_token_s=wall - d["decode_s"])
-                    o.append(d)
+                    for tool in (("genai", "ovrun") if i % 2 == 0 else ("ovrun", "genai")):
+                        if tool == "genai":
+                            g.append(run_genai(a, model, ids, prec, f"{a.out}/{name}-genai-{i}.json"))
+                        else:
+                            o.append(run_ovrun(a, model, C, ids, prec, f"{a.out}/{name}-ovrun-{i}.json"))
                     print(f"{name} pair {i + 1}/{a.pairs}: ovrun {o[-1]['decode_tokens_per_s']:.1f} tok/s, "
                           f"GenAI {g[-1]['decode_tokens_per_s']:.1f} tok/s "
                           f"({time.perf_counter() - t_start:.0f} s)", file=sys.stderr, flush=True)
@@ -264,17 +259,44 @@ def measure(a, model, folder, check, precisions, prompts, rows, failures, t_star
                 for tool, runs in (("ovrun", o), ("GenAI", g)):
                     if any(r["generated_ids"] != runs[0]["generated_ids"] for r in runs):
                         print(f"note: {name}: {tool}'s tokens differ between its runs", file=sys.stderr)
-                med = lambda runs, key: statistics.median(r[key] for r in runs)  # noqa: E731
+                med = lambda runs, key, scale=1: statistics.median(r[key] for r in runs) * scale  # noqa: E731
+                paired = lambda ko, kg: statistics.median(x[ko] / y[kg] for x, y in zip(o, g) if y[kg])  # noqa: E731
                 rows.append(dict(
                     model=os.path.basename(model),
                     prec=prec + (f" ({o[0].get('precision_effective')})" if o[0].get("precision_effective") else ""),
                     P=P, C=C, agree=eq,
-                    dec=(med(o, "decode_tokens_per_s"), med(g, "decode_tokens_per_s")),
-                    ttft=(med(o, "prefill_s") * 1e3, med(g, "ttft_s") * 1e3),
-                    load=(med(o, "load_compile_s"), med(g, "load_compile_s")),
-                    first=(med(o, "first_token_s"), med(g, "first_token_s")),
-                    rss=(med(o, "rusage_peak_rss_bytes") / 2**20, med(g, "rusage_peak_rss_bytes") / 2**20),
+                    # (ovrun median, GenAI median, median of the pairs' ratios)
+                    dec=(med(o, "decode_tokens_per_s"), med(g, "decode_tokens_per_s"),
+                         paired("decode_tokens_per_s", "decode_tokens_per_s")),
+                    ttft=(med(o, "prefill_s", 1e3), med(g, "ttft_s", 1e3), paired("prefill_s", "ttft_s")),
+                    load=(med(o, "load_compile_s"), med(g, "load_compile_s"), paired("load_compile_s", "load_compile_s")),
+                    first=(med(o, "first_token_s"), med(g, "first_token_s"), paired("first_token_s", "first_token_s")),
+                    rss=(med(o, "rusage_peak_rss_bytes", 2**-20), med(g, "rusage_peak_rss_bytes", 2**-20),
+                         paired("rusage_peak_rss_bytes", "rusage_peak_rss_bytes")),
                 ))
+
+
+def run_genai(a, model, ids, prec, jg):
+    """One GenAI generation in a fresh process; its JSON with wall, peak
+    RSS, load+compile and first-token times added."""
+    wall, rss = run([a.genai_python, os.path.join(HERE, "genai_generate.py"),
+                     "--model", model, "--prompt-ids", ids,
+                     "--max-new-tokens", str(a.new_tokens),
+                     "--precision", prec, "--json", jg], jg + ".log")
+    d = json.load(open(jg))
+    d.update(wall_s=wall, rusage_peak_rss_bytes=rss, load_compile_s=d["load_s"],
+             first_token_s=d["load_s"] + d["ttft_s"])
+    return d
+
+
+def run_ovrun(a, model, C, ids, prec, jo):
+    """One ovrun generate in a fresh process, the same fields as run_genai."""
+    wall, rss = run(ovrun_cmd(a, model, C, ids, prec, jo), jo + ".log")
+    d = json.load(open(jo))
+    d.update(wall_s=wall, rusage_peak_rss_bytes=rss,
+             load_compile_s=wall - d["prefill_s"] - d["decode_s"],
+             first_token_s=wall - d["decode_s"])
+    return d
 
 
 def ovrun_cmd(a, model, C, ids, prec, json_out):
