@@ -19,7 +19,7 @@ import (
 
 // Flags shared by the commands that compile.
 var (
-	modelFlag   = &cli.StringFlag{Name: "model", Usage: "a `.gguf` file (llama.cpp/ollama; F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q6_K) or a checkpoint DIR in Hugging Face layout (config.json, *.safetensors)", Required: true, EnvVars: []string{"OVRUN_MODEL"}}
+	modelFlag   = cliutil.ModelFlag(true)
 	weightsFlag = &cli.StringFlag{Name: "weights", Value: "native", Usage: "`FORMAT` of the weights in the compiled graphs: native keeps quantized and 16-bit weights compressed and exact (decompressed inside the matrix multiplications), rounded is native with the float minimum of Q4_1/Q4_K blocks rounded to an integer zero point (OpenVINO GenAI's form of a GGUF file: faster on CPU, each weight off by up to half a quantization step), f32 expands every weight to f32 constants",
 		Action: func(_ *cli.Context, v string) error { _, err := model.ParseWeightFormat(v); return err }}
 	deviceFlag    = cliutil.DeviceFlag()
@@ -125,7 +125,7 @@ func prefillMode(c *cli.Context) (runtime.PrefillMode, error) {
 	case m == runtime.PrefillShared && !runtime.DynamicShapes(deviceFlag.Get(c)):
 		return "", fmt.Errorf("--prefill shared needs dynamic shapes, which --device %s does not compile (use --prefill graph or decode)", deviceFlag.Get(c))
 	case m == runtime.PrefillShared && attentionFlag.Get(c) == string(model.AttentionStatic):
-		return "", errors.New("--prefill shared needs bounded attention; --attention static compiles static graphs (use --prefill graph or decode)")
+		return "", errors.New("--prefill shared needs a dynamic token axis, which --attention static's fully static graphs lack (use --attention bounded or paged, or --prefill graph or decode)")
 	}
 	return m, nil
 }

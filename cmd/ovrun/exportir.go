@@ -13,7 +13,7 @@ import (
 	"github.com/ovtoolkit/ovrun/runtime/ovexec"
 )
 
-var sharedGraphFlag = &cli.BoolFlag{Name: "shared", Usage: "write the graph of prefill mode shared (1 to --prefill-chunk tokens per call, bounded attention) instead of the decode and prefill graphs"}
+var sharedGraphFlag = &cli.BoolFlag{Name: "shared", Usage: "write the graph of prefill mode shared (1 to --prefill-chunk tokens per call; bounded or paged attention) instead of the decode and prefill graphs"}
 
 var exportIRCommand = &cli.Command{
 	Name:  "export-ir",
@@ -24,13 +24,17 @@ in the --kv-precision type; a bounded graph declares them 1..capacity slots and
 attends over the slots it is given: bind the first L = min(capacity, (p/64+1)*64)
 slots for a call whose first position is p (what ovrun binds). The new rows come
 back as present_key.N / present_value.N for the caller to store at their positions.
---attention and --device choose the graph's attention form as the compiling
-commands do (auto: on the CPU static while the whole past cache takes at most
-24 MiB, bounded above; bounded on GPU; static on NPU); --kv-precision the
+--attention and --device choose the graph's attention form (auto: on the CPU
+static while the whole past cache takes at most 24 MiB, bounded above; bounded
+on GPU; static on NPU). Auto never writes paged graphs here, as the compiling
+commands do on the CPU: their PagedAttentionExtension layers read back only
+where ovrun's extension library is added to the core (scripts/ovrun_core.py
+shows how); ask for them with --attention paged. --kv-precision the
 element type of the K/V inputs and outputs (auto is f32 here: an IR file has
 no inference precision); --weights how the weights are stored, as for run.
 --shared writes the one graph of prefill mode shared instead: it takes 1 to
---prefill-chunk tokens per call (a dynamic token axis) and bounded attention.`,
+--prefill-chunk tokens per call (a dynamic token axis) and bounded or paged
+attention.`,
 	Flags: []cli.Flag{
 		modelFlag,
 		capacityFlag,

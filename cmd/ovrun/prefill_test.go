@@ -120,7 +120,7 @@ func TestPrefillSharedRefusals(t *testing.T) {
 	}{
 		{[]string{"--prefill-chunk", "1"}, "--prefill shared takes up to --prefill-chunk tokens per call: 1 is not above 1"},
 		{[]string{"--device", "NPU"}, "--prefill shared needs dynamic shapes, which --device NPU does not compile"},
-		{[]string{"--attention", "static"}, "--prefill shared needs bounded attention"},
+		{[]string{"--attention", "static"}, "--prefill shared needs a dynamic token axis"},
 	} {
 		for _, cmd := range []string{"run", "generate"} {
 			args := append([]string{cmd, "--model", tiny, "--prompt-tokens", "4", "--prefill", "shared"}, tc.args...)

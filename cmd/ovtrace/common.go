@@ -17,7 +17,7 @@ import (
 
 // Flags shared by the commands that compile.
 var (
-	modelFlag     = &cli.StringFlag{Name: "model", Usage: "checkpoint `DIR` in Hugging Face layout (config.json, *.safetensors)", EnvVars: []string{"OVRUN_MODEL"}}
+	modelFlag     = cliutil.ModelFlag(false)
 	capacityFlag  = &cli.IntFlag{Name: "capacity", Usage: "context capacity `C` of the graph"}
 	chunkFlag     = &cli.IntFlag{Name: "chunk", Value: 1, Usage: "tokens per call of the graph: 1 is the decode graph, >1 a prefill graph"}
 	deviceFlag    = cliutil.DeviceFlag()

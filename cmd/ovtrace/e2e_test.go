@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -14,6 +15,7 @@ import (
 	"github.com/ovtoolkit/ovrun/internal/testenv"
 	"github.com/ovtoolkit/ovrun/model"
 	"github.com/ovtoolkit/ovrun/runtime"
+	"github.com/ovtoolkit/ovrun/runtime/ovexec"
 )
 
 func tiny(t *testing.T) string {
@@ -92,6 +94,41 @@ func TestCompileMeasuresWhatOvrunCompiles(t *testing.T) {
 	}
 	if !strings.Contains(out, "attention paged, kv f32") {
 		t.Errorf("the table does not name the form:\n%s", out)
+	}
+}
+
+// TestMeasuredPropertiesAreOvruns checks that a compile measurement uses the
+// properties ovrun compiles with, the f32 run over compressed weights
+// included (dynamic quantization off).
+func TestMeasuredPropertiesAreOvruns(t *testing.T) {
+	gguf := testenv.SmolLM2(t)
+	out, err := ovtrace(t, "compile-once", "--model", gguf, "--capacity", "32", "--precision", "f32")
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	var m abtest.Measurement
+	if err := json.Unmarshal([]byte(out), &m); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	ck, err := model.Load(gguf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ck.Close()
+	comp, err := ovexec.NewCompiler(ck, ovexec.Options{Precision: "f32"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer comp.Close()
+	var want []string
+	for _, p := range comp.Properties() {
+		want = append(want, p.Key+"="+p.Value)
+	}
+	if !slices.Equal(m.Properties, want) {
+		t.Errorf("measured with %v, ovrun compiles with %v", m.Properties, want)
+	}
+	if !slices.Contains(m.Properties, ovexec.DynamicQuantizationKey+"=0") {
+		t.Errorf("measured with %v: an f32 run over compressed weights keeps dynamic quantization off", m.Properties)
 	}
 }
 

@@ -8,10 +8,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"maps"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -139,22 +137,6 @@ func (m *Measurement) Value(endpoint string) (float64, error) {
 	return 0, fmt.Errorf("unknown endpoint %q (want one of %s)", endpoint, strings.Join(Endpoints, ", "))
 }
 
-// properties returns the compile properties in a stable order.
-func (c OnceConfig) properties() []ov.Property {
-	props := maps.Clone(c.Props)
-	if props == nil {
-		props = map[string]string{}
-	}
-	if _, set := props["INFERENCE_PRECISION_HINT"]; !set && c.Precision != "" {
-		props["INFERENCE_PRECISION_HINT"] = c.Precision
-	}
-	var out []ov.Property
-	for _, k := range slices.Sorted(maps.Keys(props)) {
-		out = append(out, ov.Property{Key: k, Value: props[k]})
-	}
-	return out
-}
-
 // MeasureCompile emits the graph's IR, reads it and compiles it once,
 // timing each part, in this process. Run it in a fresh process per
 // measurement (`ovtrace compile-once`): OpenVINO keeps plugins, caches and
@@ -177,7 +159,7 @@ func MeasureCompile(ctx context.Context, cfg OnceConfig) (*Measurement, error) {
 	ver, _ := ov.Version()
 	m := &Measurement{Model: cfg.Model, Device: cfg.Device, Capacity: cfg.Capacity, Chunk: cfg.Chunk,
 		After: FormatSpecs(cfg.After), OpenVINOVersion: ver, Library: ov.LibraryPath()}
-	if err := measure(ctx, ck, cfg, cfg.properties(), m); err != nil {
+	if err := measure(ctx, ck, cfg, m); err != nil {
 		return nil, err
 	}
 	if cfg.DumpLogits != "" {
@@ -193,26 +175,23 @@ func MeasureCompile(ctx context.Context, cfg OnceConfig) (*Measurement, error) {
 // CompileIR reads, compiles and prepares an infer request in one call: here
 // reading the IR and compiling it are timed apart, and nothing else runs
 // inside the compile's window.
-func measure(ctx context.Context, ck *model.Checkpoint, cfg OnceConfig, props []ov.Property, m *Measurement) (err error) {
+func measure(ctx context.Context, ck *model.Checkpoint, cfg OnceConfig, m *Measurement) (err error) {
 	core, err := ov.NewCore()
 	if err != nil {
 		return err
 	}
 	defer func() { err = errors.Join(err, core.Close()) }()
-	// Compile the graphs ovrun compiles on this device, as it does
-	// (ovexec.Form, ovexec.SnippetsDefault, ovexec.SplitsMLP).
+	// Compile the graphs ovrun compiles on this device, with the
+	// properties it compiles them with (ovexec.Form).
 	form, err := ovexec.NewForm(core, ck.Config, ovexec.Options{Device: cfg.Device, Precision: cfg.Precision, Properties: cfg.Props})
 	if err != nil {
 		return err
 	}
-	if p, ok := ovexec.SnippetsDefault(cfg.Device, cfg.Props); ok {
-		props = append(props, p)
-	}
-	props = form.Properties(props)
+	w := form.Weights(ck)
+	props := form.CompileProperties(w)
 	for _, p := range props {
 		m.Properties = append(m.Properties, p.Key+"="+p.Value)
 	}
-	w := model.NewWeightsWith(ck, model.WeightOptions{SplitMLP: ovexec.SplitsMLP(core, cfg.Device, props)})
 	m.Layers, m.WeightBytes = w.Config().NumHiddenLayers, w.StepBytes()
 	blob, err := ovexec.AllocWeights(w)
 	if err != nil {
@@ -382,7 +361,7 @@ func exportHash(cm *ov.CompiledModel) (string, int64, error) {
 // dumpLogits compiles the decode graph through the runtime (as ovrun does)
 // and writes the logits after a seeded prompt and after one decode step.
 func dumpLogits(ctx context.Context, ck *model.Checkpoint, cfg OnceConfig) error {
-	comp, err := ovexec.NewCompiler(ck, ovexec.Options{Device: cfg.Device, Properties: propMap(cfg.properties())})
+	comp, err := ovexec.NewCompiler(ck, ovexec.Options{Device: cfg.Device, Precision: cfg.Precision, Properties: cfg.Props})
 	if err != nil {
 		return err
 	}
@@ -403,14 +382,6 @@ func dumpLogits(ctx context.Context, ck *model.Checkpoint, cfg OnceConfig) error
 		return err
 	}
 	return npy.WriteFile(cfg.DumpLogits, res.Logits)
-}
-
-func propMap(ps []ov.Property) map[string]string {
-	m := make(map[string]string, len(ps))
-	for _, p := range ps {
-		m[p.Key] = p.Value
-	}
-	return m
 }
 
 // cpuSeconds is this process's user+system CPU time, all threads.

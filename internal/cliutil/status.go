@@ -62,6 +62,12 @@ func (s *Status) Clear() {
 // Flags that both binaries declare the same way; each call makes a new flag
 // for one binary's package variable.
 
+// ModelFlag is --model, the model file or folder.
+func ModelFlag(required bool) *cli.StringFlag {
+	return &cli.StringFlag{Name: "model", Usage: "a `.gguf` file (llama.cpp/ollama; F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q6_K) or a checkpoint DIR in Hugging Face layout (config.json, *.safetensors)",
+		Required: required, EnvVars: []string{"OVRUN_MODEL"}}
+}
+
 // DeviceFlag is --device, the OpenVINO device.
 func DeviceFlag() *cli.StringFlag {
 	return &cli.StringFlag{Name: "device", Value: "CPU", Usage: "OpenVINO `DEVICE`: CPU, GPU or NPU", EnvVars: []string{"OVRUN_DEVICE"}}

@@ -184,8 +184,8 @@ func NewCompiler(ck *model.Checkpoint, opts Options) (*Compiler, error) {
 	}
 	opts = form.opts
 	c := &Compiler{Form: form, ck: ck, core: core, vocab: ck.Config.VocabSize, faults: faults}
-	c.weights = model.NewWeightsWith(ck, model.WeightOptions{Format: opts.Weights, SplitMLP: SplitsMLP(core, opts.Device, opts.properties())})
-	c.props = form.Properties(opts.compileProperties(c.weights.Compressed()))
+	c.weights = form.Weights(ck)
+	c.props = form.CompileProperties(c.weights)
 	if opts.Worker != nil || opts.CacheDir != "" {
 		// Import takes no properties: graphs imported from workers or from
 		// the compiled-rung cache get the compile properties from the core.

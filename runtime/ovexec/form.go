@@ -22,6 +22,8 @@ type Form struct {
 	// not (PagedAttentionAvailable, or a cache not in the inference
 	// precision).
 	paged error
+	// splitMLP keeps 16-bit gate and up weights apart (SplitsMLP).
+	splitMLP bool
 }
 
 // NewForm checks opts and resolves them on core for a model of cfg:
@@ -66,7 +68,7 @@ func NewForm(core *ov.Core, cfg *model.Config, opts Options) (Form, error) {
 		}
 		return Form{}, fmt.Errorf("attention paged: %w; use --attention %s", paged, others)
 	}
-	f := Form{opts: opts, shape: runtime.ShapeOf(cfg), paged: paged}
+	f := Form{opts: opts, shape: runtime.ShapeOf(cfg), paged: paged, splitMLP: SplitsMLP(core, opts.Device, opts.properties())}
 	f.shape.ElemBytes = KVElemBytes(opts.KVPrecision)
 	// Paged graphs are every graph (auto resolves to paged at every
 	// capacity), so the caches are allocated in blocks.
@@ -124,6 +126,21 @@ func PagedAttentionAvailable(core *ov.Core, device string) error {
 		return fmt.Errorf("%w: ovrun runs paged attention on the CPU only, not %s", ov.ErrNoPagedAttention, device)
 	}
 	return core.PagedAttention()
+}
+
+// Weights lays out ck's weights as these graphs read them: in the options'
+// weight format, 16-bit gate and up weights apart where the device fuses
+// the MLP itself (SplitsMLP).
+func (f *Form) Weights(ck *model.Checkpoint) *model.Weights {
+	return model.NewWeightsWith(ck, model.WeightOptions{Format: f.opts.Weights, SplitMLP: f.splitMLP})
+}
+
+// CompileProperties are the properties every graph over w is compiled
+// with: the options' properties (Options.compileProperties) and, for paged
+// graphs, the cache's KV_CACHE_PRECISION (Properties). The compiler and
+// ovtrace's compile measurements both use it, so they compile alike.
+func (f *Form) CompileProperties(w *model.Weights) []ov.Property {
+	return f.Properties(f.opts.compileProperties(w.Compressed()))
 }
 
 // KVCacheKey is the CPU plugin property that sets the element type of the
