@@ -99,6 +99,12 @@ type SimConfig struct {
 	// than the decode graph's, as a fraction (SharedStepPenalty of the
 	// model); 0 takes DefaultSharedStepPenalty.
 	SharedPenalty float64
+	// ReuseGraphs says later rungs reuse a graph compiled for an earlier
+	// one, as ovrun's paged graphs do on the CPU (their capacity is only a
+	// bound): only the first rung compiles, and after a first rung that
+	// prefill mode auto made shared the first decode graph; every other
+	// rung costs no compile.
+	ReuseGraphs bool
 	// PrefillCompileS is the compile time of the prefill graph (of the
 	// first rung's capacity) as the first compile of the process, and
 	// PrefillCompileSuccessorS after the first rung's decode graph (0: as

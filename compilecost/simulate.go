@@ -196,6 +196,15 @@ func newPlan(cfg SimConfig) (*plan, error) {
 		p.decodeStep = append(p.decodeStep, cfg.DecodeStepS(c))
 	}
 	p.choosePrefill()
+	if cfg.ReuseGraphs {
+		last := p.r0 // the last rung that compiles
+		if p.used == PrefillShared && cfg.Prefill != PrefillShared {
+			last++ // the decode graph after the shared first rung
+		}
+		for j := last + 1; j < len(p.compile); j++ {
+			p.compile[j], p.firstCompile[j] = 0, 0
+		}
+	}
 	return p, nil
 }
 

@@ -521,3 +521,50 @@ func TestSimResultJSON(t *testing.T) {
 		}
 	}
 }
+
+// TestSimulateReuseGraphs: with reused graphs only the first rung compiles
+// (grow-eager: no boundary waits after it), and after a shared first rung
+// the first decode graph too; pyramid's up-front compiles shrink alike.
+func TestSimulateReuseGraphs(t *testing.T) {
+	reuse := func(policy, prefill string) SimConfig {
+		c := base(policy)
+		c.ReuseGraphs, c.Prefill = true, prefill
+		return c
+	}
+	compiles := func(r SimResult) (n int) {
+		for _, g := range r.Rungs {
+			if g.CompileS > 0 {
+				n++
+			}
+		}
+		return n
+	}
+	for _, tc := range []struct {
+		cfg          SimConfig
+		compiles     int
+		fg, critical float64
+	}{
+		// Compile 100 [0,10], prefill [10,12], 300 steps and two 1 s migrates [12,44]: 200 and 400 reuse it.
+		{reuse(PolicyGrowEager, PrefillGraph), 1, 10, 44},
+		{reuse(PolicyPyramid, PrefillGraph), 1, 10, 44},
+		// The shared first rung (the prompt in its chunks), then the decode graph of 200 in the background.
+		{reuse(PolicyGrowOneAhead, PrefillShared), 1, 10, 0},
+	} {
+		r := Simulate(tc.cfg)
+		if r.Error != "" {
+			t.Fatalf("%s %s: %s", tc.cfg.Policy, tc.cfg.Prefill, r.Error)
+		}
+		if n := compiles(r); n != tc.compiles {
+			t.Errorf("%s %s: %d rungs compile, want %d", tc.cfg.Policy, tc.cfg.Prefill, n, tc.compiles)
+		}
+		if tc.critical > 0 && (math.Abs(r.ForegroundCompileS-tc.fg) > 1e-9 || math.Abs(r.CriticalPathS-tc.critical) > 1e-9 || r.BoundaryWaitS != 0) {
+			t.Errorf("%s %s: foreground %.2f, critical %.2f, wait %.2f; want %.2f, %.2f, 0", tc.cfg.Policy, tc.cfg.Prefill,
+				r.ForegroundCompileS, r.CriticalPathS, r.BoundaryWaitS, tc.fg, tc.critical)
+		}
+	}
+	auto := base(PolicyGrowOneAhead)
+	auto.ReuseGraphs, auto.Prefill, auto.SharedGraphs, auto.SharedPenalty = true, PrefillAuto, true, 0.01
+	if r := Simulate(auto); r.PrefillUsed != PrefillShared || compiles(r) != 2 || r.Rungs[len(r.Rungs)-1].CompileS != 0 {
+		t.Errorf("auto, shared first rung: prefill %s, %d compiles, last rung %.2f s; want shared, 2 (it and the decode graph), 0", r.PrefillUsed, compiles(r), r.Rungs[len(r.Rungs)-1].CompileS)
+	}
+}

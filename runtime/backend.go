@@ -154,7 +154,7 @@ type WeightExplainer interface {
 // compiled blob cost: compiled here, compiled in a worker process and
 // imported, or imported from the compiled-rung cache.
 type Origin struct {
-	Source  string  // OriginCompiled or OriginImported
+	Source  string  // OriginCompiled, OriginImported or OriginReused
 	ImportS float64 // seconds importing a compiled blob; 0 when none was imported
 	ExportS float64 // seconds exporting the compiled model (worker result, cache entry); 0 when none was
 }
@@ -164,6 +164,10 @@ type Origin struct {
 const (
 	OriginCompiled = "compiled"
 	OriginImported = "imported"
+	// OriginReused is a graph that is a new infer request on the compiled
+	// graph of an earlier rung, which covers this capacity too (paged
+	// attention on the CPU): nothing was compiled or imported.
+	OriginReused = "reused"
 )
 
 // OriginReporter is an Executable that knows its Origin.

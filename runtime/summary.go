@@ -91,7 +91,7 @@ type RungSummary struct {
 	Foreground      bool    `json:"foreground"`
 	CompileAttempts int     `json:"compile_attempts"`
 	CompileError    string  `json:"compile_error,omitempty"`
-	CompileSource   string  `json:"compile_source,omitempty"`  // compiled or imported; empty when never compiled
+	CompileSource   string  `json:"compile_source,omitempty"`  // compiled, imported or reused; empty when never compiled
 	CompileStopped  bool    `json:"compile_stopped,omitempty"` // its background compile was stopped when the run ended
 	Shared          bool    `json:"shared,omitempty"`          // its graph is a shared one (prompt chunks and decode steps)
 	ImportS         float64 `json:"import_s"`
@@ -121,7 +121,7 @@ type CompileRecord struct {
 	EndS       float64 `json:"end_s"`
 	CompileS   float64 `json:"compile_s"`
 	IRBytes    int     `json:"ir_bytes,omitempty"`       // size of the emitted IR XML
-	Source     string  `json:"compile_source,omitempty"` // compiled or imported (Origin); empty when it failed
+	Source     string  `json:"compile_source,omitempty"` // compiled, imported or reused (Origin); empty when it failed
 	Stopped    bool    `json:"stopped,omitempty"`        // ended unfinished when the ladder closed: not needed, not failed
 	ImportS    float64 `json:"import_s,omitempty"`
 	ExportS    float64 `json:"export_s,omitempty"`

@@ -60,7 +60,7 @@ const (
 	AttrCompileAttempt    = attribute.Key("ovrun.compile.attempt")
 	AttrCompileS          = attribute.Key("ovrun.compile_s")
 	AttrIRBytes           = attribute.Key("ovrun.ir_bytes")       // when known
-	AttrCompileSource     = attribute.Key("ovrun.compile.source") // compiled, imported
+	AttrCompileSource     = attribute.Key("ovrun.compile.source") // compiled, imported, reused
 	AttrImportS           = attribute.Key("ovrun.import_s")       // when a blob was imported
 	AttrExportS           = attribute.Key("ovrun.export_s")       // when a blob was exported
 	AttrCompileIn         = attribute.Key("ovrun.compile_in")     // process, worker (run span)

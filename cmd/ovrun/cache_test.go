@@ -48,7 +48,8 @@ func cacheEntries(t *testing.T, dir string) []cacheEntry {
 func TestRungCacheOnSmolLM2(t *testing.T) {
 	g := testenv.SmolLM2(t)
 	cache := t.TempDir()
-	args := []string{"--model", g, "--ladder", "64,128", "--policy", "grow-one-ahead", "--prompt-tokens", "24", "--decode-tokens", "64", "--cache-dir", cache}
+	// --graph-per-rung: an entry per rung (paged rungs would share one).
+	args := []string{"--model", g, "--ladder", "64,128", "--policy", "grow-one-ahead", "--prompt-tokens", "24", "--decode-tokens", "64", "--cache-dir", cache, "--graph-per-rung"}
 	cold := cachedRun(t, "cold", args...)
 	for _, r := range cold.Rungs {
 		if r.CompileSource != runtime.OriginCompiled || r.ExportS <= 0 {
@@ -110,7 +111,7 @@ func TestRungCacheOnSmolLM2(t *testing.T) {
 func TestRungCacheWithCompileWorkers(t *testing.T) {
 	g := testenv.SmolLM2(t)
 	cache := t.TempDir()
-	args := []string{"--model", g, "--ladder", "64,128", "--policy", "grow-one-ahead", "--prompt-tokens", "24", "--decode-tokens", "64", "--cache-dir", cache}
+	args := []string{"--model", g, "--ladder", "64,128", "--policy", "grow-one-ahead", "--prompt-tokens", "24", "--decode-tokens", "64", "--cache-dir", cache, "--graph-per-rung"}
 	worker := append(slices.Clone(args), "--compile-in", "worker")
 	cold := cachedRun(t, "cold, workers", worker...)
 	for _, r := range cold.Rungs {
@@ -172,7 +173,7 @@ func TestCacheCommands(t *testing.T) {
 		t.Fatal(err)
 	}
 	run := func(name, ladder string, extra ...string) *runtime.Summary {
-		return cachedRun(t, name, append([]string{"--model", tiny, "--ladder", ladder, "--prompt-tokens", "4", "--decode-tokens", "2", "--prefill", "decode", "--cache-dir", cache}, extra...)...)
+		return cachedRun(t, name, append([]string{"--model", tiny, "--ladder", ladder, "--prompt-tokens", "4", "--decode-tokens", "2", "--prefill", "decode", "--cache-dir", cache, "--graph-per-rung"}, extra...)...)
 	}
 	run("a", "16")
 	run("b", "32")

@@ -139,9 +139,11 @@ func attentionOf(c *cli.Context) (model.Attention, error) {
 	return a, nil
 }
 
+var graphPerRungFlag = &cli.BoolFlag{Name: "graph-per-rung", Usage: "compile a graph for every rung even where one compiled graph serves them all: paged graphs (--attention auto on the CPU) are compiled once, for the model's whole context, and every later rung is a new infer request on that graph, so a rung boundary waits for no compile; with this flag each rung compiles its own, as static graphs (NPU) must"}
+
 func compileFlags() []cli.Flag {
 	return []cli.Flag{modelFlag, deviceFlag, precisionFlag, weightsFlag, attentionFlag, kvPrecisionFlag, threadsFlag, cacheDirFlag, cacheMaxFlag, propFlag,
-		compileInFlag, compileTimeoutFlag, compileMemoryFlag}
+		compileInFlag, compileTimeoutFlag, compileMemoryFlag, graphPerRungFlag}
 }
 
 func ovOptions(c *cli.Context) (ovexec.Options, error) {
@@ -150,6 +152,7 @@ func ovOptions(c *cli.Context) (ovexec.Options, error) {
 		InferThreads: threadsFlag.Get(c),
 		CacheDir:     cacheDirFlag.Get(c),
 		Properties:   map[string]string{},
+		GraphPerRung: graphPerRungFlag.Get(c),
 	}
 	var err error
 	if o.CacheMax, err = cliutil.ParseSize(cacheMaxFlag.Name, cacheMaxFlag.Get(c)); err != nil {
@@ -176,10 +179,14 @@ func ovOptions(c *cli.Context) (ovexec.Options, error) {
 
 // openModel loads OpenVINO and the checkpoint, in that order, so a missing
 // library is reported before any work.
-func openModel(c *cli.Context) (*model.Checkpoint, *ovexec.Compiler, error) {
+// adjust, when given, changes the options the flags give.
+func openModel(c *cli.Context, adjust ...func(*ovexec.Options)) (*model.Checkpoint, *ovexec.Compiler, error) {
 	opts, err := ovOptions(c)
 	if err != nil {
 		return nil, nil, err
+	}
+	for _, f := range adjust {
+		f(&opts)
 	}
 	if err := ov.Load(); err != nil {
 		return nil, nil, err

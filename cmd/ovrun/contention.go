@@ -7,6 +7,7 @@ import (
 
 	"github.com/ovtoolkit/ovrun/internal/cliutil"
 	"github.com/ovtoolkit/ovrun/runtime"
+	"github.com/ovtoolkit/ovrun/runtime/ovexec"
 )
 
 var (
@@ -66,7 +67,9 @@ first line says where the compile ran.`,
 		if err := runtime.CheckCapacity("capacity", contCapacityFlag.Get(c), runtime.ShapeOf(cfg)); err != nil {
 			return err
 		}
-		ck, comp, err := openModel(c)
+		// It measures a compile: the background graph is compiled even
+		// where it could reuse the decoding one.
+		ck, comp, err := openModel(c, func(o *ovexec.Options) { o.GraphPerRung = true })
 		if err != nil {
 			return err
 		}

@@ -71,7 +71,7 @@ func TestCompileWorkersGiveTheSameTokensOnSmolLM2(t *testing.T) {
 func TestKilledCompileWorkersEndTheRunCleanly(t *testing.T) {
 	js := filepath.Join(t.TempDir(), "run.json")
 	cmd := exec.Command(ovrunBin, "run", "--model", testenv.Synth(t, "tiny", "F32"), "--ladder", "32,64,128",
-		"--prompt-tokens", "8", "--decode-tokens", "100", "--compile-in", "worker", "--json", js, "-q")
+		"--prompt-tokens", "8", "--decode-tokens", "100", "--compile-in", "worker", "--graph-per-rung", "--json", js, "-q")
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {

@@ -16,6 +16,7 @@ import (
 	"github.com/ovtoolkit/ovrun/internal/cliutil"
 	"github.com/ovtoolkit/ovrun/internal/safefile"
 	"github.com/ovtoolkit/ovrun/ladder"
+	"github.com/ovtoolkit/ovrun/model"
 	"github.com/ovtoolkit/ovrun/runtime"
 )
 
@@ -35,7 +36,8 @@ var (
 		Action: func(_ *cli.Context, v string) error { _, err := parsePolicies(v); return err }}
 	prefillFlag = &cli.StringFlag{Name: "prefill", Value: string(runtime.DefaultPrefill), Usage: "prefill `MODES` as ovrun run --prefill (auto, graph, decode), comma-separated, or all",
 		Action: func(_ *cli.Context, v string) error { _, err := parsePrefill(v); return err }}
-	cachedFlag = &cli.StringFlag{Name: "cached", Usage: "`CAPACITIES` whose decode graphs are in the compiled-rung cache (ovrun --cache-dir), comma-separated, or all: they cost the profile's measured import instead of a compile",
+	graphPerRungFlag = &cli.BoolFlag{Name: "graph-per-rung", Usage: "model ovrun --graph-per-rung: every rung compiles its graph, where a profile of paged graphs otherwise has later rungs reuse the first ones (no compile)"}
+	cachedFlag       = &cli.StringFlag{Name: "cached", Usage: "`CAPACITIES` whose decode graphs are in the compiled-rung cache (ovrun --cache-dir), comma-separated, or all: they cost the profile's measured import instead of a compile",
 		Action: func(_ *cli.Context, v string) error { _, err := parseCached(v); return err }}
 	prefillChunkFlag = &cli.IntFlag{Name: "prefill-chunk", Value: runtime.DefaultPrefillChunk, Usage: "tokens per prefill call `N`: which prefill graph of the profile to model"}
 )
@@ -63,7 +65,13 @@ on the target device (an NPU, say) to size a ladder before running there.
 
 --cached names the rungs a compiled-rung cache holds (or all): they cost the
 profile's import_s (ovtrace compile --import) instead of a compile; a
-profile that measured no import keeps the compile cost.`,
+profile that measured no import keeps the compile cost.
+
+A profile of paged graphs (attention paged: ovrun's default on the CPU)
+charges a compile to the first rung only, and after a first rung that
+prefill auto makes shared to the first decode graph: ovrun compiles a paged
+graph once for the model's whole context and every later rung reuses it.
+--graph-per-rung models ovrun --graph-per-rung, which compiles every rung.`,
 	Flags: []cli.Flag{
 		compileCostFlag,
 		decodeRateFlag,
@@ -79,6 +87,7 @@ profile that measured no import keeps the compile cost.`,
 		prefillFlag,
 		prefillChunkFlag,
 		cachedFlag,
+		graphPerRungFlag,
 		jsonFlag,
 	},
 	Action: planAction,
@@ -180,6 +189,7 @@ func planAction(c *cli.Context) error {
 		BackgroundSlowdown: backgroundSlowdownFlag.Get(c),
 		SharedGraphs:       runtime.DynamicShapes(prof.Device),
 		SharedPenalty:      prof.SharedPenalty(),
+		ReuseGraphs:        prof.Attention == string(model.AttentionPaged) && !graphPerRungFlag.Get(c),
 	}
 	// The prefill graph is the first rung's: the smallest holding the
 	// prompt and one token.

@@ -153,6 +153,9 @@ func (c *Compiler) Cached(spec model.GraphSpec) bool {
 		return false
 	}
 	spec = c.withAttention(spec)
+	if bound := c.reuseBound(spec); bound > 0 {
+		spec.Capacity = bound // the graph every capacity reuses (reuse.go)
+	}
 	c.cache.mu.Lock()
 	k, ok := c.cache.keys[spec]
 	c.cache.mu.Unlock()

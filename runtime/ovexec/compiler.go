@@ -47,6 +47,9 @@ type Options struct {
 	// the CPU (bf16 where the device runs bf16: attention reads it without
 	// a per-step conversion) and in f32 elsewhere.
 	KVPrecision string
+	// GraphPerRung compiles a graph for every capacity even where one
+	// compiled graph serves them all (paged attention: reuse.go).
+	GraphPerRung bool `json:",omitempty"`
 	// Worker, when set, compiles every graph in a child process (see
 	// worker.go); nil compiles in this process.
 	Worker *WorkerOptions `json:"-"`
@@ -153,6 +156,9 @@ type Compiler struct {
 
 	mu        sync.Mutex
 	effective string // INFERENCE_PRECISION_HINT the device reports after compiling
+	// reused are the compiled paged graphs later rungs take new infer
+	// requests on (reuse.go), by spec without capacity.
+	reused map[model.GraphSpec]*reusedGraph
 }
 
 // The capabilities the runtime looks for, checked at compile time.
@@ -334,8 +340,16 @@ func (c *Compiler) Compile(ctx context.Context, spec model.GraphSpec) (runtime.E
 	}
 	spec = c.withAttention(spec)
 	if spec.Shared && !c.SharedGraphs() {
-		return nil, fmt.Errorf("graph %s: a shared graph has a dynamic token axis and bounded attention; %s with attention %s compiles static graphs (use prefill mode graph or decode)", spec.Name(), c.opts.Device, c.opts.Attention)
+		return nil, fmt.Errorf("graph %s: a shared graph has a dynamic token axis and bounded or paged attention; %s with attention %s compiles static graphs (use prefill mode graph or decode)", spec.Name(), c.opts.Device, c.opts.Attention)
 	}
+	if bound := c.reuseBound(spec); bound > 0 {
+		return c.compileReused(ctx, spec, bound)
+	}
+	return c.compile(ctx, spec)
+}
+
+// compile compiles spec's graph in a worker or in this process.
+func (c *Compiler) compile(ctx context.Context, spec model.GraphSpec) (runtime.Executable, error) {
 	if c.opts.Worker != nil {
 		return c.compileInWorker(ctx, spec)
 	}
@@ -455,10 +469,7 @@ func (c *Compiler) recordPrecision(cm *ov.CompiledModel) {
 // graph; it owns cm from here on. notes are what the compiled-rung cache
 // had to say about it.
 func (c *Compiler) newExecutable(spec model.GraphSpec, cm *ov.CompiledModel, irBytes int, origin runtime.Origin, notes ...string) (runtime.Executable, error) {
-	shape := c.shape
-	shape.ElemBytes = kvElement(spec.KVPrecision).Size()
-	shape.Block = spec.Attention.CacheBlock()
-	e := &executable{spec: spec, compiled: cm, shape: shape, vocab: c.vocab, irBytes: irBytes, origin: origin, notes: notes}
+	e := c.executableOn(spec, cm, irBytes, origin, notes)
 	if err := e.prepare(); err != nil {
 		return nil, errors.Join(fmt.Errorf("prepare graph %s: %w", spec.Name(), err), e.Close())
 	}
@@ -466,6 +477,14 @@ func (c *Compiler) newExecutable(spec model.GraphSpec, cm *ov.CompiledModel, irB
 		return nil, errors.Join(err, e.Close())
 	}
 	return e, nil
+}
+
+// executableOn is an executable of spec over cm, not yet prepared.
+func (c *Compiler) executableOn(spec model.GraphSpec, cm *ov.CompiledModel, irBytes int, origin runtime.Origin, notes []string) *executable {
+	shape := c.shape
+	shape.ElemBytes = kvElement(spec.KVPrecision).Size()
+	shape.Block = spec.Attention.CacheBlock()
+	return &executable{spec: spec, compiled: cm, shape: shape, vocab: c.vocab, irBytes: irBytes, origin: origin, notes: notes}
 }
 
 // Close frees the core and the weights; every Executable must be closed first.

@@ -31,8 +31,11 @@ type executable struct {
 	pastSlots     int
 	kv            *runtime.KV
 	irBytes       int
-	origin        runtime.Origin // compiled here or in a worker, or imported from the compiled-rung cache
+	origin        runtime.Origin // compiled here or in a worker, imported from the compiled-rung cache, or reused
 	notes         []string       // what the cache had to say (a damaged entry discarded, an eviction)
+	// release, when set, drops this executable's reference to a compiled
+	// model it shares with other capacities (reuse.go) instead of closing it.
+	release func()
 }
 
 // Origin says whether the graph was compiled (here or in a worker process)
@@ -317,7 +320,11 @@ func (e *executable) Close() error {
 	if e.req != nil {
 		e.req.Close()
 	}
-	if e.compiled != nil {
+	switch {
+	case e.release != nil:
+		e.release()
+		e.release = nil
+	case e.compiled != nil:
 		e.compiled.Close()
 	}
 	for _, b := range append([]*ov.HostBuffer{e.ids, e.pos, e.idx, e.logits}, e.present...) {

@@ -50,7 +50,8 @@ func smolWorkerOV(t *testing.T) (*model.Checkpoint, *Compiler) {
 
 func openWorkerOV(t *testing.T, ck *model.Checkpoint, w *WorkerOptions) *Compiler {
 	t.Helper()
-	comp, err := NewCompiler(ck, Options{Device: "CPU", Precision: "f32", Worker: w})
+	// Every rung compiles in a worker of its own: the mechanism under test.
+	comp, err := NewCompiler(ck, Options{Device: "CPU", Precision: "f32", Worker: w, GraphPerRung: true})
 	if err != nil {
 		t.Fatal(err)
 	}
