@@ -189,6 +189,22 @@ type CacheChecker interface {
 	Cached(spec model.GraphSpec) bool
 }
 
+// Reuser is a Compiler that can tell when compiling spec would only make a
+// new infer request on a graph it has compiled already (ovexec's paged
+// graphs, which serve every capacity). The ladder does that at once, in the
+// goroutine that asks, instead of queueing it for the background compile
+// thread, which decoding starves at its low priority: a reused rung queued
+// there started only at the boundary, 0.7 s late, in `make demo`.
+type Reuser interface {
+	Reuses(spec model.GraphSpec) bool
+}
+
+// reuses reports whether comp would compile spec by reusing a graph.
+func reuses(comp Compiler, spec model.GraphSpec) bool {
+	x, ok := comp.(Reuser)
+	return ok && x.Reuses(spec)
+}
+
 // compileNotes are exe's notes, nil when it has none.
 func compileNotes(exe Executable) []string {
 	if x, ok := exe.(CompileNoter); ok {

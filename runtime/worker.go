@@ -182,13 +182,18 @@ func (w *compileWorker) runForeground(j *compileJob) {
 	}
 }
 
-// background queues spec for the worker thread and returns at once.
+// background queues spec for the worker thread and returns at once; a
+// graph the compiler makes by reusing one (Reuser) is made right here.
 func (w *compileWorker) background(spec model.GraphSpec) *compileJob {
 	j := newJob(spec, true)
 	if err := w.track(j); err != nil {
 		j.err = err
 		close(j.started)
 		close(j.done)
+		return j
+	}
+	if reuses(w.comp, spec) {
+		w.run(j)
 		return j
 	}
 	w.mu.Lock()

@@ -167,6 +167,7 @@ var (
 	_ runtime.HostViewer      = (*Compiler)(nil)
 	_ runtime.WeightExplainer = (*Compiler)(nil)
 	_ runtime.CacheChecker    = (*Compiler)(nil)
+	_ runtime.Reuser          = (*Compiler)(nil)
 	_ runtime.Executable      = (*executable)(nil)
 	_ runtime.IRSizer         = (*executable)(nil)
 	_ runtime.OriginReporter  = (*executable)(nil)

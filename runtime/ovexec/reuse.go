@@ -40,6 +40,30 @@ func (c *Compiler) reuseBound(spec model.GraphSpec) int {
 	return max(spec.Capacity, c.ck.Config.MaxPositionEmbeddings)
 }
 
+// Reuses reports whether compiling spec would only make a new infer
+// request on a graph compiled already (runtime.Reuser): one that covers
+// its capacity and has finished compiling.
+func (c *Compiler) Reuses(spec model.GraphSpec) bool {
+	spec = c.withAttention(spec)
+	if c.reuseBound(spec) == 0 {
+		return false
+	}
+	key := spec
+	key.Capacity = 0
+	c.mu.Lock()
+	g := c.reused[key]
+	c.mu.Unlock()
+	if g == nil || g.bound < spec.Capacity {
+		return false
+	}
+	select {
+	case <-g.ready:
+		return g.err == nil
+	default:
+		return false
+	}
+}
+
 // compileReused returns an executable of spec's capacity on the compiled
 // graph that covers it, compiling that graph (for bound slots) when none
 // does. Concurrent calls for the same graph wait for one compile.

@@ -62,6 +62,12 @@ func TestPagedRungsReuseOneGraph(t *testing.T) {
 	if n := len(sources); n != 4 || sources[n-1] != runtime.OriginReused || sources[n-2] != runtime.OriginReused {
 		t.Errorf("rungs came from %v, want the last two reused", sources)
 	}
+	for _, r := range reused.Rungs {
+		// Made at once where asked, not queued behind decoding.
+		if r.CompileSource == runtime.OriginReused && !r.ReadyAtBoundary {
+			t.Errorf("reused rung %d was not ready at its boundary", r.Capacity)
+		}
+	}
 	for _, r := range each.Rungs {
 		if r.CompileSource != runtime.OriginCompiled {
 			t.Errorf("--graph-per-rung: rung %d %s, want compiled", r.Capacity, r.CompileSource)
@@ -82,9 +88,15 @@ func TestReusedGraphOutlivesItsFirstRung(t *testing.T) {
 	}
 	ctx := context.Background()
 	spec := func(c int) model.GraphSpec { return model.GraphSpec{Capacity: c, Chunk: 1} }
+	if comp.Reuses(spec(64)) {
+		t.Fatal("Reuses before any graph was compiled")
+	}
 	first, err := comp.Compile(ctx, spec(32))
 	if err != nil {
 		t.Fatal(err)
+	}
+	if !comp.Reuses(spec(64)) || comp.Reuses(model.GraphSpec{Capacity: 64, Chunk: 16}) {
+		t.Error("Reuses: want the decode graph of 64 reused, a prefill graph not")
 	}
 	second, err := comp.Compile(ctx, spec(64))
 	if err != nil {
