@@ -48,12 +48,10 @@ func (c *Compiler) Reuses(spec model.GraphSpec) bool {
 	if c.reuseBound(spec) == 0 {
 		return false
 	}
-	key := spec
-	key.Capacity = 0
 	c.mu.Lock()
-	g := c.reused[key]
+	_, g := c.covering(spec)
 	c.mu.Unlock()
-	if g == nil || g.bound < spec.Capacity {
+	if g == nil {
 		return false
 	}
 	select {
@@ -64,6 +62,18 @@ func (c *Compiler) Reuses(spec model.GraphSpec) bool {
 	}
 }
 
+// covering is the key of spec's graph (spec without capacity) and the
+// compiled graph under it when that one serves spec's capacity, else nil;
+// c.mu is held.
+func (c *Compiler) covering(spec model.GraphSpec) (key model.GraphSpec, g *reusedGraph) {
+	key = spec
+	key.Capacity = 0
+	if g = c.reused[key]; g != nil && g.bound < spec.Capacity {
+		g = nil
+	}
+	return key, g
+}
+
 // compileReused returns an executable of spec's capacity on the compiled
 // graph that covers it, compiling that graph (for bound slots) when none
 // does. Concurrent calls for the same graph wait for one compile.
@@ -71,11 +81,9 @@ func (c *Compiler) compileReused(ctx context.Context, spec model.GraphSpec, boun
 	if err := c.injectedFailure(spec); err != nil {
 		return nil, err
 	}
-	key := spec
-	key.Capacity = 0
 	c.mu.Lock()
-	g := c.reused[key]
-	if g != nil && g.bound >= spec.Capacity {
+	key, g := c.covering(spec)
+	if g != nil {
 		g.refs++
 		c.mu.Unlock()
 		select {
