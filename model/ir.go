@@ -178,6 +178,14 @@ func (g *irGraph) weight(name string) port { return g.weightAs(name, false) }
 // storing one.
 func (g *irGraph) weightAs(name string, zeroPoint bool) port {
 	s := g.w.slot(name)
+	if s.parts != nil { // stored bytes apart: one constant once folded
+		parts := make([]port, len(s.parts))
+		for i, n := range s.parts {
+			p := g.w.slot(n)
+			parts[i] = g.constAt(n, p.et, p.shape, p.off, p.size)
+		}
+		return g.asF32(g.op("Concat", "opset1", []attr{{"axis", "0"}}, s.shape, s.et, parts...))
+	}
 	if s.kind != slotPacked {
 		return g.asF32(g.constAt(name, s.et, s.shape, s.off, s.size))
 	}

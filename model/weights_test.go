@@ -20,8 +20,10 @@ func loadSpec(t *testing.T, s *ggufSpec) *Checkpoint {
 // TestFusedProjections checks the layout that lets a layer's q, k and v
 // (and gate and up) run as one matrix product: members stored alike lie
 // back to back in group order, each plane of the group in one run, the graph
-// reads the group through one constant; members stored differently (a mixed
-// GGUF quantization) stay apart.
+// reads the group through one constant; stored bytes that are not back to
+// back (read in place, or some copied) stay where they are and the graph
+// concatenates their constants; members stored differently (a mixed GGUF
+// quantization) stay apart.
 func TestFusedProjections(t *testing.T) {
 	const (
 		q, k, v  = "model.layers.0.self_attn.q_proj.weight", "model.layers.0.self_attn.k_proj.weight", "model.layers.0.self_attn.v_proj.weight"
@@ -31,11 +33,12 @@ func TestFusedProjections(t *testing.T) {
 		name     string
 		edit     func(*ggufSpec)
 		qkv, mlp bool
+		qkvParts bool // fused by a Concat in the graph
 	}{
 		// llama's q and k rows are permuted in the file, so they are copied
-		// while v is read in place: apart. gate and up are back to back in
-		// the file and read in place: fused.
-		{name: "f32", edit: func(*ggufSpec) {}, qkv: false, mlp: true},
+		// while v is read in place: concatenated in the graph. gate and up
+		// are back to back in the file and read in place: fused.
+		{name: "f32", edit: func(*ggufSpec) {}, qkv: true, qkvParts: true, mlp: true},
 		{name: "q4_1", edit: func(s *ggufSpec) {
 			for _, n := range []string{"blk.0.attn_q.weight", "blk.0.attn_k.weight", "blk.0.attn_v.weight", "blk.0.ffn_gate.weight", "blk.0.ffn_up.weight"} {
 				s.tensor(n).typ = 3
@@ -49,7 +52,7 @@ func TestFusedProjections(t *testing.T) {
 			for _, n := range []string{"blk.0.ffn_gate.weight", "blk.0.ffn_up.weight"} {
 				s.tensor(n).typ = 1
 			}
-		}, qkv: false, mlp: false},
+		}, qkv: true, qkvParts: true, mlp: false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := tinyLlama()
@@ -67,6 +70,12 @@ func TestFusedProjections(t *testing.T) {
 					continue
 				}
 				f := w.slot(name)
+				if f.parts != nil {
+					if !tc.qkvParts || g.members[0] != q || strings.Join(f.parts, "+") != name {
+						t.Fatalf("%s: parts %v, want parts %v", name, f.parts, tc.qkvParts && g.members[0] == q)
+					}
+					continue
+				}
 				at := [3]int64{f.off, f.scaleOff, f.zpOff}
 				var rows int64
 				for _, m := range g.members {
@@ -92,14 +101,21 @@ func TestFusedProjections(t *testing.T) {
 			if err := xml.Unmarshal(b, &net); err != nil {
 				t.Fatal(err)
 			}
-			consts := map[string]bool{}
+			consts, types := map[string]int{}, map[int]string{}
 			for _, l := range net.Layers {
+				types[l.ID] = l.Type
 				if l.Type == "Const" {
-					consts[l.Name] = true
+					consts[l.Name] = l.ID
 				}
 			}
-			if consts[q] == tc.qkv || consts[q+"+"+k+"+"+v] != tc.qkv {
-				t.Errorf("graph constants for q: separate %v, fused %v; want fused %v", consts[q], consts[q+"+"+k+"+"+v], tc.qkv)
+			_, apart := consts[q]
+			_, fused := consts[q+"+"+k+"+"+v]
+			concat := false
+			for _, e := range net.Edges {
+				concat = concat || apart && e.From == consts[q] && types[e.To] == "Concat"
+			}
+			if want := tc.qkv && !tc.qkvParts; fused != want || apart == want || concat != tc.qkvParts {
+				t.Errorf("graph constants for q: separate %v, fused %v, concatenated %v; want fused %v, concatenated %v", apart, fused, concat, want, tc.qkvParts)
 			}
 		})
 	}

@@ -39,8 +39,9 @@ type GenerateResult struct {
 	// that prefill mode auto weighed against the prompt (0 where it
 	// weighed none), as Summary's.
 	SharedStepPenalty float64
-	DecodeS           float64 // infer time of decode steps
-	Steps             int     // decode infer calls
+	DecodeS           float64   // infer time of decode steps
+	Steps             int       // decode infer calls
+	StepS             []float64 // each decode infer call's time, in order
 	// FinishReason is "length" (MaxNewTokens made) or "stop" (an
 	// end-of-generation token, kept as the last of Tokens).
 	FinishReason string
@@ -180,7 +181,9 @@ func Generate(ctx context.Context, comp Compiler, shape KVShape, cfg GenerateCon
 		}
 		t := time.Now()
 		logits, err = dec.Step([]int64{next}, P+i)
-		res.DecodeS += time.Since(t).Seconds()
+		d := time.Since(t).Seconds()
+		res.DecodeS += d
+		res.StepS = append(res.StepS, d)
 		res.Steps++
 		if err != nil {
 			return res, err

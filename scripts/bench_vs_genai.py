@@ -13,6 +13,13 @@ machine's state of that minute, so a slow minute on a shared machine moves
 both and not their ratio:
 
   decode tok/s     ovrun: decode_tokens_per_s; GenAI: 1 / mean TPOT
+  fast step        the 10th percentile of each run's decode step times
+                   (decode_step_ms p10; GenAI's include its sampler), its
+                   ratio GenAI / ovrun so that above 1 is ovrun faster, as
+                   for tok/s: on a machine whose speed swings within a run
+                   (memory bandwidth shared with other guests), the fastest
+                   steps show what each tool's step costs and the mean what
+                   the machine gave it
   TTFT             ovrun: prefill_s; GenAI: perf_metrics TTFT
   load+compile     ovrun: the process's wall time less prefill and decode,
                    an upper bound on what its first token waits for (start,
@@ -199,13 +206,14 @@ def main():
         measure(a, model, folder, check, (a.precisions or precs).split(","), prompts, rows, failures, t_start)
 
     print(f"| model | precision | prompt + new | ovrun capacity | decode tok/s ovrun / GenAI | ratio "
+          f"| fast step ms ovrun / GenAI | ratio "
           f"| TTFT ms ovrun / GenAI | ratio | load+compile s ovrun / GenAI | ratio "
           f"| first token s ovrun / GenAI | ratio "
           f"| peak RSS MiB ovrun / GenAI | ratio | leading tokens equal ovrun = GenAI; at f32 vs reference ovrun / GenAI |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         cells = [r["model"], r["prec"], f"{r['P']} + {a.new_tokens}", str(r["C"])]
-        for key, fmt in (("dec", "{:.1f}"), ("ttft", "{:.0f}"), ("load", "{:.2f}"), ("first", "{:.2f}"), ("rss", "{:.0f}")):
+        for key, fmt in (("dec", "{:.1f}"), ("step", "{:.1f}"), ("ttft", "{:.0f}"), ("load", "{:.2f}"), ("first", "{:.2f}"), ("rss", "{:.0f}")):
             x, y, ratio = r[key]
             cells += [f"{fmt.format(x)} / {fmt.format(y)}", f"{ratio:.2f}"]
         cells.append(r["agree"])
@@ -240,8 +248,10 @@ def measure(a, model, folder, check, precisions, prompts, rows, failures, t_star
                             g.append(run_genai(a, model, ids, prec, f"{a.out}/{name}-genai-{i}.json"))
                         else:
                             o.append(run_ovrun(a, model, C, ids, prec, f"{a.out}/{name}-ovrun-{i}.json"))
-                    print(f"{name} pair {i + 1}/{a.pairs}: ovrun {o[-1]['decode_tokens_per_s']:.1f} tok/s, "
+                    print(f"{name} pair {i + 1}/{a.pairs}: ovrun {o[-1]['decode_tokens_per_s']:.1f} tok/s "
+                          f"(fast step {o[-1].get('decode_step_ms', {}).get('p10', 0):.1f} ms), "
                           f"GenAI {g[-1]['decode_tokens_per_s']:.1f} tok/s "
+                          f"(fast step {g[-1].get('decode_step_ms', {}).get('p10', 0):.1f} ms) "
                           f"({time.perf_counter() - t_start:.0f} s)", file=sys.stderr, flush=True)
                 k = agree(g[0]["generated_ids"], o[0]["generated_ids"])
                 eq = f"{k}/{a.new_tokens}"
@@ -259,6 +269,7 @@ def measure(a, model, folder, check, precisions, prompts, rows, failures, t_star
                 for tool, runs in (("ovrun", o), ("GenAI", g)):
                     if any(r["generated_ids"] != runs[0]["generated_ids"] for r in runs):
                         print(f"note: {name}: {tool}'s tokens differ between its runs", file=sys.stderr)
+                p10 = lambda r: r.get("decode_step_ms", {}).get("p10", 0)  # noqa: E731
                 med = lambda runs, key, scale=1: statistics.median(r[key] for r in runs) * scale  # noqa: E731
                 paired = lambda ko, kg: statistics.median(x[ko] / y[kg] for x, y in zip(o, g) if y[kg])  # noqa: E731
                 rows.append(dict(
@@ -268,6 +279,8 @@ def measure(a, model, folder, check, precisions, prompts, rows, failures, t_star
                     # (ovrun median, GenAI median, median of the pairs' ratios)
                     dec=(med(o, "decode_tokens_per_s"), med(g, "decode_tokens_per_s"),
                          paired("decode_tokens_per_s", "decode_tokens_per_s")),
+                    step=(statistics.median(p10(r) for r in o), statistics.median(p10(r) for r in g),
+                          statistics.median(p10(y) / p10(x) for x, y in zip(o, g) if p10(x))),
                     ttft=(med(o, "prefill_s", 1e3), med(g, "ttft_s", 1e3), paired("prefill_s", "ttft_s")),
                     load=(med(o, "load_compile_s"), med(g, "load_compile_s"), paired("load_compile_s", "load_compile_s")),
                     first=(med(o, "first_token_s"), med(g, "first_token_s"), paired("first_token_s", "first_token_s")),

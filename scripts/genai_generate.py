@@ -10,6 +10,9 @@ same thing:
   load_s               LLMPipeline construction (read, convert, compile), wall
   ttft_s               GenAI's time to first token (prefill + first sample)
   decode_tokens_per_s  1 / GenAI's mean time per output token after the first
+  decode_step_ms       10th, 50th and 90th percentiles of GenAI's time per
+                       output token after the first (raw_metrics.m_durations;
+                       each includes its sampler)
   peak_rss_bytes       VmHWM of this process (Python and numpy included)
   generated_ids        the tokens
 
@@ -76,6 +79,8 @@ def main():
     if len(tokens) != a.max_new_tokens:
         sys.exit(f"genai generated {len(tokens)} tokens, asked for {a.max_new_tokens}")
     tpot_ms = pm.get_tpot().mean
+    steps = sorted(d / 1e3 for d in pm.raw_metrics.m_durations)  # ms, as ovrun's nearest-rank percentiles
+    step_ms = {f"p{q}": steps[min(len(steps) - 1, q * len(steps) // 100)] if steps else 0 for q in (10, 50, 90)}
     out = {
         "tool": "genai", "genai_version": genai.__version__, "model": a.model,
         "precision": a.precision, "properties": props,
@@ -84,6 +89,7 @@ def main():
         "ttft_s": pm.get_ttft().mean / 1e3,
         "tpot_s": tpot_ms / 1e3,
         "decode_tokens_per_s": 1e3 / tpot_ms if tpot_ms > 0 else 0,
+        "decode_step_ms": step_ms,
         "generate_s": generate_s,
         "peak_rss_bytes": peak_rss(),
     }

@@ -10,10 +10,11 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/url"
-	"slices"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/ovtoolkit/ovrun/internal/stats"
 )
 
 // LoadConfig is a bounded load test against a server on this machine: N
@@ -130,8 +131,8 @@ feed:
 		res.RequestsPerS = float64(res.Requests-res.Errors) / res.WallS
 		res.TokensPerS = float64(res.Tokens) / res.WallS
 	}
-	res.TTFTP50S, res.TTFTP99S = quantile(ttft, 0.5), quantile(ttft, 0.99)
-	res.TPOTP50S, res.TPOTP99S = quantile(tpot, 0.5), quantile(tpot, 0.99)
+	res.TTFTP50S, res.TTFTP99S = stats.Quantile(ttft, 0.5), stats.Quantile(ttft, 0.99)
+	res.TPOTP50S, res.TPOTP99S = stats.Quantile(tpot, 0.5), stats.Quantile(tpot, 0.99)
 	return res, ctx.Err()
 }
 
@@ -219,13 +220,4 @@ func pollKV(ctx context.Context, c *http.Client, base string, res *LoadResult, m
 		}
 	}()
 	return func() { cancel(); <-done }
-}
-
-func quantile(xs []float64, q float64) float64 {
-	if len(xs) == 0 {
-		return 0
-	}
-	s := slices.Clone(xs)
-	slices.Sort(s)
-	return s[min(len(s)-1, int(q*float64(len(s))))]
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/ovtoolkit/ovrun/internal/cliutil"
 	"github.com/ovtoolkit/ovrun/internal/npy"
+	"github.com/ovtoolkit/ovrun/internal/stats"
 	"github.com/ovtoolkit/ovrun/model"
 	"github.com/ovtoolkit/ovrun/ov"
 	"github.com/ovtoolkit/ovrun/runtime"
@@ -37,7 +38,8 @@ Token prompts (--prompt-ids, --prompt-tokens) print the token ids and never
 stop early. --dump-logits writes float32 [rows, vocab] as .npy: row 0 =
 logits after the prompt, row i = after the i-th generated token (the last
 generated token is not fed back). --json writes prompt_ids, generated_ids,
-text, finish_reason and the timings.`,
+text, finish_reason and the timings (decode_step_ms: the 10th, 50th and
+90th percentiles of the decode steps' infer times).`,
 	Flags: append(append(compileFlags(),
 		capacityFlag,
 		promptFlag, promptFileFlag, promptIDsFlag, promptTokensFlag, seedFlag, prefillChunkFlag, prefillFlag,
@@ -171,6 +173,7 @@ func generateAction(c *cli.Context) error {
 		"compile_s":     res.CompileS, "prefill_s": res.PrefillS,
 		"prefill_used": res.PrefillUsed, "prefill_reason": res.PrefillReason, "shared_step_penalty": res.SharedStepPenalty,
 		"decode_s": res.DecodeS, "decode_tokens_per_s": res.DecodeTokensPerS(),
+		"decode_step_ms": stepPercentiles(res.StepS),
 		"peak_rss_bytes": runtime.PeakRSS(),
 		"weights":        comp.Weights().Format(), "weight_bytes": comp.Weights().TensorBytes(),
 		"compile_in": compileIn(comp),
@@ -182,6 +185,17 @@ func generateAction(c *cli.Context) error {
 		return errors.Join(genErr, err)
 	}
 	return cliutil.Interrupted(genErr, p)
+}
+
+// stepPercentiles are the 10th, 50th and 90th percentiles of decode step
+// times in milliseconds, for --json: on a shared machine the fastest steps
+// show what the graph costs, the slow ones what the machine took from it.
+func stepPercentiles(steps []float64) map[string]float64 {
+	ms := map[string]float64{}
+	for _, q := range []int{10, 50, 90} {
+		ms[fmt.Sprintf("p%d", q)] = 1e3 * stats.Quantile(steps, float64(q)/100)
+	}
+	return ms
 }
 
 // defaultCapacity is the static capacity for n tokens: a power of two, at
