@@ -21,6 +21,10 @@ type Budget struct {
 	// Imported: the rung was in the compiled-rung cache at launch, so
 	// PredictedS is the profile's import, not its compile.
 	Imported bool `json:"imported,omitempty"`
+	// Reused: at launch the rung would be a new infer request on a graph
+	// already compiled for an earlier rung (a paged graph serves every
+	// capacity): nothing to compile, PredictedS 0.
+	Reused bool `json:"reused,omitempty"`
 }
 
 // Budgeted is the one-ahead schedule with per-rung budgets from a
@@ -39,11 +43,19 @@ type Budgeted struct {
 	// Cached, when set, says whether a capacity's decode graph is in the
 	// compiled-rung cache: its budget is then the profile's import time.
 	Cached func(capacity int) bool
+	// Reused, when set, says whether a capacity's decode graph would reuse
+	// one compiled already (Reuser): its budget is then 0.
+	Reused func(capacity int) bool
 }
 
-// predict is the time until capacity's graph is ready (PredictReady).
-func (b *Budgeted) predict(capacity int) (seconds float64, measured, imported bool) {
-	return b.profile.PredictReady(capacity, b.Cached != nil && b.Cached(capacity))
+// predict is the time until capacity's graph is ready: 0 for a reused
+// graph, else PredictReady's.
+func (b *Budgeted) predict(capacity int) (seconds float64, measured, imported, reused bool) {
+	if b.Reused != nil && b.Reused(capacity) {
+		return 0, false, false, true
+	}
+	seconds, measured, imported = b.profile.PredictReady(capacity, b.Cached != nil && b.Cached(capacity))
+	return seconds, measured, imported, false
 }
 
 // NewBudgeted is a budgeted one-ahead schedule over profile.
@@ -86,8 +98,8 @@ func (b *Budgeted) Stepped(l Launcher, cur int, st float64, pos int) {
 		caps[i] = l.Capacity(i)
 	}
 	nextCap := caps[cur+1]
-	nextPred, _, _ := b.predict(nextCap)
-	pred, _, _ := b.predict(caps[two])
+	nextPred, _, _, _ := b.predict(nextCap)
+	pred, _, _, _ := b.predict(caps[two])
 	// One ahead, rung two would start when the next rung begins decoding and
 	// would have that rung's whole window.
 	if !ladder.LaunchTwoAhead(caps, cur, st, pred) {
@@ -118,8 +130,8 @@ func (b *Budgeted) Compiled(l Launcher, i int, seconds float64) {
 // open records the budget of a rung launched lookahead rungs ahead with a
 // predicted decode window (0: not known yet).
 func (b *Budgeted) open(capacity, lookahead int, window float64) {
-	pred, measured, imported := b.predict(capacity)
-	bu := &Budget{Capacity: capacity, PredictedS: pred, Measured: measured, WindowS: window, Lookahead: lookahead, Imported: imported}
+	pred, measured, imported, reused := b.predict(capacity)
+	bu := &Budget{Capacity: capacity, PredictedS: pred, Measured: measured, WindowS: window, Lookahead: lookahead, Imported: imported, Reused: reused}
 	if miss := pred - window; window != 0 && miss > 0 {
 		bu.MissedS = miss
 	}

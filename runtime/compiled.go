@@ -127,6 +127,7 @@ func NewCompiledLadder(ctx context.Context, comp Compiler, cfg LadderConfig) (*C
 	}
 	if b, ok := sched.(*Budgeted); ok {
 		b.Cached = func(capacity int) bool { return cached(comp, DecodeSpec(capacity, mode, cfg.PrefillChunk)) }
+		b.Reused = func(capacity int) bool { return reuses(comp, DecodeSpec(capacity, mode, cfg.PrefillChunk)) }
 	}
 	l.sched = sched
 	l.caps = l.row.Rungs(cfg.Ladder)

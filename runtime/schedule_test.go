@@ -118,3 +118,23 @@ func TestBudgetOfCachedRungIsItsImport(t *testing.T) {
 		t.Fatalf("budgets %+v; want rung 64 at its 0.5 s import, rung 128 at its 4 s compile", got)
 	}
 }
+
+// A budgeted schedule budgets a rung that reuses a compiled graph at 0 and
+// so never launches it two ahead for its compile.
+func TestBudgetOfReusedRungIsZero(t *testing.T) {
+	prof := &compilecost.Profile{Model: "m", Device: "CPU", Rungs: []compilecost.Rung{
+		{Capacity: 32, CompileS: []float64{2}}, {Capacity: 64, CompileS: []float64{3}}, {Capacity: 128, CompileS: []float64{40}},
+	}}
+	b := NewBudgeted(prof)
+	b.Reused = func(capacity int) bool { return capacity > 32 }
+	l := &fakeLauncher{caps: []int{32, 64, 128}}
+	b.Bound(l, 0)
+	b.Stepped(l, 0, 0.01, 8)
+	got := b.Budgets()
+	if len(got) != 1 || got[0].PredictedS != 0 || !got[0].Reused || got[0].MissedS != 0 {
+		t.Fatalf("budgets %+v; want only rung 64, reused, predicted 0", got)
+	}
+	if len(l.notes) != 0 {
+		t.Errorf("notes %q; a reused rung needs no early launch", l.notes)
+	}
+}
