@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"path/filepath"
+	"strings"
 
 	"github.com/urfave/cli/v2"
 
@@ -12,6 +13,10 @@ import (
 	"github.com/ovtoolkit/ovrun/runtime"
 	"github.com/ovtoolkit/ovrun/runtime/ovexec"
 )
+
+// exportPrecisionFlag is export-ir's --precision: an IR file has no
+// inference precision, so this says which the graphs are written for.
+var exportPrecisionFlag = &cli.StringFlag{Name: "precision", Usage: "inference precision `f32|bf16|f16` the graphs are written for, as the compiling commands lay them out for it on --device: bf16 on a CPU with AMX keeps 16-bit gate and up weights apart (the plugin fuses the MLP into one node), and --kv-precision auto stores the cache in it on the CPU (default: none, f32 caches)"}
 
 var sharedGraphFlag = &cli.BoolFlag{Name: "shared", Usage: "write the graph of prefill mode shared (1 to --prefill-chunk tokens per call; bounded or paged attention) instead of the decode and prefill graphs"}
 
@@ -30,8 +35,9 @@ on GPU; static on NPU). Auto never writes paged graphs here, as the compiling
 commands do on the CPU: their PagedAttentionExtension layers read back only
 where ovrun's extension library is added to the core (scripts/ovrun_core.py
 shows how); ask for them with --attention paged. --kv-precision the
-element type of the K/V inputs and outputs (auto is f32 here: an IR file has
-no inference precision); --weights how the weights are stored, as for run.
+element type of the K/V inputs and outputs (auto is f32 here, an IR file has
+no inference precision, unless --precision names the one the graphs are
+written for); --weights how the weights are stored, as for run.
 --shared writes the one graph of prefill mode shared instead: it takes 1 to
 --prefill-chunk tokens per call (a dynamic token axis) and bounded or paged
 attention.`,
@@ -41,6 +47,7 @@ attention.`,
 		prefillChunkFlag,
 		deviceFlag,
 		attentionFlag,
+		exportPrecisionFlag,
 		kvPrecisionFlag,
 		weightsFlag,
 		sharedGraphFlag,
@@ -48,6 +55,9 @@ attention.`,
 	},
 	Action: func(c *cli.Context) error {
 		capacity, chunk, out := capacityFlag.Get(c), prefillChunkFlag.Get(c), outDirFlag.Get(c)
+		if _, err := cliutil.ParsePrecision(exportPrecisionFlag.Get(c)); err != nil {
+			return err
+		}
 		for _, err := range []error{
 			cliutil.CheckInt(capacityFlag.Name, capacity, 1, runtime.MaxCapacity),
 			cliutil.CheckInt(prefillChunkFlag.Name, chunk, 0, runtime.MaxPrefillChunk),
@@ -69,8 +79,12 @@ attention.`,
 		if err != nil {
 			return fmt.Errorf("--kv-precision: %w", err)
 		}
+		precision := exportPrecisionFlag.Get(c)
 		if kv == "auto" {
 			kv = "f32"
+			if strings.EqualFold(deviceFlag.Get(c), "CPU") && precision != "" {
+				kv = precision // as the compiling commands store it on the CPU
+			}
 		}
 		ck, err := model.Load(modelFlag.Get(c))
 		if err != nil {
@@ -82,7 +96,7 @@ attention.`,
 		// auto never picks paged here: an IR file with paged attention
 		// reads back only where ovrun's extension is added to the core.
 		attention = ovexec.ResolveAttention(attention, deviceFlag.Get(c), shape.BufferBytes(capacity), false)
-		w := model.NewWeightsWith(ck, model.WeightOptions{Format: format})
+		w := model.NewWeightsWith(ck, model.WeightOptions{Format: format, SplitMLP: ovexec.SplitsMLPAt(deviceFlag.Get(c), precision)})
 		blob := make([]byte, w.Size())
 		if err := w.Bind(blob); err != nil {
 			return err

@@ -292,7 +292,7 @@ func (c *Compiler) SharedStepPenalty() float64 {
 // CPU plugin fuses a layer's MLP into one LLMMLP node for bf16 inference on
 // a CPU with AMX, and only from separate gate and up products.
 func SplitsMLP(core *ov.Core, device string, props []ov.Property) bool {
-	if !strings.EqualFold(device, "CPU") || !cpu.X86.HasAMXBF16 {
+	if !strings.EqualFold(device, "CPU") {
 		return false
 	}
 	precision, _ := core.Property(device, "INFERENCE_PRECISION_HINT")
@@ -301,7 +301,13 @@ func SplitsMLP(core *ov.Core, device string, props []ov.Property) bool {
 			precision = p.Value
 		}
 	}
-	return strings.EqualFold(precision, "bf16")
+	return SplitsMLPAt(device, precision)
+}
+
+// SplitsMLPAt is SplitsMLP for graphs compiled at a known inference
+// precision (export-ir, which has no core to ask for the default).
+func SplitsMLPAt(device, precision string) bool {
+	return strings.EqualFold(device, "CPU") && cpu.X86.HasAMXBF16 && strings.EqualFold(precision, "bf16")
 }
 
 // kvElement is the OpenVINO element type of a resolved KV precision.
