@@ -7,8 +7,12 @@ per-step time of each executed node type (summed over layers) and the nodes
 of the compiled (runtime) model that touch the past K/V inputs, so layout
 changes (Reorder, Transpose, Concat) on the KV path show up by name:
 
-  bin/ovrun export-ir --model M --capacity 1024 --prefill-chunk 0 --out /tmp/ir
-  .venv/bin/python scripts/profile_ir.py /tmp/ir/decode-c1024.xml --live 144 [--precision f32]
+  bin/ovrun export-ir --model M --capacity 1024 --prefill-chunk 0 --precision bf16 --out /tmp/ir
+  .venv/bin/python scripts/profile_ir.py /tmp/ir/decode-c1024.xml --live 144 --precision bf16
+
+(export with the --precision you profile at: export-ir lays the weights out
+for it, e.g. bf16 on a CPU with AMX keeps gate and up apart so that the
+plugin runs each MLP as one LLMMLP node)
 """
 import argparse
 import collections

@@ -10,13 +10,18 @@ throttled machine slows all of them alike. Each step starts with --live
 tokens in the cache (GenAI's cache is refilled by a prefill every three
 steps, outside the timing). Prints min, first quartile and median ms:
 
-  bin/ovrun export-ir --model M --capacity 1024 --prefill-chunk 0 --attention static --kv-precision bf16 --out /tmp/s
-  bin/ovrun export-ir --model M --capacity 1024 --prefill-chunk 0 --attention bounded --kv-precision bf16 --out /tmp/b
-  bin/ovrun export-ir --model M --capacity 1024 --shared --kv-precision bf16 --out /tmp/h
-  bin/ovrun export-ir --model M --capacity 1024 --prefill-chunk 0 --attention paged --out /tmp/p
+  bin/ovrun export-ir --model M --capacity 1024 --prefill-chunk 0 --attention static --precision bf16 --out /tmp/s
+  bin/ovrun export-ir --model M --capacity 1024 --prefill-chunk 0 --attention bounded --precision bf16 --out /tmp/b
+  bin/ovrun export-ir --model M --capacity 1024 --shared --precision bf16 --out /tmp/h
+  bin/ovrun export-ir --model M --capacity 1024 --prefill-chunk 0 --attention paged --precision bf16 --out /tmp/p
   .venv/bin/python scripts/step_time.py --live 500 /tmp/s/decode-c1024.xml /tmp/b/decode-c1024.xml /tmp/h/shared-c1024-t64.xml genai:DIR/openvino_model.xml
 
---precision f32 compiles at f32 (then export with --kv-precision f32).
+--precision f32 compiles at f32 (then export with --precision f32).
+export-ir's --precision writes the graphs as ovrun lays them out for that
+precision (bf16 on a CPU with AMX: gate and up apart, for the plugin's
+fused MLP node, and the cache in bf16); ovrun compiles with
+SNIPPETS_MODE=DISABLE on the CPU, so add +SNIPPETS_MODE=DISABLE to compare
+its graphs as it runs them.
 GRAPH+KEY=VALUE compiles that graph with an extra property (repeatable):
 /tmp/h/shared-c1024-t128.xml+SNIPPETS_MODE=IGNORE_CALLBACK.
 """
