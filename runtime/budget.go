@@ -121,7 +121,7 @@ func (b *Budgeted) Compiled(l Launcher, i int, seconds float64) {
 		return
 	}
 	bu.ActualS = seconds
-	if o := seconds - bu.PredictedS; o > 0 {
+	if o := seconds - bu.PredictedS; o > 0 && !bu.Reused { // a reused rung compiles nothing to budget
 		bu.OverrunS = o
 		l.Note("rung %d: compile took %.2f s, %.2f s over its %.2f s budget", bu.Capacity, bu.ActualS, bu.OverrunS, bu.PredictedS)
 	}

@@ -119,8 +119,8 @@ func TestBudgetOfCachedRungIsItsImport(t *testing.T) {
 	}
 }
 
-// A budgeted schedule budgets a rung that reuses a compiled graph at 0 and
-// so never launches it two ahead for its compile.
+// A budgeted schedule budgets a rung that reuses a compiled graph at 0, so
+// never launches it two ahead for its compile nor reports an overrun.
 func TestBudgetOfReusedRungIsZero(t *testing.T) {
 	prof := &compilecost.Profile{Model: "m", Device: "CPU", Rungs: []compilecost.Rung{
 		{Capacity: 32, CompileS: []float64{2}}, {Capacity: 64, CompileS: []float64{3}}, {Capacity: 128, CompileS: []float64{40}},
@@ -134,7 +134,11 @@ func TestBudgetOfReusedRungIsZero(t *testing.T) {
 	if len(got) != 1 || got[0].PredictedS != 0 || !got[0].Reused || got[0].MissedS != 0 {
 		t.Fatalf("budgets %+v; want only rung 64, reused, predicted 0", got)
 	}
+	b.Compiled(l, 1, 0.05) // a new infer request on the graph
+	if bu := b.Budgets()[0]; bu.ActualS != 0.05 || bu.OverrunS != 0 {
+		t.Errorf("after the reuse took 50 ms: %+v, want no overrun", bu)
+	}
 	if len(l.notes) != 0 {
-		t.Errorf("notes %q; a reused rung needs no early launch", l.notes)
+		t.Errorf("notes %q; a reused rung needs no early launch and never overruns", l.notes)
 	}
 }

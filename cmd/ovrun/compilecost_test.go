@@ -19,6 +19,9 @@ import (
 // profile, ovrun run --compile-cost budgets every successor with it, and a
 // profile far beyond the decode windows makes the runtime launch two ahead
 // without changing a single prediction. bench passes the profile through.
+// Every rung compiles its own graph here (--graph-per-rung), as on the NPU;
+// where one paged graph serves every rung, a rung that reuses it is
+// budgeted at 0 and never overruns.
 func TestCompileCostEndToEnd(t *testing.T) {
 	tiny := testenv.Synth(t, "tiny", "F32")
 	dir := t.TempDir()
@@ -48,7 +51,7 @@ func TestCompileCostEndToEnd(t *testing.T) {
 		t.Errorf("a run without --compile-cost has budgets: %+v", plain.Budgets)
 	}
 
-	measured := run("measured", "--compile-cost", cost)
+	measured := run("measured", "--compile-cost", cost, "--graph-per-rung")
 	var caps []int
 	for _, b := range measured.Budgets {
 		caps = append(caps, b.Capacity)
@@ -100,7 +103,7 @@ func TestCompileCostEndToEnd(t *testing.T) {
 	if err := prof.Save(slow); err != nil {
 		t.Fatal(err)
 	}
-	scaled := run("scaled", "--compile-cost", slow)
+	scaled := run("scaled", "--compile-cost", slow, "--graph-per-rung")
 	twoAhead := 0
 	for _, b := range scaled.Budgets {
 		if b.Lookahead == 2 {
@@ -120,11 +123,26 @@ func TestCompileCostEndToEnd(t *testing.T) {
 		t.Errorf("launching two ahead changed the predictions")
 	}
 
+	// One paged graph for every rung: a rung that reuses it has nothing to
+	// compile, so its budget is 0 and it cannot overrun.
+	reused := run("reused", "--compile-cost", slow)
+	for _, b := range reused.Budgets {
+		if b.Reused && (b.PredictedS != 0 || b.OverrunS != 0 || b.MissedS != 0) {
+			t.Errorf("budget %+v: a reused rung is predicted at 0 and never overruns", b)
+		}
+	}
+	if !slices.ContainsFunc(reused.Budgets, func(b runtime.Budget) bool { return b.Reused }) {
+		t.Errorf("budgets %+v: no rung reused the paged graph", reused.Budgets)
+	}
+	if !slices.Equal(reused.Predictions, plain.Predictions) {
+		t.Errorf("reusing the graph changed the predictions")
+	}
+
 	// bench hands the profile to every run.
 	out := filepath.Join(dir, "bench")
 	if _, stderr, code := ovrun(t, nil, "bench", "--model", tiny, "--ladder", ladder, "--arms", "grow-eager,grow-one-ahead",
 		"--pairs", "2", "--allow-small", "--prompt-tokens", "8", "--decode-tokens", "120", "--precision", "f32",
-		"--compile-cost", slow, "--out", out, "-q"); code != 0 {
+		"--compile-cost", slow, "--run-flag=--graph-per-rung", "--out", out, "-q"); code != 0 {
 		t.Fatalf("ovrun bench: exit %d: %s", code, stderr)
 	}
 	runs, err := filepath.Glob(filepath.Join(out, "runs", "*grow-one-ahead.json"))
