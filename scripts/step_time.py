@@ -4,7 +4,9 @@
 Each argument is an ovrun decode graph that `ovrun export-ir` wrote, or
 genai:XML, the stateful model OpenVINO GenAI builds from a GGUF file
 (LLMPipeline(path, "CPU", enable_save_ov_model=True) saves it beside the
-file as openvino_model.xml). Every graph is compiled on the CPU, then the
+file as openvino_model.xml), or genai-paged:XML, that model turned into
+PagedAttention as GenAI's pipeline runs it on the CPU (one sequence,
+caches of 32-slot blocks in the inference precision). Every graph is compiled on the CPU, then the
 graphs take turns, three decode steps each, --rounds times, so a busy or
 throttled machine slows all of them alike. Each step starts with --live
 tokens in the cache (GenAI's cache is refilled by a prefill every three
@@ -97,9 +99,54 @@ def genai_step(core, path, live, props):
     return step
 
 
+def genai_paged_step(core, path, live, props):
+    """A timed decode step of GenAI's model as its pipeline runs it on the
+    CPU: turned into PagedAttention (openvino's paged_attention_transformation,
+    as GenAI does when it loads), caches of 32-slot blocks in the inference
+    precision, one sequence with live tokens, decoding position live."""
+    from openvino._offline_transformations import paged_attention_transformation
+    m = core.read_model(path)
+    paged_attention_transformation(m, False, False)
+    kv = ov.Type.bf16 if props.get("INFERENCE_PRECISION_HINT", "bf16") == "bf16" else ov.Type.f32
+    pa = next(op for op in m.get_ordered_ops() if op.get_type_name() == "PagedAttentionExtension")
+    heads = {c: (int(pa.get_rt_info()[f"num_{c}_heads"].astype(int)), int(pa.get_rt_info()[f"{c}_head_size"].astype(int)))
+             for c in ("k", "v")}
+    for p in m.get_parameters():
+        name = p.get_output_tensor(0).get_any_name()
+        if "_cache." in name:
+            h, d = heads["k" if name.startswith("key") else "v"]
+            p.set_element_type(kv)
+            p.set_partial_shape(ov.PartialShape([-1, h, 32, d]))
+    m.validate_nodes_and_infer_types()
+    cm = core.compile_model(m, "CPU", dict({"KV_CACHE_PRECISION": kv.get_type_name()}, **props))
+    req, keep = cm.create_infer_request(), []
+    blocks = live // 32 + 1
+    for i in cm.inputs:
+        name = i.get_any_name()
+        if "_cache." in name:  # [blocks, kv heads, 32, head size]
+            shape = [blocks] + [d.get_length() for d in list(i.get_partial_shape())[1:]]
+            a = np.zeros(shape, np.uint16 if kv == ov.Type.bf16 else np.float32)
+            keep.append(a)
+            req.set_tensor(name, ov.Tensor(a, shape, kv))
+    feeds = {"input_ids": np.array([5], np.int64), "position_ids": np.array([live], np.int64),
+             "max_context_len": np.array(live + 1, np.int32), "past_lens": np.array([live], np.int32),
+             "subsequence_begins": np.array([0, 1], np.int32), "block_indices_begins": np.array([0, blocks], np.int32),
+             "block_indices": np.arange(blocks, dtype=np.int32)}
+    for k, v in feeds.items():
+        keep.append(v)
+        req.set_tensor(k, ov.Tensor(v))
+
+    def step():
+        t0 = time.perf_counter()
+        req.infer()
+        return time.perf_counter() - t0
+    step.keep = keep
+    return step
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("graphs", nargs="+", help="decode graph XML, or genai:XML")
+    ap.add_argument("graphs", nargs="+", help="decode graph XML, genai:XML or genai-paged:XML")
     ap.add_argument("--live", type=int, default=144, help="tokens already in the cache")
     ap.add_argument("--rounds", type=int, default=60)
     ap.add_argument("--precision", default="", help="INFERENCE_PRECISION_HINT (default: the device's)")
@@ -115,7 +162,9 @@ def main():
         # GRAPH+KEY=VALUE+... compiles GRAPH with extra properties.
         path, *extra = g.split("+")
         p = dict(props, **dict(e.split("=", 1) for e in extra))
-        if path.startswith("genai:"):
+        if path.startswith("genai-paged:"):
+            step = genai_paged_step(core, path[len("genai-paged:"):], a.live, p)
+        elif path.startswith("genai:"):
             step = genai_step(core, path[len("genai:"):], a.live, p)
         else:
             step = ovrun_step(core, path, a.live, p)
