@@ -35,6 +35,17 @@ import openvino as ov
 from ovrun_core import compile_props, new_core, past_rows
 
 
+def timed(req, keep):
+    """A step that times one infer call of req; keep holds the arrays its
+    tensors share, alive as long as the step."""
+    def step():
+        t0 = time.perf_counter()
+        req.infer()
+        return time.perf_counter() - t0
+    step.keep = keep
+    return step
+
+
 def ovrun_step(core, path, live, props):
     """A timed decode step of an ovrun graph: position live, zero cache."""
     m = core.read_model(path)
@@ -65,12 +76,7 @@ def ovrun_step(core, path, live, props):
         keep.append(t)  # the tensors share the arrays' memory
         req.set_tensor(name, t)
 
-    def step():
-        t0 = time.perf_counter()
-        req.infer()
-        return time.perf_counter() - t0
-    step.keep = keep
-    return step
+    return timed(req, keep)
 
 
 def genai_step(core, path, live, props):
@@ -136,12 +142,7 @@ def genai_paged_step(core, path, live, props):
         keep.append(v)
         req.set_tensor(k, ov.Tensor(v))
 
-    def step():
-        t0 = time.perf_counter()
-        req.infer()
-        return time.perf_counter() - t0
-    step.keep = keep
-    return step
+    return timed(req, keep)
 
 
 def main():
