@@ -65,6 +65,11 @@ const (
 	slotMapped                 // the stored bytes, read in place from the checkpoint file mapped into the blob (Files)
 )
 
+// stored reports whether a slot of kind k holds the checkpoint's bytes as
+// they are (copied or read in place), so members of either kind can be
+// concatenated by the graph.
+func (k slotKind) stored() bool { return k == slotRaw || k == slotMapped }
+
 // mappedAlign is the alignment a tensor's bytes need in its file to be read
 // in place (GGUF's default alignment; others are copied).
 const mappedAlign = 32
@@ -322,12 +327,12 @@ func (w *Weights) fuse(group []string, place func(int64) int64) *slot {
 		if s == nil || len(s.shape) != 2 || s.shape[1] != first.shape[1] || s.et != first.et || s.pack != first.pack {
 			return nil
 		}
-		switch stored := func(k slotKind) bool { return k == slotRaw || k == slotMapped }; {
-		case s.kind == slotMapped && first.kind == slotMapped:
-			apart = apart || s.off != first.off+f.size
-		case s.kind != first.kind && stored(s.kind) && stored(first.kind):
+		switch {
+		case s.kind == first.kind:
+			apart = apart || s.kind == slotMapped && s.off != first.off+f.size
+		case s.kind.stored() && first.kind.stored():
 			apart = true
-		case s.kind != first.kind:
+		default:
 			return nil
 		}
 		f.shape[0] += s.shape[0]

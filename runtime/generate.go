@@ -40,19 +40,21 @@ type GenerateResult struct {
 	// weighed none), as Summary's.
 	SharedStepPenalty float64
 	DecodeS           float64   // infer time of decode steps
-	Steps             int       // decode infer calls
 	StepS             []float64 // each decode infer call's time, in order
 	// FinishReason is "length" (MaxNewTokens made) or "stop" (an
 	// end-of-generation token, kept as the last of Tokens).
 	FinishReason string
 }
 
+// Steps is the number of decode infer calls.
+func (r *GenerateResult) Steps() int { return len(r.StepS) }
+
 // DecodeTokensPerS is generated tokens after the first per second of decode.
 func (r *GenerateResult) DecodeTokensPerS() float64 {
 	if r.DecodeS <= 0 {
 		return 0
 	}
-	return float64(r.Steps) / r.DecodeS
+	return float64(r.Steps()) / r.DecodeS
 }
 
 // Generate decodes (greedily unless cfg.Sampler says otherwise) with one decode graph of cfg.Capacity slots
@@ -184,11 +186,10 @@ func Generate(ctx context.Context, comp Compiler, shape KVShape, cfg GenerateCon
 		d := time.Since(t).Seconds()
 		res.DecodeS += d
 		res.StepS = append(res.StepS, d)
-		res.Steps++
 		if err != nil {
 			return res, err
 		}
-		if err := checkFinite(comp, logits, fmt.Sprintf("at decode step %d", res.Steps)); err != nil {
+		if err := checkFinite(comp, logits, fmt.Sprintf("at decode step %d", res.Steps())); err != nil {
 			return res, err
 		}
 	}

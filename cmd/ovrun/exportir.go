@@ -3,7 +3,6 @@ package main
 import (
 	"fmt"
 	"path/filepath"
-	"strings"
 
 	"github.com/urfave/cli/v2"
 
@@ -81,10 +80,7 @@ attention.`,
 		}
 		precision := exportPrecisionFlag.Get(c)
 		if kv == "auto" {
-			kv = "f32"
-			if strings.EqualFold(deviceFlag.Get(c), "CPU") && precision != "" {
-				kv = precision // as the compiling commands store it on the CPU
-			}
+			kv = ovexec.CachePrecisionAt(deviceFlag.Get(c), precision) // as the compiling commands store it
 		}
 		ck, err := model.Load(modelFlag.Get(c))
 		if err != nil {

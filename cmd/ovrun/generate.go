@@ -154,7 +154,7 @@ func generateAction(c *cli.Context) error {
 	}
 	attention := comp.DescribeAttention(model.GraphSpec{Capacity: capacity, Chunk: 1, Shared: res.PrefillUsed == runtime.PrefillUsedShared})
 	fmt.Fprintf(out, "compile %.3f s  prefill %.3f s (%d tokens)  decode %.2f tok/s (%d steps)  precision %s  attention %s  kv %s  finish %s\n",
-		res.CompileS, res.PrefillS, len(in.ids), res.DecodeTokensPerS(), res.Steps, comp.EffectivePrecision(), attention, comp.KVPrecision(), res.FinishReason)
+		res.CompileS, res.PrefillS, len(in.ids), res.DecodeTokensPerS(), res.Steps(), comp.EffectivePrecision(), attention, comp.KVPrecision(), res.FinishReason)
 	p := jsonFlag.Get(c)
 	if p == "" {
 		return cliutil.Interrupted(genErr, "")

@@ -258,9 +258,18 @@ func inferenceCachePrecision(core *ov.Core, o Options) string {
 	}
 	caps, _ := capabilities(core, o.Device)
 	switch p = strings.ToLower(p); {
-	case p == "bf16" && slices.Contains(caps, "BF16"):
-		return p
-	case p == "f16" && slices.Contains(caps, "FP16"):
+	case p == "bf16" && !slices.Contains(caps, "BF16"), p == "f16" && !slices.Contains(caps, "FP16"):
+		p = "f32"
+	}
+	return CachePrecisionAt(o.Device, p)
+}
+
+// CachePrecisionAt is the KV precision auto resolves to for graphs
+// compiled at an inference precision the device can run: that precision
+// (bf16, f16) on the CPU, f32 elsewhere or for none. export-ir, which has
+// no core to ask, uses it for its --precision.
+func CachePrecisionAt(device, precision string) string {
+	if p := strings.ToLower(precision); strings.EqualFold(device, "CPU") && (p == "bf16" || p == "f16") {
 		return p
 	}
 	return "f32"
