@@ -475,13 +475,19 @@ func (b *decoderBuilder) projs(x port, prefixes []string, outs []int64, bias boo
 		shapes[i] = port{shape: b.lastDim(x, o), et: f32}
 	}
 	y := b.linear(x, fused, total) // [.., sum of outs]
-	ys := b.g.add("VariadicSplit", "opset1", "", nil, []port{y, b.g.scalarI64(-1), b.g.constI64([]int64{int64(len(outs))}, outs...)}, shapes...)
 	if bias {
+		// One bias add before the split, of the biases concatenated (a
+		// constant the plugin folds): the plugin takes it into the fused
+		// product as its bias, where one add per split part would stay
+		// separate nodes, each a per-call cost in a shared graph.
+		bs := make([]port, len(prefixes))
 		for i, p := range prefixes {
-			ys[i] = b.add(ys[i], b.g.weight(p+".bias"), ys[i].shape)
+			bs[i] = b.g.weight(p + ".bias")
 		}
+		cat := b.g.op("Concat", "opset1", []attr{{"axis", "0"}}, []int64{total}, f32, bs...) // [sum of outs]
+		y = b.add(y, cat, y.shape)
 	}
-	return ys
+	return b.g.add("VariadicSplit", "opset1", "", nil, []port{y, b.g.scalarI64(-1), b.g.constI64([]int64{int64(len(outs))}, outs...)}, shapes...)
 }
 
 // linear is x @ W^T for the weight named (a checkpoint tensor or a Fused

@@ -116,8 +116,10 @@ def main():
                             rti = c.get_rt_info()
                             lt = rti["layerType"].astype(str) if "layerType" in rti else c.get_type_name()
                             ot = rti["outputPrecisions"].astype(str) if "outputPrecisions" in rti else ""
+                            # A Result (a paged cache is read and written in place) has no output.
+                            shape = c.get_output_partial_shape(0) if c.get_output_size() else ""
                             print(f"  {'  ' * depth}{op.get_friendly_name()} -> {lt} {c.get_friendly_name()} "
-                                  f"{c.get_output_partial_shape(0)} {ot}")
+                                  f"{shape} {ot}")
                             nxt.append(c)
                 frontier = nxt
     counts = collections.Counter(

@@ -9,6 +9,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/ovtoolkit/ovrun/internal/cliutil"
+	"github.com/ovtoolkit/ovrun/internal/hugepages"
 	"github.com/ovtoolkit/ovrun/internal/npy"
 	"github.com/ovtoolkit/ovrun/internal/stats"
 	"github.com/ovtoolkit/ovrun/model"
@@ -39,7 +40,10 @@ stop early. --dump-logits writes float32 [rows, vocab] as .npy: row 0 =
 logits after the prompt, row i = after the i-th generated token (the last
 generated token is not fed back). --json writes prompt_ids, generated_ids,
 text, finish_reason and the timings (decode_step_ms: the 10th, 50th and
-90th percentiles of the decode steps' infer times).`,
+90th percentiles of the decode steps' infer times) and huge_pages (whether
+malloc was started asking for transparent huge pages: ovrun starts itself
+with GLIBC_TUNABLES=glibc.malloc.hugetlb=1 where the kernel hands them out
+on request; glibc.malloc.hugetlb=0 in GLIBC_TUNABLES keeps 4 KiB pages).`,
 	Flags: append(append(compileFlags(),
 		capacityFlag,
 		promptFlag, promptFileFlag, promptIDsFlag, promptTokensFlag, seedFlag, prefillChunkFlag, prefillFlag,
@@ -166,7 +170,8 @@ func generateAction(c *cli.Context) error {
 	}
 	js := map[string]any{
 		"model": modelFlag.Get(c), "device": comp.Options().Device, "openvino_version": ver,
-		"precision": comp.Options().Precision, "precision_effective": comp.EffectivePrecision(), "attention": attention, "kv_precision": comp.KVPrecision(),
+		"huge_pages": hugepages.On(),
+		"precision":  comp.Options().Precision, "precision_effective": comp.EffectivePrecision(), "attention": attention, "kv_precision": comp.KVPrecision(),
 		"capacity": capacity, "prompt": in.ids, "prompt_ids": in.ids,
 		"tokens": res.Tokens, "generated_ids": res.Tokens, "text": generatedText(tok, res.Tokens),
 		"finish_reason": res.FinishReason,

@@ -12,10 +12,12 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/ovtoolkit/ovrun/internal/cliutil"
+	"github.com/ovtoolkit/ovrun/internal/hugepages"
 	"github.com/ovtoolkit/ovrun/internal/plancmd"
 )
 
 func main() {
+	hugepages.Reexec() // before anything else: glibc reads its tunables at start
 	ctx, stop := cliutil.SignalContext(context.Background(), "ovrun", os.Stderr)
 	defer stop()
 	app := newApp()
