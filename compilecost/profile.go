@@ -27,6 +27,10 @@ type Profile struct {
 	Device string `json:"device"`
 	// OpenVINOVersion is the runtime's version string.
 	OpenVINOVersion string `json:"openvino_version"`
+	// HugePages says whether the measured compiles ran with malloc asking
+	// for transparent huge pages, as ovrun does where the kernel grants
+	// them on request (absent from older profiles).
+	HugePages *bool `json:"huge_pages,omitempty"`
 	// Precision is the inference precision hint, when one was set.
 	Precision string `json:"precision,omitempty"`
 	// Attention and KVPrecision are the attention form and KV cache

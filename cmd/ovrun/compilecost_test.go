@@ -169,3 +169,23 @@ func readSummary(t *testing.T, path string) *runtime.Summary {
 	}
 	return &s
 }
+
+func TestHugePagesMismatch(t *testing.T) {
+	on, off := true, false
+	for _, c := range []struct {
+		profile *bool
+		run     bool
+		want    string
+	}{
+		{nil, true, ""}, // an older profile says nothing
+		{&on, true, ""},
+		{&off, false, ""},
+		{&off, true, "measured with huge pages off and this run has them on"},
+		{&on, false, "measured with huge pages on and this run has them off"},
+	} {
+		got := hugePagesMismatch("cost.json", &compilecost.Profile{HugePages: c.profile}, c.run)
+		if (c.want == "") != (got == "") || !strings.Contains(got, c.want) {
+			t.Errorf("profile %v, run %v: %q, want %q", c.profile, c.run, got, c.want)
+		}
+	}
+}

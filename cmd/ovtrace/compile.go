@@ -47,7 +47,7 @@ pays one-time set-up in the first compile, a CPU pays for faulting in fresh
 memory in later ones.
 
 --json writes the compile-cost profile (cost.json: model, device,
-openvino_version, rungs[{capacity, compile_s[], compile_cpu_s[], median_s,
+openvino_version, huge_pages, rungs[{capacity, compile_s[], compile_cpu_s[], median_s,
 ir_build_s[], peak_rss_bytes, import_s[], export_s[], successor_s[], successor_median_s,
 prefill[{chunk, first_s[], first_median_s, successor_s[],
 successor_median_s, peak_rss_bytes}]}], fit{model, a, b, r2, max_rel_err, n}

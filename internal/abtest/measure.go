@@ -15,6 +15,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/ovtoolkit/ovrun/internal/hugepages"
 	"github.com/ovtoolkit/ovrun/internal/npy"
 	"github.com/ovtoolkit/ovrun/model"
 	"github.com/ovtoolkit/ovrun/ov"
@@ -90,6 +91,10 @@ type Measurement struct {
 	CompileStartMonoS float64 `json:"compile_start_mono_s"`
 	CompileEndMonoS   float64 `json:"compile_end_mono_s"`
 	OpenVINOVersion   string  `json:"openvino_version"`
+	// HugePages says whether the process's malloc asked for transparent
+	// huge pages (internal/hugepages): a compile on 4 KiB pages takes far
+	// longer, so measurements are only comparable with the same setting.
+	HugePages bool `json:"huge_pages"`
 	// Library is the libopenvino_c that was loaded.
 	Library string `json:"library"`
 	// Attention and KVPrecision are the measured graph's attention form
@@ -158,7 +163,7 @@ func MeasureCompile(ctx context.Context, cfg OnceConfig) (*Measurement, error) {
 	defer ck.Close()
 	ver, _ := ov.Version()
 	m := &Measurement{Model: cfg.Model, Device: cfg.Device, Capacity: cfg.Capacity, Chunk: cfg.Chunk,
-		After: FormatSpecs(cfg.After), OpenVINOVersion: ver, Library: ov.LibraryPath()}
+		After: FormatSpecs(cfg.After), OpenVINOVersion: ver, HugePages: hugepages.On(), Library: ov.LibraryPath()}
 	if err := measure(ctx, ck, cfg, m); err != nil {
 		return nil, err
 	}

@@ -122,7 +122,7 @@ func buildProfile(cfg SweepConfig, got map[int][]*Measurement) *compilecost.Prof
 				r.ExportS = append(r.ExportS, m.ExportS)
 			}
 			if p.OpenVINOVersion == "" {
-				p.OpenVINOVersion, p.KVPrecision = m.OpenVINOVersion, m.KVPrecision
+				p.OpenVINOVersion, p.KVPrecision, p.HugePages = m.OpenVINOVersion, m.KVPrecision, &m.HugePages
 			}
 			p.Attention = joinForm(p.Attention, m.Attention)
 			p.Layers, p.WeightBytes = max(p.Layers, m.Layers), max(p.WeightBytes, m.WeightBytes)
