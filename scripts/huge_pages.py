@@ -18,7 +18,7 @@ import ctypes
 import os
 import statistics
 
-from ovrun_core import new_core
+from ovrun_core import new_core, precision_props
 from step_time import ovrun_step
 
 PR_SET_THP_DISABLE = 41
@@ -41,9 +41,7 @@ def main():
     a = ap.parse_args()
     if "glibc.malloc.hugetlb=1" not in os.environ.get("GLIBC_TUNABLES", ""):
         raise SystemExit("run under GLIBC_TUNABLES=glibc.malloc.hugetlb=1 (else neither copy gets huge pages)")
-    props = {"SNIPPETS_MODE": "DISABLE"}  # as ovrun compiles on the CPU
-    if a.precision:
-        props["INFERENCE_PRECISION_HINT"] = a.precision
+    props = dict(precision_props(a.precision), SNIPPETS_MODE="DISABLE")  # as ovrun compiles on the CPU
     libc = ctypes.CDLL(None, use_errno=True)
     core = new_core()
     if libc.prctl(PR_SET_THP_DISABLE, 1, 0, 0, 0) != 0:

@@ -20,6 +20,18 @@ def new_core():
     return core
 
 
+def precision_props(precision):
+    """Compile properties for a --precision flag ("" leaves the device's
+    default): INFERENCE_PRECISION_HINT, and for f32 no dynamic quantization
+    of activations, as ovrun compiles an f32 run (f32 throughout)."""
+    if not precision:
+        return {}
+    props = {"INFERENCE_PRECISION_HINT": precision}
+    if precision == "f32":
+        props["DYNAMIC_QUANTIZATION_GROUP_SIZE"] = "0"
+    return props
+
+
 def paged(model):
     """Whether the graph attends paged (its caches are blocks of 32 slots)."""
     return any(op.get_type_name() == "PagedAttentionExtension" for op in model.get_ops())

@@ -20,7 +20,7 @@ import time
 
 import numpy as np
 import openvino as ov
-from ovrun_core import compile_props, new_core, past_rows
+from ovrun_core import compile_props, new_core, past_rows, precision_props
 
 
 def main():
@@ -35,11 +35,7 @@ def main():
 
     core = new_core()
     m = core.read_model(a.xml)
-    props = {"PERF_COUNT": "YES"}
-    if a.precision:
-        props["INFERENCE_PRECISION_HINT"] = a.precision
-        if a.precision == "f32":
-            props["DYNAMIC_QUANTIZATION_GROUP_SIZE"] = "0"
+    props = dict(precision_props(a.precision), PERF_COUNT="YES")
     t0 = time.perf_counter()
     cm = core.compile_model(m, "CPU", compile_props(m, props))
     print(f"compile {time.perf_counter() - t0:.2f} s, runs as {cm.get_property('INFERENCE_PRECISION_HINT')}")

@@ -32,7 +32,7 @@ import time
 
 import numpy as np
 import openvino as ov
-from ovrun_core import compile_props, new_core, past_rows
+from ovrun_core import compile_props, new_core, past_rows, precision_props
 
 
 def timed(req, keep):
@@ -152,11 +152,7 @@ def main():
     ap.add_argument("--rounds", type=int, default=60)
     ap.add_argument("--precision", default="", help="INFERENCE_PRECISION_HINT (default: the device's)")
     a = ap.parse_args()
-    props = {}
-    if a.precision:
-        props = {"INFERENCE_PRECISION_HINT": a.precision}
-        if a.precision == "f32":
-            props["DYNAMIC_QUANTIZATION_GROUP_SIZE"] = "0"
+    props = precision_props(a.precision)
     core = new_core()
     runs = []
     for g in a.graphs:

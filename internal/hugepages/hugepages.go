@@ -50,12 +50,19 @@ func Reexec() {
 // On reports whether this process's malloc was started asking for huge
 // pages (GLIBC_TUNABLES sets Tunable to 1).
 func On() bool {
-	for _, t := range strings.Split(os.Getenv("GLIBC_TUNABLES"), ":") {
-		if t == Tunable+"=1" {
-			return true
+	v, set := value(os.Getenv("GLIBC_TUNABLES"))
+	return set && v == "1"
+}
+
+// value is Tunable's value in tunables (GLIBC_TUNABLES: name=value pairs
+// joined by colons) and whether it is named there.
+func value(tunables string) (string, bool) {
+	for _, t := range strings.Split(tunables, ":") {
+		if v, ok := strings.CutPrefix(t, Tunable+"="); ok {
+			return v, true
 		}
 	}
-	return false
+	return "", false
 }
 
 // withTunable is env with Tunable=1 appended to GLIBC_TUNABLES, and true,
@@ -71,7 +78,7 @@ func withTunable(env []string, mode string) ([]string, bool) {
 	found := false
 	for _, kv := range env {
 		if v, ok := strings.CutPrefix(kv, "GLIBC_TUNABLES="); ok {
-			if strings.Contains(v, Tunable+"=") {
+			if _, set := value(v); set {
 				return env, false
 			}
 			if v != "" {
