@@ -2,6 +2,7 @@ package chat
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"os/exec"
 	"path/filepath"
@@ -62,7 +63,7 @@ func TestRenderMatchesJinja2(t *testing.T) {
 			t.Fatalf("%s: %v", name, err)
 		}
 		for i, c := range cases {
-			got, err := tmpl.Render(c.Messages, c.AddGenerationPrompt)
+			got, err := tmpl.Render(context.Background(), c.Messages, c.AddGenerationPrompt)
 			if err != nil {
 				t.Fatalf("%s case %d: %v", name, i, err)
 			}
@@ -81,10 +82,10 @@ func TestBadInput(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := tmpl.Render(nil, true); err == nil {
+	if _, err := tmpl.Render(context.Background(), nil, true); err == nil {
 		t.Error("rendered an empty conversation")
 	}
-	if _, err := tmpl.Render([]Message{{"wizard", "x"}}, true); err == nil {
+	if _, err := tmpl.Render(context.Background(), []Message{{"wizard", "x"}}, true); err == nil {
 		t.Error("rendered an unknown role")
 	}
 	if _, err := Compile(string(make([]byte, MaxTemplateBytes+1)), "", ""); err == nil {

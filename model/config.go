@@ -82,9 +82,9 @@ func (c *Config) MLPBiases() bool {
 	return c.ModelType == "llama" && c.MLPBias != nil && *c.MLPBias
 }
 
-// Theta is rope_theta with the Llama default of 10000.
+// Theta is rope_theta, or the Llama default of 10000 when it is absent (0).
 func (c *Config) Theta() float64 {
-	if c.RopeTheta > 0 {
+	if c.RopeTheta != 0 {
 		return c.RopeTheta
 	}
 	return 10000
@@ -105,12 +105,55 @@ var configLimits = map[string]int{
 	"num_attention_heads": 1 << 11,
 	"num_key_value_heads": 1 << 11,
 	"head_dim":            1 << 13,
+
+	"max_position_embeddings": maxPositions,
+}
+
+// Bounds on the floating-point values of a configuration.
+const (
+	// minRMSNormEps and maxRMSNormEps bound rms_norm_eps. Released models
+	// use 1e-6 or 1e-5; the graph adds the value in f32, where a smaller one
+	// is (close to) zero and leaves an all-zero row NaN, and a larger one
+	// flattens the activations it normalizes.
+	minRMSNormEps = 1e-30
+	maxRMSNormEps = 0.1
+	// minRopeTheta and maxRopeTheta bound rope_theta (10000 to 1e7 in
+	// released models): at or below 1 the rotary frequencies grow along the
+	// head instead of falling, and an infinite base leaves every pair but
+	// the first unrotated.
+	minRopeTheta = 1
+	maxRopeTheta = 1e12
+	// maxPositions bounds max_position_embeddings (10M in the longest
+	// released models): paged graphs are compiled for the model's context.
+	maxPositions = 1 << 24
+)
+
+// configNames names the fields of a Config as its source spells them, for
+// errors: file prefixes every message ("config.json"; "" for none) and key
+// maps a config.json field name to the key that held the value.
+type configNames struct {
+	file string
+	key  func(field string) string
+}
+
+// jsonNames names config.json's own fields.
+var jsonNames = configNames{file: "config.json", key: func(f string) string { return f }}
+
+func (n configNames) errorf(format string, a ...any) error {
+	if n.file == "" {
+		return fmt.Errorf(format, a...)
+	}
+	return fmt.Errorf("%s: "+format, append([]any{n.file}, a...)...)
 }
 
 // Validate rejects configurations the graph emitter cannot build, naming the
 // offending field: unsupported features, counts that are not positive or
-// beyond configLimits, and derived sizes that do not fit.
-func (c *Config) Validate() error {
+// beyond configLimits, floating-point values that are not finite or outside
+// their sane range, and derived sizes that do not fit.
+func (c *Config) Validate() error { return c.validate(jsonNames) }
+
+// validate is Validate with errors naming fields as n does.
+func (c *Config) validate(n configNames) error {
 	switch c.ModelType {
 	case "llama", "qwen2":
 	case "":
@@ -133,42 +176,68 @@ func (c *Config) Validate() error {
 		{"intermediate_size", c.IntermediateSize, false}, {"num_hidden_layers", c.NumHiddenLayers, false},
 		{"num_attention_heads", c.NumAttentionHeads, false},
 		{"num_key_value_heads", c.NumKeyValueHeads, true}, {"head_dim", c.HeadDimField, true},
+		{"max_position_embeddings", c.MaxPositionEmbeddings, true},
 	} {
+		limit := configLimits[f.name]
 		switch {
 		case f.optional && f.v == 0:
 		case f.v <= 0 && f.optional:
-			return fmt.Errorf("config.json: %s must be positive when given, got %d", f.name, f.v)
+			return n.errorf("%s must be positive when given, got %d", n.key(f.name), f.v)
 		case f.v <= 0:
-			return fmt.Errorf("config.json: %s must be positive, got %d", f.name, f.v)
-		case f.v > configLimits[f.name]:
-			return fmt.Errorf("config.json: %s %d is beyond the limit of %d", f.name, f.v, configLimits[f.name])
+			return n.errorf("%s must be positive, got %d", n.key(f.name), f.v)
+		case f.v > limit:
+			return n.errorf("%s %d is beyond the limit of %d", n.key(f.name), f.v, limit)
 		}
 	}
 	if c.RopeTheta < 0 {
-		return fmt.Errorf("config.json: rope_theta must be positive when given, got %g", c.RopeTheta)
+		return n.errorf("%s must be positive when given, got %g", n.key("rope_theta"), c.RopeTheta)
 	}
-	if c.MaxPositionEmbeddings < 0 {
-		return fmt.Errorf("config.json: max_position_embeddings must be positive when given, got %d", c.MaxPositionEmbeddings)
+	if c.RopeTheta != 0 {
+		if err := checkRopeTheta(n, c.RopeTheta); err != nil {
+			return err
+		}
 	}
 	if c.HeadDimField == 0 && c.HiddenSize%c.NumAttentionHeads != 0 {
-		return fmt.Errorf("config.json: hidden_size %d is not a multiple of num_attention_heads %d and head_dim is absent", c.HiddenSize, c.NumAttentionHeads)
+		return n.errorf("%s %d is not a multiple of %s %d and %s is absent",
+			n.key("hidden_size"), c.HiddenSize, n.key("num_attention_heads"), c.NumAttentionHeads, n.key("head_dim"))
 	}
 	if c.HeadDim()%2 != 0 {
-		return fmt.Errorf("config.json: head dimension %d must be even for rotary embeddings", c.HeadDim())
+		return n.errorf("head dimension %d (%s) must be even for rotary embeddings", c.HeadDim(), c.headDimFrom(n))
 	}
 	if c.NumAttentionHeads%c.KVHeads() != 0 {
-		return fmt.Errorf("config.json: num_attention_heads %d is not a multiple of num_key_value_heads %d", c.NumAttentionHeads, c.KVHeads())
+		return n.errorf("%s %d is not a multiple of %s %d",
+			n.key("num_attention_heads"), c.NumAttentionHeads, n.key("num_key_value_heads"), c.KVHeads())
 	}
 	if c.RMSNormEps <= 0 {
-		return fmt.Errorf("config.json: rms_norm_eps must be positive, got %g", c.RMSNormEps)
+		return n.errorf("%s must be positive, got %g", n.key("rms_norm_eps"), c.RMSNormEps)
+	}
+	if !(c.RMSNormEps >= minRMSNormEps && c.RMSNormEps <= maxRMSNormEps) {
+		return n.errorf("%s %g is not a finite number in [%g, %g]", n.key("rms_norm_eps"), c.RMSNormEps, minRMSNormEps, maxRMSNormEps)
 	}
 	if c.HeadDim() > configLimits["head_dim"] {
-		return fmt.Errorf("config.json: head dimension %d is beyond the limit of %d", c.HeadDim(), configLimits["head_dim"])
+		return n.errorf("head dimension %d (%s) is beyond the limit of %d", c.HeadDim(), c.headDimFrom(n), configLimits["head_dim"])
 	}
-	if n := ParamCount(c); n > maxParams {
-		return fmt.Errorf("config.json: %d parameters is beyond the limit of %d", n, int64(maxParams))
+	if p := ParamCount(c); p > maxParams {
+		return n.errorf("%d parameters is beyond the limit of %d", p, int64(maxParams))
 	}
 	return nil
+}
+
+// checkRopeTheta requires a rotary base that is finite, above minRopeTheta
+// and at most maxRopeTheta.
+func checkRopeTheta(n configNames, v float64) error {
+	if !(v > minRopeTheta && v <= maxRopeTheta) {
+		return n.errorf("%s %g is not a finite number above %g and at most %g", n.key("rope_theta"), v, float64(minRopeTheta), maxRopeTheta)
+	}
+	return nil
+}
+
+// headDimFrom says where HeadDim comes from, for errors.
+func (c *Config) headDimFrom(n configNames) string {
+	if c.HeadDimField > 0 {
+		return n.key("head_dim")
+	}
+	return n.key("hidden_size") + " / " + n.key("num_attention_heads")
 }
 
 // maxParams bounds the parameters a config may describe (2^40, a 1T-
@@ -193,6 +262,14 @@ func LoadConfig(dir string) (*Config, error) {
 	var c Config
 	if err := json.Unmarshal(b, &c); err != nil {
 		return nil, fmt.Errorf("parse %s: %w", path, err)
+	}
+	// A rope_theta of 0 reads as absent (the default 10000); an explicit 0
+	// is refused rather than replaced.
+	var given struct {
+		RopeTheta *float64 `json:"rope_theta"`
+	}
+	if json.Unmarshal(b, &given) == nil && given.RopeTheta != nil && *given.RopeTheta == 0 {
+		return nil, fmt.Errorf("%s: %w", path, jsonNames.errorf("rope_theta must be positive when given, got 0"))
 	}
 	if err := c.Validate(); err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)

@@ -4,7 +4,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -51,41 +53,89 @@ const (
 	maxVocab = 1 << 24
 )
 
-// loadGGUF opens a GGUF file as a checkpoint.
+// loadGGUF opens a GGUF file as a checkpoint. Every metadata value the
+// model or its tokenizer uses is checked against its meaning, and every
+// tensor must be one the decoder reads: a file that says one thing and holds
+// another is refused, naming the key or the tensor.
 func loadGGUF(path string) (*Checkpoint, error) {
 	f, err := OpenGGUF(path)
 	if err != nil {
 		return nil, err
 	}
 	c := &Checkpoint{Dir: path, GGUF: f}
-	if c.Config, err = ggufConfig(f); err != nil {
+	fail := func(err error) (*Checkpoint, error) {
 		c.Close()
 		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	if c.Config, err = ggufConfig(f); err != nil {
+		return fail(err)
 	}
 	if c.Tensors, err = ggufTensors(f, c.Config); err != nil {
-		c.Close()
-		return nil, fmt.Errorf("%s: %w", path, err)
+		return fail(err)
+	}
+	if err := ggufCheckTensors(c.Config, c.Tensors); err != nil {
+		return fail(err)
 	}
 	if err := CheckTensors(c.Config, c.Tensors); err != nil {
-		c.Close()
-		return nil, fmt.Errorf("checkpoint %s: %w", path, err)
+		return fail(err)
+	}
+	v, err := ggufVocab(f)
+	if err != nil {
+		return fail(err)
+	}
+	if n := len(v.Tokens); n > c.Config.VocabSize {
+		return fail(fmt.Errorf("%w: tokenizer.ggml.tokens holds %d tokens, more than the %d rows of token_embd.weight", ErrCorrupt, n, c.Config.VocabSize))
+	}
+	if _, err := ggufChatTemplate(f); err != nil {
+		return fail(err)
 	}
 	return c, nil
 }
 
-// ggufConfig builds the Config from the {arch}.* metadata keys. Errors name
-// the key.
+// ggufConfigNames names the Config fields by the GGUF keys ggufConfig reads
+// them from; vocabFrom is where the vocabulary size came from.
+func ggufConfigNames(arch, vocabFrom string) configNames {
+	keys := map[string]string{
+		"vocab_size":              vocabFrom,
+		"hidden_size":             arch + ".embedding_length",
+		"intermediate_size":       arch + ".feed_forward_length",
+		"num_hidden_layers":       arch + ".block_count",
+		"num_attention_heads":     arch + ".attention.head_count",
+		"num_key_value_heads":     arch + ".attention.head_count_kv",
+		"head_dim":                arch + ".attention.key_length",
+		"max_position_embeddings": arch + ".context_length",
+		"rms_norm_eps":            arch + ".attention.layer_norm_rms_epsilon",
+		"rope_theta":              arch + ".rope.freq_base",
+	}
+	return configNames{key: func(f string) string {
+		if k, ok := keys[f]; ok {
+			return k
+		}
+		return f
+	}}
+}
+
+// ggufConfig builds the Config from the {arch}.* metadata keys and checks
+// every value against its meaning. Errors name the key.
 func ggufConfig(f *GGUFFile) (*Config, error) {
 	arch, err := f.String("general.architecture")
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrCorrupt, err)
+		return nil, fmt.Errorf("%w: %w", ErrCorrupt, err)
 	}
 	hfArch, ok := ggufArchs[arch]
 	if !ok {
 		return nil, fmt.Errorf("%w: general.architecture %q (supported: llama, qwen2)", ErrUnsupported, arch)
 	}
-	if n, err := f.Int("split.count"); err == nil && n > 1 {
-		return nil, fmt.Errorf("%w: a split GGUF (split.count %d): merge the parts with llama-gguf-split --merge", ErrUnsupported, n)
+	if f.Has("split.count") {
+		n, err := f.Int("split.count")
+		switch {
+		case err != nil:
+			return nil, fmt.Errorf("%w: %w", ErrCorrupt, err)
+		case n < 1:
+			return nil, fmt.Errorf("%w: split.count %d: a file is at least one part", ErrCorrupt, n)
+		case n > 1:
+			return nil, fmt.Errorf("%w: a split GGUF (split.count %d): merge the parts with llama-gguf-split --merge", ErrUnsupported, n)
+		}
 	}
 	cfg := &Config{ModelType: arch, Architectures: []string{hfArch}, HiddenAct: "silu"}
 	key := func(s string) string { return arch + "." + s }
@@ -100,7 +150,7 @@ func ggufConfig(f *GGUFFile) (*Config, error) {
 		{key("feed_forward_length"), &cfg.IntermediateSize, maxWidth, false},
 		{key("attention.head_count"), &cfg.NumAttentionHeads, maxWidth, false},
 		{key("attention.head_count_kv"), &cfg.NumKeyValueHeads, maxWidth, true},
-		{key("context_length"), &cfg.MaxPositionEmbeddings, 1 << 30, true},
+		{key("context_length"), &cfg.MaxPositionEmbeddings, maxPositions, true},
 		{key("vocab_size"), &cfg.VocabSize, maxVocab, true},
 	} {
 		v, err := ggufUniformInt(f, p.key)
@@ -115,61 +165,154 @@ func ggufConfig(f *GGUFFile) (*Config, error) {
 		}
 		*p.dst = int(v)
 	}
+	vocabFrom := key("vocab_size")
 	if cfg.VocabSize == 0 {
 		if toks, err := f.Strings("tokenizer.ggml.tokens"); err == nil {
-			cfg.VocabSize = len(toks)
+			cfg.VocabSize, vocabFrom = len(toks), "the length of tokenizer.ggml.tokens"
 		} else if t := ggufTensor(f, "token_embd.weight"); t != nil && len(t.Dims) == 2 {
-			cfg.VocabSize = int(t.Dims[1])
+			cfg.VocabSize, vocabFrom = int(t.Dims[1]), "the rows of token_embd.weight"
 		}
 	}
 	if cfg.VocabSize < 1 || cfg.VocabSize > maxVocab {
 		return nil, fmt.Errorf("%w: vocabulary size %d (from %s, tokenizer.ggml.tokens or token_embd.weight) is out of range [1, %d]", ErrCorrupt, cfg.VocabSize, key("vocab_size"), maxVocab)
 	}
+	names := ggufConfigNames(arch, vocabFrom)
 	if cfg.RMSNormEps, err = f.Float(key("attention.layer_norm_rms_epsilon")); err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrCorrupt, err)
+		return nil, fmt.Errorf("%w: %w", ErrCorrupt, err)
 	}
-	if cfg.RopeTheta, err = f.Float(key("rope.freq_base")); err != nil && !errors.Is(err, ErrMissingKey) {
-		return nil, fmt.Errorf("%w: %v", ErrCorrupt, err)
-	}
-	if kl, err := f.Int(key("attention.key_length")); err == nil {
-		if kl < 1 || kl > maxWidth {
-			return nil, fmt.Errorf("%w: %s %d is out of range", ErrCorrupt, key("attention.key_length"), kl)
+	if f.Has(key("rope.freq_base")) {
+		if cfg.RopeTheta, err = f.Float(key("rope.freq_base")); err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrCorrupt, err)
 		}
-		if cfg.NumAttentionHeads == 0 || int(kl) != cfg.HiddenSize/cfg.NumAttentionHeads {
-			cfg.HeadDimField = int(kl)
+		// Present means given: 0 is refused here, not read as absent.
+		if err := checkRopeTheta(names, cfg.RopeTheta); err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrCorrupt, err)
 		}
 	}
-	if vl, err := f.Int(key("attention.value_length")); err == nil && int(vl) != cfg.HeadDim() {
-		return nil, fmt.Errorf("%w: %s %d differs from the key length %d", ErrUnsupported, key("attention.value_length"), vl, cfg.HeadDim())
+	if kl, ok, err := ggufOptionalInt(f, key("attention.key_length"), 1, maxWidth); err != nil {
+		return nil, err
+	} else if ok && int(kl) != cfg.HiddenSize/cfg.NumAttentionHeads {
+		cfg.HeadDimField = int(kl)
 	}
-	if rd, err := f.Int(key("rope.dimension_count")); err == nil && int(rd) != cfg.HeadDim() {
-		return nil, fmt.Errorf("%w: %s %d: rotary embedding on part of the head (head dimension %d)", ErrUnsupported, key("rope.dimension_count"), rd, cfg.HeadDim())
+	for _, k := range []string{key("attention.value_length"), key("rope.dimension_count")} {
+		v, ok, err := ggufOptionalInt(f, k, 1, maxWidth)
+		if err != nil {
+			return nil, err
+		}
+		if ok && int(v) != cfg.HeadDim() {
+			what := "differs from the key length"
+			if k == key("rope.dimension_count") {
+				what = "rotates part of the head only"
+			}
+			return nil, fmt.Errorf("%w: %s %d %s (head dimension %d)", ErrUnsupported, k, v, what, cfg.HeadDim())
+		}
 	}
-	if s, err := f.String(key("rope.scaling.type")); err == nil && s != "none" {
-		return nil, fmt.Errorf("%w: %s %q (only plain RoPE is supported)", ErrUnsupported, key("rope.scaling.type"), s)
+	if err := ggufPlainRoPE(f, arch); err != nil {
+		return nil, err
 	}
-	if ggufTensor(f, "rope_freqs.weight") != nil {
-		return nil, fmt.Errorf("%w: tensor rope_freqs.weight (llama3 rope scaling; only plain RoPE is supported)", ErrUnsupported)
+	for _, k := range []string{key("expert_count"), key("expert_used_count")} {
+		if !f.Has(k) {
+			continue
+		}
+		n, err := f.Int(k)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrCorrupt, err)
+		}
+		if n != 0 {
+			return nil, fmt.Errorf("%w: %s %d (mixture-of-experts models are not supported)", ErrUnsupported, k, n)
+		}
 	}
 	cfg.TieWordEmbeddings = ggufTensor(f, "output.weight") == nil
 	if arch == "llama" {
-		if ggufTensor(f, "blk.0.attn_q.bias") != nil {
-			cfg.AttentionBias = new(true)
+		// Llama's attention_bias gives all four attention projections a
+		// bias and mlp_bias all three MLP ones: any one of them in any layer
+		// sets it, and ggufCheckTensors then wants them all.
+		for i := range f.Tensors {
+			var hf string
+			if m := ggufLayerRE.FindStringSubmatch(f.Tensors[i].Name); m != nil {
+				hf = ggufLayerNames[m[2]]
+			}
+			switch {
+			case !strings.HasSuffix(hf, ".bias"):
+			case strings.HasPrefix(hf, "self_attn."):
+				cfg.AttentionBias = new(true)
+			case strings.HasPrefix(hf, "mlp."):
+				cfg.MLPBias = new(true)
+			}
 		}
-		if ggufTensor(f, "blk.0.ffn_up.bias") != nil {
-			cfg.MLPBias = new(true)
+	}
+	for _, k := range []string{"tokenizer.ggml.bos_token_id", "tokenizer.ggml.eos_token_id"} {
+		// The id must name a token: [0, vocabulary size).
+		id, ok, err := ggufOptionalInt(f, k, 0, int64(cfg.VocabSize)-1)
+		if err != nil {
+			return nil, err
+		}
+		switch {
+		case !ok:
+		case k == "tokenizer.ggml.bos_token_id":
+			cfg.BOSTokenID = new(int(id))
+		default:
+			cfg.EOSTokenID = json.RawMessage(strconv.FormatInt(id, 10))
 		}
 	}
-	if id, err := f.Int("tokenizer.ggml.bos_token_id"); err == nil {
-		cfg.BOSTokenID = new(int(id))
-	}
-	if id, err := f.Int("tokenizer.ggml.eos_token_id"); err == nil {
-		cfg.EOSTokenID = json.RawMessage(strconv.FormatInt(id, 10))
-	}
-	if err := cfg.Validate(); err != nil {
+	if err := cfg.validate(names); err != nil {
+		if !errors.Is(err, ErrUnsupported) {
+			err = fmt.Errorf("%w: %w", ErrCorrupt, err)
+		}
 		return nil, err
 	}
 	return cfg, nil
+}
+
+// ggufPlainRoPE refuses the rotary scalings llama.cpp applies and the
+// decoder does not: a rope.scaling.type other than "none", a scaling factor
+// other than 1 (llama.cpp scales linearly when the type is absent), or
+// llama3's rope_freqs.weight.
+func ggufPlainRoPE(f *GGUFFile, arch string) error {
+	if k := arch + ".rope.scaling.type"; f.Has(k) {
+		s, err := f.String(k)
+		if err != nil {
+			return fmt.Errorf("%w: %w", ErrCorrupt, err)
+		}
+		if s != "none" {
+			return fmt.Errorf("%w: %s %q (only plain RoPE is supported)", ErrUnsupported, k, s)
+		}
+	}
+	for _, k := range []string{arch + ".rope.scaling.factor", arch + ".rope.scale_linear"} {
+		if !f.Has(k) {
+			continue
+		}
+		v, err := f.Float(k)
+		if err != nil {
+			return fmt.Errorf("%w: %w", ErrCorrupt, err)
+		}
+		if v != 0 && v != 1 { // 0 is llama.cpp's "not scaled"
+			if math.IsNaN(v) || math.IsInf(v, 0) {
+				return fmt.Errorf("%w: %s %g is not a finite number", ErrCorrupt, k, v)
+			}
+			return fmt.Errorf("%w: %s %g (only plain RoPE is supported)", ErrUnsupported, k, v)
+		}
+	}
+	if ggufTensor(f, "rope_freqs.weight") != nil {
+		return fmt.Errorf("%w: tensor rope_freqs.weight (llama3 rope scaling; only plain RoPE is supported)", ErrUnsupported)
+	}
+	return nil
+}
+
+// ggufOptionalInt reads an integer key that may be absent (ok false) and
+// must otherwise lie in [lo, hi]. A value of another type or out of range
+// is an error wrapping ErrCorrupt that names the key.
+func ggufOptionalInt(f *GGUFFile, key string, lo, hi int64) (v int64, ok bool, err error) {
+	if !f.Has(key) {
+		return 0, false, nil
+	}
+	if v, err = f.Int(key); err != nil {
+		return 0, false, fmt.Errorf("%w: %w", ErrCorrupt, err)
+	}
+	if v < lo || v > hi {
+		return 0, false, fmt.Errorf("%w: %s %d is out of range [%d, %d]", ErrCorrupt, key, v, lo, hi)
+	}
+	return v, true, nil
 }
 
 // ggufUniformInt reads an integer key that some files store per layer as an
@@ -181,7 +324,7 @@ func ggufUniformInt(f *GGUFFile, key string) (int64, error) {
 	}
 	vs, aerr := f.Ints(key)
 	if aerr != nil || len(vs) == 0 {
-		return 0, fmt.Errorf("%w: %v", ErrCorrupt, err)
+		return 0, fmt.Errorf("%w: %w", ErrCorrupt, err)
 	}
 	for _, x := range vs {
 		if x != vs[0] {
@@ -201,13 +344,25 @@ func ggufTensor(f *GGUFFile, name string) *GGUFTensorInfo {
 }
 
 // ggufTensors maps the file's tensors to Hugging Face names, shapes and
-// dtypes. Tensors the decoder does not use keep their GGUF names; a used
-// tensor of a type this package does not run is an ErrUnsupported error.
+// dtypes. Every tensor must be one the decoder of cfg reads: a layer past
+// block_count, a name the decoder has no place for, or a tensor of a part
+// cfg does not have (a Qwen2 o_proj bias) is an error naming the tensor, as
+// is a used tensor of a type this package does not run (ErrUnsupported).
 func ggufTensors(f *GGUFFile, cfg *Config) (map[string]*Tensor, error) {
+	used := map[string]bool{}
+	for _, s := range ggufUsedTensors(cfg) {
+		used[s.Name] = true
+	}
 	out := make(map[string]*Tensor, len(f.Tensors))
 	for i := range f.Tensors {
 		ti := &f.Tensors[i]
-		name, mapped := ggufHFName(ti.Name, cfg.NumHiddenLayers)
+		name, err := ggufHFName(ti.Name, cfg)
+		if err != nil {
+			return nil, err
+		}
+		if !used[name] {
+			return nil, fmt.Errorf("%w: tensor %q (%s) is not used by this %s model: refusing to ignore a weight the file holds", ErrUnsupported, ti.Name, name, cfg.ModelType)
+		}
 		if _, dup := out[name]; dup {
 			return nil, fmt.Errorf("%w: tensor %q maps to %q, which another tensor already uses", ErrCorrupt, ti.Name, name)
 		}
@@ -216,11 +371,8 @@ func ggufTensors(f *GGUFFile, cfg *Config) (map[string]*Tensor, error) {
 			shape[len(shape)-1-j] = d
 		}
 		t := &Tensor{Name: ti.Name, DType: ti.Type.DType(), Shape: shape, Data: f.TensorData(ti)}
-		if mapped && t.DType == "" {
-			return nil, fmt.Errorf("%w: tensor %s has type %s (supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q6_K)", ErrUnsupported, ti.Name, ti.Type)
-		}
 		if t.DType == "" {
-			t.DType = DType(ti.Type.String())
+			return nil, fmt.Errorf("%w: tensor %s has type %s (supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q6_K)", ErrUnsupported, ti.Name, ti.Type)
 		}
 		if cfg.ModelType == "llama" {
 			ggufUnpermute(t, name, cfg)
@@ -230,22 +382,85 @@ func ggufTensors(f *GGUFFile, cfg *Config) (map[string]*Tensor, error) {
 	return out, nil
 }
 
-// ggufHFName maps a GGUF tensor name; mapped is false for names the decoder
-// does not use (kept as they are).
-func ggufHFName(name string, layers int) (hf string, mapped bool) {
+// ggufHFName maps a GGUF tensor name to its Hugging Face name. A layer at
+// or past block_count wraps ErrCorrupt (the file holds more layers than it
+// says, and running the ones it says gives wrong answers); a name the
+// decoder has no place for wraps ErrUnsupported.
+func ggufHFName(name string, cfg *Config) (string, error) {
 	if hf, ok := ggufGlobalNames[name]; ok {
-		return hf, true
+		return hf, nil
 	}
-	m := ggufLayerRE.FindStringSubmatch(name)
-	if m == nil {
-		return name, false
+	if m := ggufLayerRE.FindStringSubmatch(name); m != nil {
+		n, err := strconv.Atoi(m[1])
+		canonical := err == nil && m[1] == strconv.Itoa(n)
+		if canonical && n >= cfg.NumHiddenLayers {
+			return "", fmt.Errorf("%w: tensor %q is of layer %d, but %s.block_count is %d: the file holds layers it does not declare",
+				ErrCorrupt, name, n, cfg.ModelType, cfg.NumHiddenLayers)
+		}
+		if suffix, ok := ggufLayerNames[m[2]]; ok && canonical {
+			return fmt.Sprintf("model.layers.%d.%s", n, suffix), nil
+		}
 	}
-	suffix, ok := ggufLayerNames[m[2]]
-	n, err := strconv.Atoi(m[1])
-	if !ok || err != nil || n >= layers || m[1] != strconv.Itoa(n) {
-		return name, false
+	return "", fmt.Errorf("%w: tensor %q is no part of a %s decoder: refusing to ignore a weight the file holds", ErrUnsupported, name, cfg.ModelType)
+}
+
+// ggufTensorName is the GGUF name of a Hugging Face tensor name, for errors.
+func ggufTensorName(hf string) string {
+	for g, h := range ggufGlobalNames {
+		if h == hf {
+			return g
+		}
 	}
-	return fmt.Sprintf("model.layers.%d.%s", n, suffix), true
+	if rest, ok := strings.CutPrefix(hf, "model.layers."); ok {
+		if n, suffix, ok := strings.Cut(rest, "."); ok {
+			for g, h := range ggufLayerNames {
+				if h == suffix {
+					return "blk." + n + "." + g
+				}
+			}
+		}
+	}
+	return hf
+}
+
+// ggufUsedTensors lists every tensor the decoder of cfg reads:
+// RequiredTensors, and for Llama the o_proj biases of attention_bias and
+// the MLP biases of mlp_bias.
+func ggufUsedTensors(cfg *Config) []TensorSpec {
+	specs := RequiredTensors(cfg)
+	h, in := int64(cfg.HiddenSize), int64(cfg.IntermediateSize)
+	for i := range cfg.NumHiddenLayers {
+		p := fmt.Sprintf("model.layers.%d.", i)
+		if cfg.OProjBias() {
+			specs = append(specs, TensorSpec{p + "self_attn.o_proj.bias", []int64{h}})
+		}
+		if cfg.MLPBiases() {
+			specs = append(specs, TensorSpec{p + "mlp.gate_proj.bias", []int64{in}},
+				TensorSpec{p + "mlp.up_proj.bias", []int64{in}}, TensorSpec{p + "mlp.down_proj.bias", []int64{h}})
+		}
+	}
+	return specs
+}
+
+// ggufCheckTensors requires every tensor of ggufUsedTensors with its shape,
+// naming tensors and dimensions as the file does (fastest-varying first).
+func ggufCheckTensors(cfg *Config, tensors map[string]*Tensor) error {
+	for _, s := range ggufUsedTensors(cfg) {
+		t, ok := tensors[s.Name]
+		if !ok {
+			return fmt.Errorf("%w %q (%s)", ErrMissingTensor, ggufTensorName(s.Name), s.Name)
+		}
+		if !slices.Equal(t.Shape, s.Shape) {
+			return fmt.Errorf("%w: tensor %q has dims %v, want %v", ErrShape, t.Name, reversed(t.Shape), reversed(s.Shape))
+		}
+	}
+	return nil
+}
+
+func reversed(s []int64) []int64 {
+	r := slices.Clone(s)
+	slices.Reverse(r)
+	return r
 }
 
 // ggufUnpermute undoes llama.cpp's permutation of the q and k projection

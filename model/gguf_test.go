@@ -125,6 +125,18 @@ func (s *ggufSpec) bytes() []byte {
 		case []int32:
 			w(uint64(len(a)))
 			w(a)
+		case []uint8:
+			w(uint64(len(a)))
+			w(a)
+		case []int64:
+			w(uint64(len(a)))
+			w(a)
+		case []uint64:
+			w(uint64(len(a)))
+			w(a)
+		case []float32:
+			w(uint64(len(a)))
+			w(a)
 		case uint64: // a bare length, for absurd counts
 			w(a)
 		}
@@ -301,8 +313,8 @@ func TestLoadGGUFErrors(t *testing.T) {
 		{name: "absurd block count", edit: func(s *ggufSpec) { s.kvs[1] = u32kv("llama.block_count", 4_000_000_000) }, is: ErrCorrupt, want: "llama.block_count 4000000000 is out of range [1, 11]"},
 		{name: "absurd width", edit: func(s *ggufSpec) { s.kvs[2] = u32kv("llama.embedding_length", math.MaxUint32) }, is: ErrCorrupt, want: "llama.embedding_length 4294967295 is out of range"},
 		{name: "rope scaling", edit: func(s *ggufSpec) { s.kvs = append(s.kvs, strkv("llama.rope.scaling.type", "yarn")) }, is: ErrUnsupported, want: `llama.rope.scaling.type "yarn"`},
-		{name: "missing tensor", edit: func(s *ggufSpec) { s.tensors = s.tensors[:len(s.tensors)-1] }, is: ErrMissingTensor, want: `missing tensor "model.norm.weight"`},
-		{name: "wrong shape", edit: func(s *ggufSpec) { s.tensor("blk.0.attn_v.weight").dims = []uint64{16, 32} }, is: ErrShape, want: `tensor "model.layers.0.self_attn.v_proj.weight" has shape [32 16], want [16 32]`},
+		{name: "missing tensor", edit: func(s *ggufSpec) { s.tensors = s.tensors[:len(s.tensors)-1] }, is: ErrMissingTensor, want: `missing tensor "output_norm.weight" (model.norm.weight)`},
+		{name: "wrong shape", edit: func(s *ggufSpec) { s.tensor("blk.0.attn_v.weight").dims = []uint64{16, 32} }, is: ErrShape, want: `tensor "blk.0.attn_v.weight" has dims [16 32], want [32 16]`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := tinyLlama()

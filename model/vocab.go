@@ -4,9 +4,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 
+	"github.com/ovtoolkit/ovrun/internal/safefile"
 	"github.com/ovtoolkit/ovrun/tokenizer"
 )
 
@@ -48,75 +50,138 @@ func (c *Checkpoint) Tokenizer() (*tokenizer.Tokenizer, error) {
 }
 
 func ggufTokenizer(g *GGUFFile) (*tokenizer.Tokenizer, error) {
-	mdl, err := g.String("tokenizer.ggml.model")
-	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrNoTokenizer, err)
+	if !g.Has("tokenizer.ggml.model") {
+		return nil, fmt.Errorf("%w: gguf: %w %q", ErrNoTokenizer, ErrMissingKey, "tokenizer.ggml.model")
 	}
-	pre, _ := g.String("tokenizer.ggml.pre")
-	v := tokenizer.NewGGUFVocab(mdl, pre)
-	if v.Tokens, err = g.Strings("tokenizer.ggml.tokens"); err != nil {
+	v, err := ggufVocab(g)
+	if err != nil {
 		return nil, err
 	}
-	if g.Has("tokenizer.ggml.merges") {
-		if v.Merges, err = g.Strings("tokenizer.ggml.merges"); err != nil {
-			return nil, err
+	return tokenizer.FromGGUF(v)
+}
+
+// ggufVocab reads the tokenizer.ggml.* keys a file has, each checked for
+// its type and meaning (ids inside the vocabulary, token types of GGUF's
+// set, finite scores); an error wraps ErrCorrupt and names the key, and the
+// token for per-token values. Keys the file lacks keep NewGGUFVocab's
+// defaults. Load runs it on every GGUF file, tokenizer or not, so that a
+// bad value fails the load rather than the first text prompt.
+func ggufVocab(g *GGUFFile) (tokenizer.GGUFVocab, error) {
+	bad := func(err error) (tokenizer.GGUFVocab, error) {
+		return tokenizer.GGUFVocab{}, fmt.Errorf("%w: %w", ErrCorrupt, err)
+	}
+	var mdl, pre string
+	for _, k := range []struct {
+		key string
+		dst *string
+	}{{"tokenizer.ggml.model", &mdl}, {"tokenizer.ggml.pre", &pre}} {
+		if g.Has(k.key) {
+			s, err := g.String(k.key)
+			if err != nil {
+				return bad(err)
+			}
+			*k.dst = s
+		}
+	}
+	v := tokenizer.NewGGUFVocab(mdl, pre)
+	for _, k := range []struct {
+		key string
+		dst *[]string
+	}{{"tokenizer.ggml.tokens", &v.Tokens}, {"tokenizer.ggml.merges", &v.Merges}} {
+		if g.Has(k.key) {
+			s, err := g.Strings(k.key)
+			if err != nil {
+				return bad(err)
+			}
+			*k.dst = s
 		}
 	}
 	if g.Has("tokenizer.ggml.scores") {
 		f, err := g.Floats("tokenizer.ggml.scores")
 		if err != nil {
-			return nil, err
+			return bad(err)
 		}
 		v.Scores = make([]float32, len(f))
 		for i, x := range f {
 			v.Scores[i] = float32(x)
+			if f32 := float64(v.Scores[i]); math.IsNaN(f32) || math.IsInf(f32, 0) {
+				return bad(fmt.Errorf("tokenizer.ggml.scores[%d] is %g, not a finite float32", i, x))
+			}
 		}
 	}
 	if g.Has("tokenizer.ggml.token_type") {
 		n, err := g.Ints("tokenizer.ggml.token_type")
 		if err != nil {
-			return nil, err
+			return bad(err)
 		}
 		v.TokenTypes = make([]int32, len(n))
 		for i, x := range n {
+			// llama.cpp's llama_token_type, undefined (0) to byte (6).
+			if x < tokenizer.TypeUndefined || x > tokenizer.TypeByte {
+				return bad(fmt.Errorf("tokenizer.ggml.token_type[%d] is %d, not a GGUF token type (%d..%d)", i, x, tokenizer.TypeUndefined, tokenizer.TypeByte))
+			}
 			v.TokenTypes[i] = int32(x)
 		}
 	}
-	for key, dst := range map[string]*int{
-		"tokenizer.ggml.bos_token_id": &v.BOS, "tokenizer.ggml.eos_token_id": &v.EOS,
-		"tokenizer.ggml.eot_token_id": &v.EOT, "tokenizer.ggml.padding_token_id": &v.PAD,
-		"tokenizer.ggml.unknown_token_id": &v.UNK,
+	for _, k := range []struct {
+		key string
+		dst *int
+	}{
+		{"tokenizer.ggml.bos_token_id", &v.BOS}, {"tokenizer.ggml.eos_token_id", &v.EOS},
+		{"tokenizer.ggml.eot_token_id", &v.EOT}, {"tokenizer.ggml.padding_token_id", &v.PAD},
+		{"tokenizer.ggml.unknown_token_id", &v.UNK},
 	} {
-		if g.Has(key) {
-			n, err := g.Int(key)
+		if !g.Has(k.key) {
+			continue
+		}
+		n, err := g.Int(k.key)
+		if err != nil {
+			return bad(err)
+		}
+		if n < 0 || (v.Tokens != nil && n >= int64(len(v.Tokens))) {
+			return bad(fmt.Errorf("%s %d is outside the vocabulary of %d tokens (tokenizer.ggml.tokens)", k.key, n, len(v.Tokens)))
+		}
+		*k.dst = int(n)
+	}
+	for _, k := range []struct {
+		key string
+		dst *bool
+	}{
+		{"tokenizer.ggml.add_bos_token", &v.AddBOS}, {"tokenizer.ggml.add_eos_token", &v.AddEOS},
+		{"tokenizer.ggml.add_space_prefix", &v.AddSpacePrefix},
+	} {
+		if g.Has(k.key) {
+			b, err := g.Bool(k.key)
 			if err != nil {
-				return nil, err
+				return bad(err)
 			}
-			if n < 0 || n >= int64(len(v.Tokens)) {
-				return nil, fmt.Errorf("gguf: %s = %d is outside the vocabulary of %d tokens", key, n, len(v.Tokens))
-			}
-			*dst = int(n)
+			*k.dst = b
 		}
 	}
-	for key, dst := range map[string]*bool{
-		"tokenizer.ggml.add_bos_token": &v.AddBOS, "tokenizer.ggml.add_eos_token": &v.AddEOS,
-		"tokenizer.ggml.add_space_prefix": &v.AddSpacePrefix,
-	} {
-		if g.Has(key) {
-			if *dst, err = g.Bool(key); err != nil {
-				return nil, err
-			}
-		}
-	}
-	return tokenizer.FromGGUF(v)
+	return v, nil
 }
 
-// ChatTemplate returns the model's chat template and the texts of its BOS
-// and EOS tokens ("" each when the model has none): the GGUF's
-// tokenizer.chat_template, or chat_template in tokenizer_config.json.
-func (c *Checkpoint) ChatTemplate() (src, bos, eos string) {
-	tok, err := c.Tokenizer()
-	if err == nil {
+// ggufChatTemplate is tokenizer.chat_template, "" when absent; a value that
+// is not a string is an error, not a reason to fall back to ChatML.
+func ggufChatTemplate(g *GGUFFile) (string, error) {
+	if !g.Has("tokenizer.chat_template") {
+		return "", nil
+	}
+	s, err := g.String("tokenizer.chat_template")
+	if err != nil {
+		return "", fmt.Errorf("%w: %w", ErrCorrupt, err)
+	}
+	return s, nil
+}
+
+// ReadChatTemplate returns the model's chat template and the texts of its
+// BOS and EOS tokens ("" each when the model has none): the GGUF's
+// tokenizer.chat_template, or chat_template in tokenizer_config.json. The
+// template is "" when the model has none (chat.Compile then uses ChatML);
+// one of the wrong type, or an unreadable tokenizer_config.json, is an
+// error naming the key or the file.
+func (c *Checkpoint) ReadChatTemplate() (src, bos, eos string, err error) {
+	if tok, err := c.Tokenizer(); err == nil {
 		if id := tok.BOS(); id >= 0 {
 			bos = tok.Token(id)
 		}
@@ -125,30 +190,73 @@ func (c *Checkpoint) ChatTemplate() (src, bos, eos string) {
 		}
 	}
 	if c.GGUF != nil {
-		src, _ = c.GGUF.String("tokenizer.chat_template")
-		return src, bos, eos
+		src, err = ggufChatTemplate(c.GGUF)
+	} else {
+		src, err = hfChatTemplate(filepath.Join(c.Dir, TokenizerConfigName))
 	}
-	b, err := os.ReadFile(filepath.Join(c.Dir, TokenizerConfigName))
-	if err != nil || len(b) > maxTokenizerConfigBytes {
-		return "", bos, eos
+	if err != nil {
+		return "", "", "", fmt.Errorf("%s: %w", c.Dir, err)
+	}
+	return src, bos, eos, nil
+}
+
+// hfChatTemplate reads chat_template from tokenizer_config.json as
+// transformers does: a string, or a list of {"name", "template"} objects of
+// which the one named "default" is used. No file, or no (or a null)
+// chat_template, is "". Anything else is an error naming the file.
+func hfChatTemplate(path string) (string, error) {
+	b, err := safefile.ReadFile(path, maxTokenizerConfigBytes)
+	if errors.Is(err, os.ErrNotExist) {
+		return "", nil
+	}
+	if err != nil {
+		return "", err
 	}
 	var cfg struct {
 		ChatTemplate json.RawMessage `json:"chat_template"`
 	}
-	if json.Unmarshal(b, &cfg) != nil {
-		return "", bos, eos
+	if err := json.Unmarshal(b, &cfg); err != nil {
+		return "", fmt.Errorf("%s: %w: %v", path, ErrCorrupt, err)
 	}
-	// A string, or a list of {name, template} of which "default" is used.
-	if json.Unmarshal(cfg.ChatTemplate, &src) == nil {
-		return src, bos, eos
+	raw := cfg.ChatTemplate
+	if len(raw) == 0 || string(raw) == "null" {
+		return "", nil
 	}
-	var named []struct{ Name, Template string }
-	if json.Unmarshal(cfg.ChatTemplate, &named) == nil {
-		for _, n := range named {
-			if n.Name == "default" {
-				return n.Template, bos, eos
-			}
+	var src string
+	if json.Unmarshal(raw, &src) == nil {
+		return src, nil
+	}
+	var named []struct {
+		Name     *string `json:"name"`
+		Template *string `json:"template"`
+	}
+	if json.Unmarshal(raw, &named) != nil {
+		return "", fmt.Errorf("%s: %w: chat_template is %s, neither a string nor a list of {\"name\", \"template\"} objects", path, ErrCorrupt, jsonKind(raw))
+	}
+	var names []string
+	for i, n := range named {
+		if n.Name == nil || n.Template == nil {
+			return "", fmt.Errorf("%s: %w: chat_template[%d] lacks a string name or template", path, ErrCorrupt, i)
 		}
+		if *n.Name == "default" {
+			return *n.Template, nil
+		}
+		names = append(names, *n.Name)
 	}
-	return "", bos, eos
+	return "", fmt.Errorf("%s: %w: chat_template lists templates %q but none named \"default\"", path, ErrCorrupt, names)
+}
+
+// jsonKind names the kind of a JSON value, for errors.
+func jsonKind(raw json.RawMessage) string {
+	switch raw[0] {
+	case '{':
+		return "an object"
+	case '[':
+		return "a list"
+	case 't', 'f':
+		return "a bool"
+	case '"':
+		return "a string"
+	}
+	return "a number"
 }

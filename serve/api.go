@@ -38,8 +38,12 @@ type samplingParams struct {
 	N                   *int            `json:"n"`
 }
 
-// maxStops is the OpenAI API's limit on stop sequences.
-const maxStops = 4
+// maxStops is the OpenAI API's limit on stop sequences; maxStopBytes
+// bounds each (the search for them costs up to its square per token).
+const (
+	maxStops     = 4
+	maxStopBytes = 512
+)
 
 // options turns the request's sampling fields into generation options,
 // checking each.
@@ -84,6 +88,9 @@ func (p *samplingParams) options(defaultMax int) (Options, error) {
 		for _, s := range o.Stop {
 			if s == "" {
 				return o, errors.New("stop: empty sequence")
+			}
+			if len(s) > maxStopBytes {
+				return o, fmt.Errorf("stop: a sequence of %d bytes, at most %d", len(s), maxStopBytes)
 			}
 		}
 	}

@@ -28,6 +28,7 @@ type LoadConfig struct {
 	Prompts  []string      // user messages, drawn at random
 	MaxTok   []int         // max_tokens values, drawn at random
 	Seed     uint64
+	APIKey   string // sent as Authorization: Bearer; "": none
 }
 
 // LoadResult is what a load test measured.
@@ -87,7 +88,7 @@ func RunLoad(ctx context.Context, cfg LoadConfig) (*LoadResult, error) {
 	var ttft, tpot []float64
 	client := &http.Client{}
 	defer client.CloseIdleConnections()
-	stopKV := pollKV(ctx, client, cfg.URL, res, &mu)
+	stopKV := pollKV(ctx, client, cfg.URL, cfg.APIKey, res, &mu)
 	t0 := time.Now()
 	var wg sync.WaitGroup
 	for c := range cfg.Clients {
@@ -98,7 +99,7 @@ func RunLoad(ctx context.Context, cfg LoadConfig) (*LoadResult, error) {
 			for range jobs {
 				p := cfg.Prompts[rng.IntN(len(cfg.Prompts))]
 				n := cfg.MaxTok[rng.IntN(len(cfg.MaxTok))]
-				first, gaps, toks, err := streamOne(ctx, client, cfg.URL, p, n)
+				first, gaps, toks, err := streamOne(ctx, client, cfg.URL, cfg.APIKey, p, n)
 				mu.Lock()
 				res.Requests++
 				if err != nil {
@@ -138,7 +139,7 @@ feed:
 
 // streamOne sends one streamed chat completion and times its tokens: the
 // first content chunk, then the gap before each next one.
-func streamOne(ctx context.Context, c *http.Client, base, prompt string, maxTokens int) (ttft float64, gaps []float64, tokens int, err error) {
+func streamOne(ctx context.Context, c *http.Client, base, key, prompt string, maxTokens int) (ttft float64, gaps []float64, tokens int, err error) {
 	body, _ := json.Marshal(map[string]any{"stream": true, "max_tokens": maxTokens, "temperature": 0,
 		"messages": []map[string]string{{"role": "user", "content": prompt}}})
 	req, err := http.NewRequestWithContext(ctx, "POST", base+"/v1/chat/completions", bytes.NewReader(body))
@@ -146,6 +147,7 @@ func streamOne(ctx context.Context, c *http.Client, base, prompt string, maxToke
 		return 0, nil, 0, err
 	}
 	req.Header.Set("Content-Type", "application/json")
+	authorize(req, key)
 	t0 := time.Now()
 	resp, err := c.Do(req)
 	if err != nil {
@@ -184,7 +186,7 @@ func streamOne(ctx context.Context, c *http.Client, base, prompt string, maxToke
 }
 
 // pollKV samples the server's KV gauges every 100 ms for their peaks.
-func pollKV(ctx context.Context, c *http.Client, base string, res *LoadResult, mu *sync.Mutex) (stop func()) {
+func pollKV(ctx context.Context, c *http.Client, base, key string, res *LoadResult, mu *sync.Mutex) (stop func()) {
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() {
@@ -198,6 +200,7 @@ func pollKV(ctx context.Context, c *http.Client, base string, res *LoadResult, m
 			case <-t.C:
 			}
 			req, _ := http.NewRequestWithContext(ctx, "GET", base+"/metrics", nil)
+			authorize(req, key)
 			resp, err := c.Do(req)
 			if err != nil {
 				continue
@@ -220,4 +223,11 @@ func pollKV(ctx context.Context, c *http.Client, base string, res *LoadResult, m
 		}
 	}()
 	return func() { cancel(); <-done }
+}
+
+// authorize adds the API key a server started with --api-key wants.
+func authorize(req *http.Request, key string) {
+	if key != "" {
+		req.Header.Set("Authorization", "Bearer "+key)
+	}
 }

@@ -10,6 +10,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -32,25 +33,50 @@ type Config struct {
 	Timeout          time.Duration // per request, queue included; 0: none
 	DefaultMaxTokens int           // when a request names none
 
+	Access Access // who may call
+	Limits Limits // what one client may cost; zero fields take DefaultLimits'
+
+	// ControlInContent lets text in chat messages name control tokens
+	// (llama.cpp's server does); by default it stays text (see chat.Template.PromptIDs).
+	ControlInContent bool
+
 	// Registry receives the server's metrics (and the engine's, when it
 	// is a prometheus.Collector); nil makes a private one.
 	Registry *prometheus.Registry
 }
 
-// maxBodyBytes bounds a request body.
-const maxBodyBytes = 8 << 20
-
 // Server serves one model.
+//
+// A request passes, in order: the access checks and the body limit
+// (guard), an admission ticket (at most MaxSeqs+MaxQueue requests are read,
+// queued or decoding at once; more get 429 before their body is read), the
+// body's decoding and checks, a wait for a sequence slot, and only then the
+// chat template and the tokenizer. So memory is bounded by the tickets
+// times the body limit, whatever the mix of requests.
 type Server struct {
-	cfg     Config
-	slots   chan struct{}
-	waiting atomic.Int64
-	m       *metrics
-	mux     *http.ServeMux
-	created int64
+	cfg      Config
+	access   *accessCheck
+	maxPiece int // bytes of the longest token text
+	tickets  chan struct{}
+	slots    chan struct{}
+	m        *metrics
+	handler  http.Handler
+	created  int64
+
+	decoding atomic.Int64 // sequences in the engine now
+	inflight inflight     // requests in handlers
+	draining atomic.Bool
+	stopping chan struct{} // closed when Shutdown begins
+	stopOnce sync.Once
+	base     context.Context // every request's context derives from it; cancel ends them all
+	cancel   context.CancelFunc
+
+	mu    sync.Mutex
+	hs    *http.Server
+	conns *connLimit
 }
 
-// New builds a server; Handler serves it.
+// New builds a server; Handler serves it, or Serve on a listener.
 func New(cfg Config) (*Server, error) {
 	switch {
 	case cfg.Engine == nil || cfg.Tokenizer == nil || cfg.Template == nil:
@@ -66,23 +92,34 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Registry == nil {
 		cfg.Registry = prometheus.NewRegistry()
 	}
-	s := &Server{cfg: cfg, slots: make(chan struct{}, cfg.MaxSeqs), m: newMetrics(cfg.Registry), mux: http.NewServeMux(),
-		created: time.Now().Unix()}
+	cfg.Limits.fill()
+	access, err := newAccessCheck(cfg.Access, cfg.Limits.MaxBody, cfg.Limits.ReadTimeout)
+	if err != nil {
+		return nil, fmt.Errorf("serve: %w", err)
+	}
+	s := &Server{cfg: cfg, access: access, maxPiece: cfg.Tokenizer.MaxPieceBytes(),
+		tickets: make(chan struct{}, cfg.MaxSeqs+cfg.MaxQueue), slots: make(chan struct{}, cfg.MaxSeqs),
+		m: newMetrics(cfg.Registry), created: time.Now().Unix(), stopping: make(chan struct{})}
+	s.base, s.cancel = context.WithCancel(context.Background())
 	if c, ok := cfg.Engine.(prometheus.Collector); ok {
 		if err := cfg.Registry.Register(c); err != nil {
 			return nil, fmt.Errorf("serve: engine metrics: %w", err)
 		}
 	}
-	s.mux.HandleFunc("POST /v1/completions", s.completions)
-	s.mux.HandleFunc("POST /v1/chat/completions", s.chatCompletions)
-	s.mux.HandleFunc("GET /v1/models", s.models)
-	s.mux.HandleFunc("GET /healthz", s.healthz)
-	s.mux.Handle("GET /metrics", promhttp.HandlerFor(cfg.Registry, promhttp.HandlerOpts{}))
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/completions", s.completions)
+	mux.HandleFunc("POST /v1/chat/completions", s.chatCompletions)
+	mux.HandleFunc("GET /v1/models", s.models)
+	mux.HandleFunc("GET /v1/models/{model...}", s.model)
+	mux.HandleFunc("GET /healthz", s.healthz)
+	mux.Handle("GET /metrics", promhttp.HandlerFor(cfg.Registry, promhttp.HandlerOpts{}))
+	s.handler = s.guard(mux)
 	return s, nil
 }
 
-// Handler is the server's HTTP handler.
-func (s *Server) Handler() http.Handler { return s.mux }
+// Handler is the server's HTTP handler, access checks included; Serve
+// adds the connection limits.
+func (s *Server) Handler() http.Handler { return s.handler }
 
 // retryAfter is the Retry-After of a 503 while the first rung compiles, in
 // seconds: the openai clients wait that long between their retries (2 by
@@ -99,73 +136,138 @@ func (s *Server) healthz(w http.ResponseWriter, _ *http.Request) {
 	fmt.Fprintln(w, "ok")
 }
 
+func (s *Server) modelInfo() modelInfo {
+	return modelInfo{ID: s.cfg.ModelName, Object: "model", Created: s.created, OwnedBy: "ovrun"}
+}
+
 func (s *Server) models(w http.ResponseWriter, _ *http.Request) {
-	writeJSON(w, http.StatusOK, modelList{Object: "list", Data: []modelInfo{{
-		ID: s.cfg.ModelName, Object: "model", Created: s.created, OwnedBy: "ovrun"}}})
+	s.writeJSON(w, http.StatusOK, modelList{Object: "list", Data: []modelInfo{s.modelInfo()}})
+}
+
+func (s *Server) model(w http.ResponseWriter, r *http.Request) {
+	if name := r.PathValue("model"); name != s.cfg.ModelName {
+		s.unknownModel(w, "models", name)
+		return
+	}
+	s.writeJSON(w, http.StatusOK, s.modelInfo())
+}
+
+func (s *Server) unknownModel(w http.ResponseWriter, endpoint, name string) {
+	s.failCode(w, endpoint, http.StatusNotFound, "model_not_found",
+		fmt.Sprintf("the model %q does not exist: this server serves %q", name, s.cfg.ModelName))
 }
 
 // job is one admitted request on its way through the engine.
 type job struct {
 	endpoint string
-	prompt   []int64
 	opts     Options
+	stream   bool
+	isChat   bool
 	start    time.Time
+	// prompt encodes the request's prompt; it runs once the request holds
+	// a sequence slot, so no more than MaxSeqs prompts are encoded at once.
+	prompt func(context.Context) ([]int64, error)
 }
 
 func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
+	const ep = "completions"
+	start := time.Now()
 	var req completionRequest
-	if !s.decode(w, r, "completions", &req) {
+	leave, ok := s.read(w, r, ep, &req, &req.Model)
+	if !ok {
 		return
 	}
+	defer leave()
 	opts, err := req.options(s.cfg.DefaultMaxTokens)
 	if err != nil {
-		s.fail(w, "completions", http.StatusBadRequest, err.Error())
+		s.fail(w, ep, http.StatusBadRequest, err.Error())
 		return
 	}
 	text, ids, err := promptOf(req.Prompt)
+	if err == nil && ids == nil {
+		err = s.fitsBytes(len(text))
+	}
 	if err != nil {
-		s.fail(w, "completions", http.StatusBadRequest, err.Error())
+		s.fail(w, ep, http.StatusBadRequest, err.Error())
 		return
 	}
-	if ids == nil {
-		ids = s.encode(text)
-	} else if bad := s.badID(ids); bad != "" {
-		s.fail(w, "completions", http.StatusBadRequest, bad)
+	if bad := s.badID(ids); bad != "" {
+		s.fail(w, ep, http.StatusBadRequest, bad)
 		return
 	}
-	s.run(w, r, job{endpoint: "completions", prompt: ids, opts: opts, start: time.Now()}, req.Stream, false)
+	s.run(w, r, job{endpoint: ep, opts: opts, stream: req.Stream, start: start, prompt: func(context.Context) ([]int64, error) {
+		if ids != nil {
+			return ids, nil
+		}
+		return widen(s.cfg.Tokenizer.Encode(text, false)), nil
+	}})
 }
 
 func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
+	const ep = "chat"
+	start := time.Now()
 	var req chatRequest
-	if !s.decode(w, r, "chat", &req) {
+	leave, ok := s.read(w, r, ep, &req, &req.Model)
+	if !ok {
 		return
 	}
+	defer leave()
 	opts, err := req.options(s.cfg.DefaultMaxTokens)
 	if err != nil {
-		s.fail(w, "chat", http.StatusBadRequest, err.Error())
+		s.fail(w, ep, http.StatusBadRequest, err.Error())
 		return
 	}
-	text, err := s.cfg.Template.Render(req.Messages, true)
-	if err != nil {
-		s.fail(w, "chat", http.StatusBadRequest, err.Error())
+	n := 0
+	for _, m := range req.Messages {
+		n += len(m.Content)
+	}
+	if err := s.fitsBytes(n); err != nil {
+		s.fail(w, ep, http.StatusBadRequest, err.Error())
 		return
 	}
-	s.run(w, r, job{endpoint: "chat", prompt: s.encode(text), opts: opts, start: time.Now()}, req.Stream, true)
+	s.run(w, r, job{endpoint: ep, opts: opts, stream: req.Stream, isChat: true, start: start, prompt: func(ctx context.Context) ([]int64, error) {
+		ids, err := s.cfg.Template.PromptIDs(ctx, s.cfg.Tokenizer, req.Messages, s.cfg.ControlInContent)
+		return widen(ids), err
+	}})
 }
 
-// decode reads a JSON body into v, answering 400 itself when it cannot.
-func (s *Server) decode(w http.ResponseWriter, r *http.Request, endpoint string, v any) bool {
-	dec := json.NewDecoder(io.LimitReader(r.Body, maxBodyBytes))
-	if err := dec.Decode(v); err != nil {
-		s.fail(w, endpoint, http.StatusBadRequest, "invalid JSON body: "+err.Error())
-		return false
+// read takes an admission ticket, then reads and decodes the JSON body
+// into v and checks the model it names (*model); it answers the request
+// itself when it cannot. leave returns the ticket.
+func (s *Server) read(w http.ResponseWriter, r *http.Request, endpoint string, v any, model *string) (leave func(), ok bool) {
+	select {
+	case s.tickets <- struct{}{}:
+	default:
+		s.fail(w, endpoint, http.StatusTooManyRequests, fmt.Sprintf("busy: %d sequences decoding and %d waiting", s.cfg.MaxSeqs, s.cfg.MaxQueue))
+		return nil, false
 	}
-	return true
+	leave = func() { <-s.tickets }
+	rc := http.NewResponseController(w)
+	_ = rc.SetReadDeadline(time.Now().Add(s.cfg.Limits.ReadTimeout))
+	body, err := io.ReadAll(r.Body)
+	_ = rc.SetReadDeadline(time.Time{})
+	var tooBig *http.MaxBytesError
+	switch {
+	case errors.As(err, &tooBig):
+		w.Header().Set("Connection", "close")
+		s.tooLarge(w, endpoint)
+	case err != nil:
+		s.fail(w, endpoint, http.StatusBadRequest, "reading the request body: "+err.Error())
+	default:
+		// Unmarshal, unlike a Decoder, refuses anything after the value.
+		if err := json.Unmarshal(body, v); err != nil {
+			s.fail(w, endpoint, http.StatusBadRequest, "invalid JSON body: "+err.Error())
+		} else if *model != "" && *model != s.cfg.ModelName {
+			s.unknownModel(w, endpoint, *model)
+		} else {
+			return leave, true
+		}
+	}
+	leave()
+	return nil, false
 }
 
-func (s *Server) encode(text string) []int64 {
-	ids := s.cfg.Tokenizer.Encode(text, false)
+func widen(ids []int) []int64 {
 	out := make([]int64, len(ids))
 	for i, id := range ids {
 		out[i] = int64(id)
@@ -182,47 +284,50 @@ func (s *Server) badID(ids []int64) string {
 	return ""
 }
 
-// admit waits for a sequence slot; it answers 429 when the queue is full.
+// admit waits for a sequence slot (the ticket guarantees the queue has
+// room); it answers 503 itself when the request's deadline passes or the
+// server shuts down first.
 func (s *Server) admit(ctx context.Context, w http.ResponseWriter, endpoint string) (release func(), ok bool) {
 	select {
 	case s.slots <- struct{}{}:
 	default:
-		if s.waiting.Add(1) > int64(s.cfg.MaxQueue) {
-			s.waiting.Add(-1)
-			s.fail(w, endpoint, http.StatusTooManyRequests, fmt.Sprintf("busy: %d sequences decoding and %d waiting", s.cfg.MaxSeqs, s.cfg.MaxQueue))
-			return nil, false
-		}
 		s.m.queued.Inc()
 		select {
 		case s.slots <- struct{}{}:
-			s.waiting.Add(-1)
 			s.m.queued.Dec()
 		case <-ctx.Done():
-			s.waiting.Add(-1)
 			s.m.queued.Dec()
-			s.fail(w, endpoint, http.StatusServiceUnavailable, "gave up waiting for a free sequence: "+ctx.Err().Error())
+			s.fail(w, endpoint, http.StatusServiceUnavailable, "gave up waiting for a free sequence: "+context.Cause(ctx).Error())
+			return nil, false
+		case <-s.stopping:
+			s.m.queued.Dec()
+			w.Header().Set("Connection", "close")
+			s.fail(w, endpoint, http.StatusServiceUnavailable, "the server is shutting down")
 			return nil, false
 		}
 	}
 	s.m.active.Inc()
-	return func() { <-s.slots; s.m.active.Dec() }, true
+	s.decoding.Add(1)
+	return func() { <-s.slots; s.m.active.Dec(); s.decoding.Add(-1) }, true
 }
 
+// errShutdown ends the sequences still decoding when Shutdown's grace ends.
+var errShutdown = errors.New("the server is shutting down")
+
 // run admits the job, generates, and writes the answer whole or streamed.
-func (s *Server) run(w http.ResponseWriter, r *http.Request, j job, stream, isChat bool) {
-	ctx := r.Context()
+func (s *Server) run(w http.ResponseWriter, r *http.Request, j job) {
+	ctx, cancel := context.WithCancelCause(r.Context())
+	defer cancel(nil)
+	stop := context.AfterFunc(s.base, func() { cancel(errShutdown) })
+	defer stop()
 	if s.cfg.Timeout > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, s.cfg.Timeout)
-		defer cancel()
+		var c context.CancelFunc
+		ctx, c = context.WithTimeoutCause(ctx, s.cfg.Timeout, fmt.Errorf("the request took longer than the server's --timeout %s", s.cfg.Timeout))
+		defer c()
 	}
 	if !s.cfg.Engine.Ready() {
 		w.Header().Set("Retry-After", retryAfter)
 		s.fail(w, j.endpoint, http.StatusServiceUnavailable, "the model is still compiling its first rung; retry shortly")
-		return
-	}
-	if len(j.prompt) >= s.cfg.Engine.MaxContext() {
-		s.fail(w, j.endpoint, http.StatusBadRequest, fmt.Sprintf("prompt of %d tokens leaves no room to generate: the largest context is %d tokens", len(j.prompt), s.cfg.Engine.MaxContext()))
 		return
 	}
 	release, ok := s.admit(ctx, w, j.endpoint)
@@ -231,13 +336,22 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, j job, stream, isCh
 	}
 	defer release()
 	s.m.queueSeconds.Observe(time.Since(j.start).Seconds())
+	prompt, err := j.prompt(ctx)
+	if err != nil {
+		s.fail(w, j.endpoint, http.StatusBadRequest, err.Error())
+		return
+	}
+	if len(prompt) >= s.cfg.Engine.MaxContext() {
+		s.fail(w, j.endpoint, http.StatusBadRequest, fmt.Sprintf("prompt of %d tokens leaves no room to generate: the largest context is %d tokens", len(prompt), s.cfg.Engine.MaxContext()))
+		return
+	}
 
-	id := newID(isChat)
+	id := newID(j.isChat)
 	out := newTextOut(s.cfg.Tokenizer, j.opts.Stop)
 	var sse *sseWriter
-	if stream {
-		sse = newSSE(w)
-		if isChat {
+	if j.stream {
+		sse = s.newSSE(w)
+		if j.isChat {
 			sse.send(chatChunk(id, s.created, s.cfg.ModelName, &chatMessageOut{Role: "assistant"}, nil))
 		}
 	}
@@ -253,7 +367,7 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, j job, stream, isCh
 		last = now
 		piece, more := out.add(tok)
 		if sse != nil && piece != "" {
-			if isChat {
+			if j.isChat {
 				sse.send(chatChunk(id, s.created, s.cfg.ModelName, &chatMessageOut{Content: piece}, nil))
 			} else {
 				sse.send(completionChunk(id, s.created, s.cfg.ModelName, piece, nil))
@@ -261,8 +375,8 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, j job, stream, isCh
 		}
 		return more && (sse == nil || sse.err == nil)
 	}
-	fin, err := s.cfg.Engine.Generate(ctx, j.prompt, j.opts, emit)
-	s.m.tokens.WithLabelValues("prompt").Add(float64(len(j.prompt)))
+	fin, err := s.cfg.Engine.Generate(ctx, prompt, j.opts, emit)
+	s.m.tokens.WithLabelValues("prompt").Add(float64(len(prompt)))
 	s.m.tokens.WithLabelValues("completion").Add(float64(fin.Tokens))
 	if err != nil {
 		code := http.StatusInternalServerError
@@ -274,6 +388,9 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, j job, stream, isCh
 			if r.Context().Err() != nil {
 				s.m.requests.WithLabelValues(j.endpoint, "client_closed").Inc()
 				return // nobody to answer
+			}
+			if ctx.Err() != nil {
+				err = context.Cause(ctx) // the deadline or the shutdown, in words
 			}
 		}
 		if sse != nil {
@@ -289,10 +406,10 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, j job, stream, isCh
 		reason = "stop"
 	}
 	text := out.flush()
-	use := &usage{PromptTokens: len(j.prompt), CompletionTokens: fin.Tokens, TotalTokens: len(j.prompt) + fin.Tokens}
+	use := &usage{PromptTokens: len(prompt), CompletionTokens: fin.Tokens, TotalTokens: len(prompt) + fin.Tokens}
 	s.m.requests.WithLabelValues(j.endpoint, "200").Inc()
 	if sse != nil {
-		if isChat {
+		if j.isChat {
 			if text != "" {
 				sse.send(chatChunk(id, s.created, s.cfg.ModelName, &chatMessageOut{Content: text}, nil))
 			}
@@ -308,12 +425,12 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, j job, stream, isCh
 		return
 	}
 	full := out.text.String()
-	if isChat {
-		writeJSON(w, http.StatusOK, chatResponse{ID: id, Object: "chat.completion", Created: time.Now().Unix(), Model: s.cfg.ModelName,
+	if j.isChat {
+		s.writeJSON(w, http.StatusOK, chatResponse{ID: id, Object: "chat.completion", Created: time.Now().Unix(), Model: s.cfg.ModelName,
 			Choices: []chatChoice{{Message: &chatMessageOut{Role: "assistant", Content: full}, FinishReason: &reason}}, Usage: use})
 		return
 	}
-	writeJSON(w, http.StatusOK, completionResponse{ID: id, Object: "text_completion", Created: time.Now().Unix(), Model: s.cfg.ModelName,
+	s.writeJSON(w, http.StatusOK, completionResponse{ID: id, Object: "text_completion", Created: time.Now().Unix(), Model: s.cfg.ModelName,
 		Choices: []completionChoice{{Text: full, FinishReason: &reason}}, Usage: use})
 }
 
@@ -329,16 +446,28 @@ func completionChunk(id string, created int64, model, text string, reason *strin
 
 // fail answers with the OpenAI error body and counts the request.
 func (s *Server) fail(w http.ResponseWriter, endpoint string, code int, msg string) {
+	s.failCode(w, endpoint, code, "", msg)
+}
+
+// failCode is fail with the error body's code (such as "model_not_found").
+func (s *Server) failCode(w http.ResponseWriter, endpoint string, code int, errCode, msg string) {
 	s.m.requests.WithLabelValues(endpoint, fmt.Sprint(code)).Inc()
+	s.writeJSON(w, code, newAPIError(code, errCode, msg))
+}
+
+func newAPIError(code int, errCode, msg string) apiError {
 	var e apiError
 	e.Error.Message = msg
 	e.Error.Type = errorType(code)
-	writeJSON(w, code, e)
+	if errCode != "" {
+		e.Error.Code = &errCode
+	}
+	return e
 }
 
 func errorType(code int) string {
 	switch code {
-	case http.StatusBadRequest:
+	case http.StatusBadRequest, http.StatusNotFound, http.StatusUnauthorized, http.StatusForbidden, http.StatusRequestEntityTooLarge:
 		return "invalid_request_error"
 	case http.StatusTooManyRequests:
 		return "rate_limit_exceeded"
@@ -348,7 +477,10 @@ func errorType(code int) string {
 	return "server_error"
 }
 
-func writeJSON(w http.ResponseWriter, code int, v any) {
+// writeJSON writes a whole answer; the client has the write timeout to
+// take it.
+func (s *Server) writeJSON(w http.ResponseWriter, code int, v any) {
+	_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(s.cfg.Limits.WriteTimeout))
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(code)
 	_ = json.NewEncoder(w).Encode(v)
@@ -364,19 +496,20 @@ func newID(isChat bool) string {
 }
 
 // sseWriter writes server-sent events; after a write error (the client
-// went away) it writes nothing more.
+// went away, or took longer than the write timeout to take an event) it
+// writes nothing more.
 type sseWriter struct {
-	w   http.ResponseWriter
-	f   http.Flusher
-	err error
+	w       http.ResponseWriter
+	rc      *http.ResponseController
+	timeout time.Duration
+	err     error
 }
 
-func newSSE(w http.ResponseWriter) *sseWriter {
+func (s *Server) newSSE(w http.ResponseWriter) *sseWriter {
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-cache")
 	w.WriteHeader(http.StatusOK)
-	f, _ := w.(http.Flusher)
-	return &sseWriter{w: w, f: f}
+	return &sseWriter{w: w, rc: http.NewResponseController(w), timeout: s.cfg.Limits.WriteTimeout}
 }
 
 func (s *sseWriter) send(v any) {
@@ -387,9 +520,7 @@ func (s *sseWriter) send(v any) {
 }
 
 func (s *sseWriter) sendError(code int, msg string) {
-	var e apiError
-	e.Error.Message, e.Error.Type = msg, errorType(code)
-	s.send(e)
+	s.send(newAPIError(code, "", msg))
 	s.done()
 }
 
@@ -399,8 +530,9 @@ func (s *sseWriter) raw(line string) {
 	if s.err != nil {
 		return
 	}
-	if _, s.err = io.WriteString(s.w, line); s.err == nil && s.f != nil {
-		s.f.Flush()
+	_ = s.rc.SetWriteDeadline(time.Now().Add(s.timeout))
+	if _, s.err = io.WriteString(s.w, line); s.err == nil {
+		s.err = s.rc.Flush()
 	}
 }
 

@@ -76,7 +76,8 @@ var (
 	smolTpl *chat.Template
 )
 
-func newServer(t *testing.T, maxSeqs, maxQueue int, delay time.Duration) (*httptest.Server, *fakeEngine) {
+// loadSmol loads SmolLM2's tokenizer and chat template once.
+func loadSmol(t testing.TB) {
 	t.Helper()
 	g := testpy.SmolLM2(t)
 	tokOnce.Do(func() {
@@ -88,11 +89,19 @@ func newServer(t *testing.T, maxSeqs, maxQueue int, delay time.Duration) (*httpt
 		if smolTok, err = ck.Tokenizer(); err != nil {
 			t.Fatal(err)
 		}
-		src, bos, eos := ck.ChatTemplate()
+		src, bos, eos, err := ck.ReadChatTemplate()
+		if err != nil {
+			t.Fatal(err)
+		}
 		if smolTpl, err = chat.Compile(src, bos, eos); err != nil {
 			t.Fatal(err)
 		}
 	})
+}
+
+func newServer(t *testing.T, maxSeqs, maxQueue int, delay time.Duration) (*httptest.Server, *fakeEngine) {
+	t.Helper()
+	loadSmol(t)
 	eng := &fakeEngine{tok: smolTok, delay: delay, maxCtx: 256}
 	eng.ready.Store(true)
 	s, err := New(Config{Engine: eng, Tokenizer: smolTok, Template: smolTpl, ModelName: "smollm2",

@@ -80,7 +80,7 @@ func FromGGUF(v GGUFVocab) (*Tokenizer, error) {
 			ty = v.TokenTypes[i]
 		}
 		if ty < TypeUndefined || ty > TypeByte {
-			return nil, fmt.Errorf("%w: token %d has type %d", ErrInvalid, i, ty)
+			return nil, fmt.Errorf("%w: tokenizer.ggml.token_type: token %d has type %d, not a GGUF token type (%d..%d)", ErrInvalid, i, ty, TypeUndefined, TypeByte)
 		}
 		types[i] = int8(ty)
 	}

@@ -72,7 +72,7 @@ func chatAction(c *cli.Context) error {
 	}
 	defer ck.Close()
 	defer comp.Close()
-	tok, tmpl, err := textModel(ck)
+	tok, tmpl, err := textModel(c.Context, ck)
 	if err != nil {
 		return err
 	}
@@ -129,12 +129,13 @@ func chatAction(c *cli.Context) error {
 // streaming it to standard output, and returns the answer's text.
 func chatTurn(c *cli.Context, l *runtime.CompiledLadder, comp *ovexec.Compiler, tok *tokenizer.Tokenizer, tmpl *chat.Template,
 	msgs []chat.Message, start time.Time) (string, error) {
-	text, err := tmpl.Render(msgs, true)
+	// Text the user types that names a control token stays text, as in serve.
+	ids, err := tmpl.PromptIDs(c.Context, tok, msgs, false)
 	if err != nil {
 		return "", err
 	}
-	in := promptInput{text: text, tok: tok}
-	for _, id := range tok.Encode(text, false) {
+	in := promptInput{text: tok.Decode(ids), tok: tok}
+	for _, id := range ids {
 		in.ids = append(in.ids, int64(id))
 	}
 	dec, err := decoding(c, in)

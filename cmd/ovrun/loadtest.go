@@ -16,6 +16,7 @@ var (
 	clientsFlag   = &cli.IntFlag{Name: "clients", Value: 4, Usage: "`N` concurrent clients"}
 	requestsFlag  = &cli.IntFlag{Name: "requests", Value: 16, Usage: "`N` requests in total"}
 	maxTokMixFlag = &cli.StringFlag{Name: "max-tokens", Value: "32,128", Usage: "max_tokens `VALUES` drawn at random per request"}
+	loadKeyFlag   = &cli.StringFlag{Name: "api-key", EnvVars: []string{"OVRUN_API_KEY"}, Usage: "the `KEY` of a server started with --api-key"}
 	loadTimeFlag  = &cli.DurationFlag{Name: "timeout", Value: 10 * time.Minute, Usage: "stop the whole test after `DURATION`"}
 	loadCommand   = &cli.Command{
 		Name:  "loadtest",
@@ -28,7 +29,7 @@ KV the server's /metrics showed:
 
    ovrun serve --model M --addr 127.0.0.1:8080 --max-seqs 4 &
    ovrun loadtest --url http://127.0.0.1:8080 --clients 4 --requests 16 --json load.json`,
-		Flags:  []cli.Flag{urlFlag, clientsFlag, requestsFlag, maxTokMixFlag, loadTimeFlag, seedFlag, jsonFlag},
+		Flags:  []cli.Flag{urlFlag, clientsFlag, requestsFlag, maxTokMixFlag, loadTimeFlag, seedFlag, loadKeyFlag, jsonFlag},
 		Action: loadAction,
 	}
 )
@@ -57,7 +58,7 @@ func loadAction(c *cli.Context) error {
 		return err
 	}
 	res, err := serve.RunLoad(c.Context, serve.LoadConfig{URL: strings.TrimRight(urlFlag.Get(c), "/"), Clients: clientsFlag.Get(c),
-		Requests: requestsFlag.Get(c), Timeout: loadTimeFlag.Get(c), Prompts: loadPrompts, MaxTok: toks, Seed: seedFlag.Get(c)})
+		Requests: requestsFlag.Get(c), Timeout: loadTimeFlag.Get(c), Prompts: loadPrompts, MaxTok: toks, Seed: seedFlag.Get(c), APIKey: loadKeyFlag.Get(c)})
 	if res != nil {
 		w := c.App.Writer
 		fmt.Fprintf(w, "%d clients, %d requests (%d errors) in %.1f s: %.2f req/s, %.1f tok/s\n",

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/http"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
@@ -13,22 +12,32 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/ovtoolkit/ovrun/internal/cliutil"
 	"github.com/ovtoolkit/ovrun/runtime"
 	"github.com/ovtoolkit/ovrun/serve"
 	"github.com/ovtoolkit/ovrun/tokenizer"
 )
 
 var (
-	addrFlag        = &cli.StringFlag{Name: "addr", Value: "127.0.0.1:8080", Usage: "listen on `HOST:PORT` (port 0: any free port, printed at start)"}
-	serveLadderFlag = &cli.StringFlag{Name: "ladder", Value: "256,512,1024,2048", Usage: "ascending context `CAPACITIES` every sequence grows through"}
-	servePolicyFlag = &cli.StringFlag{Name: "policy", Value: "grow-one-ahead", Usage: "ladder `POLICY` of each sequence: " + strings.Join(runtime.PolicyNames(), ", "), Action: policyFlag.Action}
-	maxSeqsFlag     = &cli.IntFlag{Name: "max-seqs", Value: 2, Usage: "`N` sequences decoding at once"}
-	queueFlag       = &cli.IntFlag{Name: "queue", Value: 16, Usage: "`N` requests waiting beyond --max-seqs; more are answered 429"}
-	timeoutFlag     = &cli.DurationFlag{Name: "timeout", Value: 5 * time.Minute, Usage: "per-request `DEADLINE`, queue included"}
-	defaultMaxFlag  = &cli.IntFlag{Name: "max-tokens", Value: 256, Usage: "`N` tokens per answer when a request names no max_tokens"}
-	modelNameFlag   = &cli.StringFlag{Name: "model-name", Usage: "the model `ID` /v1/models lists (default: the file or folder name)"}
-	graceFlag       = &cli.DurationFlag{Name: "grace", Value: 30 * time.Second, Usage: "on SIGTERM/Ctrl-C, how long in-flight requests may `LAST` before they are cancelled"}
-	serveCommand    = &cli.Command{
+	addrFlag             = &cli.StringFlag{Name: "addr", Value: "127.0.0.1:8080", Usage: "listen on `HOST:PORT` (port 0: any free port, printed at start)"}
+	serveLadderFlag      = &cli.StringFlag{Name: "ladder", Value: "256,512,1024,2048", Usage: "ascending context `CAPACITIES` every sequence grows through"}
+	servePolicyFlag      = &cli.StringFlag{Name: "policy", Value: "grow-one-ahead", Usage: "ladder `POLICY` of each sequence: " + strings.Join(runtime.PolicyNames(), ", "), Action: policyFlag.Action}
+	maxSeqsFlag          = &cli.IntFlag{Name: "max-seqs", Value: 2, Usage: "`N` sequences decoding at once"}
+	queueFlag            = &cli.IntFlag{Name: "queue", Value: 16, Usage: "`N` requests waiting beyond --max-seqs; more are answered 429"}
+	timeoutFlag          = &cli.DurationFlag{Name: "timeout", Value: 5 * time.Minute, Usage: "per-request `DEADLINE`, queue included"}
+	defaultMaxFlag       = &cli.IntFlag{Name: "max-tokens", Value: 256, Usage: "`N` tokens per answer when a request names no max_tokens"}
+	modelNameFlag        = &cli.StringFlag{Name: "model-name", Usage: "the model `ID` /v1/models lists (default: the file or folder name)"}
+	graceFlag            = &cli.DurationFlag{Name: "grace", Value: 30 * time.Second, Usage: "on SIGTERM/Ctrl-C, how long in-flight requests may `LAST` before they are cancelled"}
+	maxBodyFlag          = &cli.StringFlag{Name: "max-body", Value: "1MiB", Usage: "largest request body, a `SIZE` such as 512KiB; more is answered 413"}
+	readTimeoutFlag      = &cli.DurationFlag{Name: "read-timeout", Value: serve.DefaultLimits.ReadTimeout, Usage: "`TIME` a client has to send its request, headers and body"}
+	writeTimeFlag        = &cli.DurationFlag{Name: "write-timeout", Value: serve.DefaultLimits.WriteTimeout, Usage: "`TIME` a client has to take each piece of an answer before it is dropped"}
+	idleTimeoutFlag      = &cli.DurationFlag{Name: "idle-timeout", Value: serve.DefaultLimits.IdleTimeout, Usage: "keep-alive connections with no request for `TIME` are closed"}
+	maxConnsFlag         = &cli.IntFlag{Name: "max-conns", Value: serve.DefaultLimits.MaxConns, Usage: "`N` open connections at most; at the cap the oldest one not serving a request is closed"}
+	allowedHosts         = &cli.StringSliceFlag{Name: "allowed-hosts", Usage: "host `NAME` clients may reach the server by, besides IP addresses, localhost and this machine's name (.example.com: any name under it; *: any); repeat or separate by commas"}
+	allowOrigin          = &cli.StringSliceFlag{Name: "allow-origin", Usage: "browser `ORIGIN` (scheme://host:port) allowed to call cross-origin, with CORS (*: any); repeat or separate by commas"}
+	apiKeyFlag           = &cli.StringFlag{Name: "api-key", EnvVars: []string{"OVRUN_API_KEY"}, Usage: "require `KEY` as Authorization: Bearer KEY on every endpoint but /healthz (what OpenAI clients send as api_key)"}
+	controlInContentFlag = &cli.BoolFlag{Name: "control-tokens-in-content", Usage: "let text in chat messages that names a control token (<|im_end|>) become that token, as llama.cpp's server does; by default it stays text"}
+	serveCommand         = &cli.Command{
 		Name:  "serve",
 		Usage: "serve the model over an OpenAI-compatible HTTP API, on the ladder",
 		Description: `Endpoints: POST /v1/completions and /v1/chat/completions (stream: true for
@@ -50,10 +59,26 @@ to come. At most --max-seqs sequences
 decode at once, --queue more wait, the rest get 429; a prompt longer than
 the largest rung is a 400; a client that disconnects cancels its sequence.
 --otlp-endpoint / --trace-out give one trace per request (compile, prefill,
-decode per rung, boundary waits, KV), flushed at shutdown.`,
+decode per rung, boundary waits, KV), flushed at shutdown.
+
+Safety: a body over --max-body is a 413, before it is read; at most
+--max-seqs + --queue requests are read, queued or decoding at once, and
+prompts are encoded only once they hold a sequence, so memory stays bounded
+whatever clients send. Slow clients are bounded by --read-timeout,
+--write-timeout, --idle-timeout and --max-conns. A request whose Host is not
+this machine (DNS rebinding) or that a browser sends cross-origin is a 403,
+unless --allowed-hosts / --allow-origin name it; with --api-key (or
+OVRUN_API_KEY) every endpoint but /healthz wants the key:
+
+   OVRUN_API_KEY=s3cret ovrun serve --model SmolLM2-135M-Instruct.Q4_1.gguf --allow-origin http://localhost:3000
+   curl -s localhost:8080/v1/models -H 'Authorization: Bearer s3cret'
+
+On SIGTERM or Ctrl-C, queued requests get 503, sequences decoding have
+--grace to finish, then are cancelled after their step; the exit is 0.`,
 		Flags: append(append(compileFlags(),
 			addrFlag, serveLadderFlag, servePolicyFlag, maxSeqsFlag, queueFlag, timeoutFlag, defaultMaxFlag,
-			modelNameFlag, graceFlag, prefillChunkFlag, prefillFlag, quietFlag,
+			modelNameFlag, graceFlag, maxBodyFlag, readTimeoutFlag, writeTimeFlag, idleTimeoutFlag, maxConnsFlag,
+			allowedHosts, allowOrigin, apiKeyFlag, controlInContentFlag, prefillChunkFlag, prefillFlag, quietFlag,
 		), traceFlags...),
 		Action: serveAction,
 	}
@@ -77,6 +102,10 @@ func serveAction(c *cli.Context) error {
 	if err := checkCompileFlags(c); err != nil {
 		return err
 	}
+	limits, err := serveLimits(c)
+	if err != nil {
+		return err
+	}
 	ln, err := net.Listen("tcp", addrFlag.Get(c))
 	if err != nil {
 		return fmt.Errorf("--addr: %w", err)
@@ -88,7 +117,7 @@ func serveAction(c *cli.Context) error {
 	}
 	defer ck.Close()
 	defer comp.Close()
-	tok, tmpl, err := textModel(ck)
+	tok, tmpl, err := textModel(c.Context, ck)
 	if err != nil {
 		return err
 	}
@@ -96,7 +125,11 @@ func serveAction(c *cli.Context) error {
 	if name == "" {
 		name = strings.TrimSuffix(filepath.Base(modelFlag.Get(c)), ".gguf")
 	}
-	l, err := runtime.NewCompiledLadder(c.Context, comp, runtime.LadderConfig{Ladder: ladder, Policy: policy,
+	// The ladder outlives the first signal: sequences in flight go on
+	// compiling their rungs during --grace; it ends with the deferred Close.
+	lctx, stopLadder := context.WithCancel(context.WithoutCancel(c.Context))
+	defer stopLadder()
+	l, err := runtime.NewCompiledLadder(lctx, comp, runtime.LadderConfig{Ladder: ladder, Policy: policy,
 		Shape: comp.KVShape(), PrefillChunk: prefillChunk(c, comp), Prefill: prefill, KeepRungs: true,
 		Background: runtime.BackgroundOptions{Nice: defaultCompileNice}})
 	if err != nil {
@@ -107,7 +140,9 @@ func serveAction(c *cli.Context) error {
 		engineMetrics: newEngineMetrics()}
 	eng.engineMetrics.compilesOf = func() []runtime.CompileRecord { return l.Compiles(eng.start) }
 	srv, err := serve.New(serve.Config{Engine: eng, Tokenizer: tok, Template: tmpl, ModelName: name,
-		MaxSeqs: maxSeqsFlag.Get(c), MaxQueue: queueFlag.Get(c), Timeout: timeoutFlag.Get(c), DefaultMaxTokens: defaultMaxFlag.Get(c)})
+		MaxSeqs: maxSeqsFlag.Get(c), MaxQueue: queueFlag.Get(c), Timeout: timeoutFlag.Get(c), DefaultMaxTokens: defaultMaxFlag.Get(c),
+		Limits: limits, ControlInContent: controlInContentFlag.Get(c),
+		Access: serve.Access{Hosts: splitList(allowedHosts.Get(c)), Origins: splitList(allowOrigin.Get(c)), Key: apiKeyFlag.Get(c)}})
 	if err != nil {
 		return err
 	}
@@ -117,9 +152,8 @@ func serveAction(c *cli.Context) error {
 	}
 	defer obs.finish(nil) // flush every request's trace
 	eng.trace = obs.emit
-	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second}
 	served := make(chan error, 1)
-	go func() { served <- hs.Serve(ln) }()
+	go func() { served <- srv.Serve(ln) }()
 	logf := func(format string, a ...any) {
 		if !quietFlag.Get(c) {
 			fmt.Fprintf(c.App.ErrWriter, "ovrun serve: "+format+"\n", a...)
@@ -128,7 +162,7 @@ func serveAction(c *cli.Context) error {
 	logf("listening on http://%s (model %s, ladder %v, %s); compiling rung %d", ln.Addr(), name, []int(ladder), policy, ladder[0])
 	t0 := time.Now()
 	if err := eng.warm(c.Context); err != nil {
-		hs.Close()
+		srv.Shutdown(context.Background())
 		return fmt.Errorf("compile the first rung: %w", err)
 	}
 	logf("ready after %.2f s", time.Since(t0).Seconds())
@@ -140,11 +174,44 @@ func serveAction(c *cli.Context) error {
 	logf("stopping: finishing requests in flight (up to %s)", graceFlag.Get(c))
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(c.Context), graceFlag.Get(c))
 	defer cancel()
-	if err := hs.Shutdown(ctx); err != nil {
-		hs.Close()
-		return fmt.Errorf("shutdown: %w", err)
+	if n := srv.Shutdown(ctx); n > 0 {
+		logf("cancelled %d sequences still decoding after --grace %s", n, graceFlag.Get(c))
 	}
-	return nil
+	return nil // the engine is closed by the deferred calls, after every sequence has ended
+}
+
+// serveLimits reads the flags that bound what one client may cost.
+func serveLimits(c *cli.Context) (serve.Limits, error) {
+	body, err := cliutil.ParseSize("max-body", maxBodyFlag.Get(c))
+	if err != nil {
+		return serve.Limits{}, err
+	}
+	if body < 1<<10 || body > 1<<30 {
+		return serve.Limits{}, fmt.Errorf("--max-body %s: want 1KiB..1GiB", maxBodyFlag.Get(c))
+	}
+	for _, f := range []*cli.DurationFlag{readTimeoutFlag, writeTimeFlag, idleTimeoutFlag} {
+		if d := f.Get(c); d < 100*time.Millisecond || d > 24*time.Hour {
+			return serve.Limits{}, fmt.Errorf("--%s %s: want 100ms..24h", f.Name, d)
+		}
+	}
+	if err := cliutil.CheckInt("max-conns", maxConnsFlag.Get(c), 1, 1<<20); err != nil {
+		return serve.Limits{}, err
+	}
+	return serve.Limits{MaxBody: body, ReadTimeout: readTimeoutFlag.Get(c), WriteTimeout: writeTimeFlag.Get(c),
+		IdleTimeout: idleTimeoutFlag.Get(c), MaxConns: maxConnsFlag.Get(c)}, nil
+}
+
+// splitList reads a repeatable flag whose values may also be separated by commas.
+func splitList(vs []string) []string {
+	var out []string
+	for _, v := range vs {
+		for _, p := range strings.Split(v, ",") {
+			if p = strings.TrimSpace(p); p != "" {
+				out = append(out, p)
+			}
+		}
+	}
+	return out
 }
 
 // ladderEngine decodes every request as a sequence on one CompiledLadder

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -166,14 +167,18 @@ func (s *textStream) token(id int64) {
 func (s *textStream) flush() { fmt.Fprint(s.w, s.dec.Flush()) }
 
 // textModel is the checkpoint's tokenizer and chat template, for the
-// commands that talk (chat, serve).
-func textModel(ck *model.Checkpoint) (*tokenizer.Tokenizer, *chat.Template, error) {
+// commands that talk (chat, serve). The template is compiled and probed
+// in chat's sandbox: a hostile one is refused here, at load.
+func textModel(ctx context.Context, ck *model.Checkpoint) (*tokenizer.Tokenizer, *chat.Template, error) {
 	tok, err := ck.Tokenizer()
 	if err != nil {
 		return nil, nil, err
 	}
-	src, bos, eos := ck.ChatTemplate()
-	tmpl, err := chat.Compile(src, bos, eos)
+	src, bos, eos, err := ck.ReadChatTemplate()
+	if err != nil {
+		return nil, nil, err
+	}
+	tmpl, err := chat.CompileContext(ctx, src, bos, eos)
 	if err != nil {
 		return nil, nil, fmt.Errorf("%s: %w", ck.Dir, err)
 	}

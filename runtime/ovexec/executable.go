@@ -265,6 +265,8 @@ func (e *executable) bindPast(slots int) error {
 func (e *executable) Step(ids []int64, start int) ([]float32, error) {
 	n := len(ids)
 	switch {
+	case e.req == nil:
+		return nil, fmt.Errorf("graph %s: step after it was closed", e.spec.Name())
 	case e.kv == nil:
 		return nil, fmt.Errorf("graph %s: step before a cache was bound", e.spec.Name())
 	case n == 0 || n > e.spec.Chunk:
