@@ -109,7 +109,9 @@ FUZZ_TARGETS := \
 	./internal/abtest:FuzzParseVariants ./internal/abtest:FuzzParseMemoStats \
 	./internal/profiling:FuzzParsePerfScript ./internal/profiling:FuzzParseCallgrind \
 	./internal/profiling:FuzzReadFile ./internal/npy:FuzzParse \
-	./model:FuzzGGUFHeader ./tokenizer:FuzzEncodeDecode
+	./model:FuzzGGUFHeader ./tokenizer:FuzzEncodeDecode \
+	./tokenizer:FuzzRE2Route ./tokenizer:FuzzSplitPattern \
+	./chat:FuzzRender ./serve:FuzzRequest
 
 fuzz: setup
 	@FUZZTIME=$(FUZZTIME) scripts/fuzz.sh $(FUZZ_TARGETS)

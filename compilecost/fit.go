@@ -35,12 +35,52 @@ type Fit struct {
 	N int `json:"n"`
 	// Note says why a model was chosen or what limits the fit.
 	Note string `json:"note,omitempty"`
+	// FloorS and FloorCapacity bound the fit from below (Floor): the
+	// smallest positive median measured and the smallest capacity measured
+	// with one. Absent from older profiles, which Load fills in.
+	FloorS        float64 `json:"floor_s,omitempty"`
+	FloorCapacity int     `json:"floor_capacity,omitempty"`
 }
 
-// At returns the fit's compile time at capacity, clamped at 0 (a linear fit
-// with a negative intercept would otherwise predict negative times for small
-// capacities). Unknown models and FitNone return 0.
+// Floor is the least compile time the fit predicts at capacity: the rule
+// against extrapolating to free compiles. Compiling a graph of more slots
+// is never cheaper, and a graph of fewer slots costs at most
+// proportionally less (its fixed part, the weights and the layer graph,
+// does not shrink at all), so:
+//
+//   - a fit that falls with capacity (Falls: a line of negative slope, a
+//     power law of negative exponent; noise around a flat cost, or a
+//     hand-edited cost.json) is not used: FitProfile keeps the constant
+//     model at the mean of the medians instead, Checked refits a stored
+//     one, and the note says so;
+//   - no prediction is below the floor: the smallest positive median
+//     measured (FloorS) at or above the smallest capacity measured
+//     (FloorCapacity), and that cost scaled by C/FloorCapacity below it,
+//     so a line with a negative intercept no longer predicts 0 s for
+//     small rungs.
+//
+// A fit without a floor (no positive median measured) has Floor 0.
+func (f Fit) Floor(capacity int) float64 {
+	if f.FloorS <= 0 || f.FloorCapacity <= 0 || capacity <= 0 {
+		return 0
+	}
+	return f.FloorS * min(1, float64(capacity)/float64(f.FloorCapacity))
+}
+
+// Falls reports whether the fit predicts less for more capacity.
+func (f Fit) Falls() bool {
+	return (f.Model == FitLinear || f.Model == FitPower) && f.B < 0
+}
+
+// At returns the fit's compile time at capacity, never below Floor nor 0
+// (a linear fit with a negative intercept would otherwise predict negative
+// times for small capacities). Unknown models and FitNone return Floor.
 func (f Fit) At(capacity int) float64 {
+	return max(f.at(capacity), f.Floor(capacity))
+}
+
+// at is the model's value at capacity, clamped at 0.
+func (f Fit) at(capacity int) float64 {
 	c := float64(capacity)
 	var t float64
 	switch f.Model {
@@ -69,8 +109,83 @@ func (f Fit) At(capacity int) float64 {
 // simpler extrapolation. Two rungs are fitted exactly by either, so the line
 // is kept and the note says so. One rung gives the constant model t = a;
 // no rungs give FitNone. The rungs should have distinct capacities (as a
-// valid Profile does); if all capacities are equal the mean is used.
+// valid Profile does); if all capacities are equal the mean is used. A
+// model that falls with capacity is replaced by the constant model at the
+// mean of the medians, and the fit's floor is set (see Floor).
 func FitProfile(rungs []Rung) Fit {
+	f := fitProfile(rungs)
+	if f.Falls() { // neither model may fall with capacity (see Floor)
+		was := fmt.Sprintf("%s fitted b = %.4g, a cost falling with capacity (noise, or no dependence on it)", f.Model, f.B)
+		f = Fit{Model: FitConstant, A: meanMedian(rungs), N: f.N, Note: was + ": constant model at the mean of the medians"}
+		f.R2, f.MaxRelErr = score(f, capacities(rungs), medians(rungs))
+	}
+	f.FloorS, f.FloorCapacity = floorOf(rungs)
+	return f
+}
+
+func capacities(rungs []Rung) []float64 {
+	out := make([]float64, len(rungs))
+	for i, r := range rungs {
+		out[i] = float64(r.Capacity)
+	}
+	return out
+}
+
+func medians(rungs []Rung) []float64 {
+	out := make([]float64, len(rungs))
+	for i, r := range rungs {
+		out[i] = r.median()
+	}
+	return out
+}
+
+func meanMedian(rungs []Rung) float64 {
+	var sum float64
+	for _, r := range rungs {
+		sum += r.median()
+	}
+	return sum / float64(len(rungs))
+}
+
+// floorOf is the smallest positive median of the rungs and the smallest
+// capacity measured with a positive median (0, 0 when there is none).
+func floorOf(rungs []Rung) (seconds float64, capacity int) {
+	for _, r := range rungs {
+		m := r.median()
+		if m <= 0 || math.IsNaN(m) || math.IsInf(m, 0) || r.Capacity <= 0 {
+			continue
+		}
+		if seconds == 0 || m < seconds {
+			seconds = m
+		}
+		if capacity == 0 || r.Capacity < capacity {
+			capacity = r.Capacity
+		}
+	}
+	return seconds, capacity
+}
+
+// Checked is f made safe to extrapolate from the rungs it was fitted to (a
+// stored fit, maybe from an older or a hand-edited cost.json): a fit that
+// falls with capacity is replaced by FitProfile's, with a note saying why,
+// and the floor is taken from the rungs. Without rungs f is returned as it
+// is.
+func Checked(f Fit, rungs []Rung) Fit {
+	s, c := floorOf(rungs)
+	if c == 0 {
+		return f
+	}
+	if f.Falls() {
+		was := fmt.Sprintf("stored fit %s with b = %.4g falls with capacity", f.Model, f.B)
+		f = FitProfile(rungs)
+		f.Note = was + "; refitted: " + f.Note
+		return f
+	}
+	f.FloorS, f.FloorCapacity = s, c
+	return f
+}
+
+func fitProfile(rungs []Rung) Fit {
 	n := len(rungs)
 	switch n {
 	case 0:
@@ -100,6 +215,7 @@ func FitProfile(rungs []Rung) Fit {
 	}
 	best := Fit{Model: FitLinear, A: a, B: b, N: n}
 	best.R2, best.MaxRelErr = score(best, xs, ys)
+
 	if allPositive {
 		lx := make([]float64, n)
 		ly := make([]float64, n)

@@ -2,6 +2,8 @@ package compilecost
 
 import (
 	"math"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -73,10 +75,13 @@ func TestFitProfileNoisy(t *testing.T) {
 	// model, and that it beat the other one.
 	rungs := []Rung{{Capacity: 1024, MedianS: 10}, {Capacity: 2048, MedianS: 21}, {Capacity: 4096, MedianS: 39}, {Capacity: 8192, MedianS: 82}}
 	f := FitProfile(rungs)
+	if f.Model != FitLinear {
+		t.Fatalf("model %s, want the line", f.Model)
+	}
 	var ssRes, ssTot, maxRel float64
 	mean := (10.0 + 21 + 39 + 82) / 4
 	for _, r := range rungs {
-		res := r.MedianS - f.At(r.Capacity)
+		res := r.MedianS - (f.A + f.B*float64(r.Capacity)) // the model itself, not At's floor
 		ssRes += res * res
 		ssTot += (r.MedianS - mean) * (r.MedianS - mean)
 		maxRel = math.Max(maxRel, math.Abs(res)/r.MedianS)
@@ -110,5 +115,77 @@ func TestFitAt(t *testing.T) {
 				t.Errorf("At(%d) = %v, want %v", tc.capacity, got, tc.want)
 			}
 		})
+	}
+}
+
+// TestFitNeverFallsNorPredictsFree: compile cost never falls with capacity
+// and never reaches 0 s: a falling fit becomes the constant model, and no
+// prediction is below the smallest measured cost (scaled by capacity under
+// the smallest rung).
+func TestFitNeverFallsNorPredictsFree(t *testing.T) {
+	falling := []Rung{{Capacity: 1024, MedianS: 5}, {Capacity: 2048, MedianS: 4}, {Capacity: 4096, MedianS: 3}}
+	f := FitProfile(falling)
+	if f.Falls() || f.Model != FitConstant || !near(f.A, 4, 1e-12) || !strings.Contains(f.Note, "falling with capacity") {
+		t.Errorf("falling medians: fit %+v, want the constant 4 s with a note", f)
+	}
+	for _, c := range []int{64, 512, 1024, 8192, 1 << 20} {
+		if got, floor := f.At(c), 3*min(1, float64(c)/1024); got < floor || got <= 0 {
+			t.Errorf("falling medians: At(%d) = %v, want at least %v", c, got, floor)
+		}
+	}
+	power := rungsOf([]int{1024, 2048, 4096}, func(c float64) float64 { return 100 * math.Pow(c, -0.5) })
+	if f := FitProfile(power); f.Falls() || f.At(1<<20) < power[2].MedianS {
+		t.Errorf("falling power law: fit %+v predicts %v at 1M", f, f.At(1<<20))
+	}
+	// A rising line with a negative intercept: 0 s below 512 before.
+	steep := rungsOf([]int{1024, 2048, 4096}, func(c float64) float64 { return c/512 - 1 })
+	f = FitProfile(steep)
+	if f.Model != FitLinear || f.A >= 0 {
+		t.Fatalf("steep line: fit %+v, want a line with a negative intercept", f)
+	}
+	if got := f.At(256); !near(got, 1*256.0/1024, 1e-12) {
+		t.Errorf("steep line: At(256) = %v, want the floor %v", got, 256.0/1024)
+	}
+
+	// A stored fit is checked against the rungs: a falling one is
+	// refitted with a note, another gets the floor.
+	stored := Checked(Fit{Model: FitLinear, A: 9, B: -0.002}, falling)
+	if stored.Falls() || !strings.Contains(stored.Note, "stored fit") || stored.At(8192) < 3 {
+		t.Errorf("stored falling fit: %+v", stored)
+	}
+	stored = Checked(Fit{Model: FitLinear, A: -10, B: 0.001}, falling)
+	if stored.A != -10 || stored.At(2048) != 3 {
+		t.Errorf("stored fit below the floor: %+v, At(2048) = %v, want 3", stored, stored.At(2048))
+	}
+}
+
+// TestLoadChecksAStoredFit: a cost.json whose fit falls with capacity is
+// refitted on Load, and Save writes the floor.
+func TestLoadChecksAStoredFit(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "cost.json")
+	body := `{"model":"m","device":"CPU","rungs":[{"capacity":1024,"compile_s":[5]},{"capacity":2048,"compile_s":[4]}],
+		"fit":{"model":"a+b*C","a":6,"b":-0.001}}`
+	if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	p, err := Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Fit.Falls() || !strings.Contains(p.Fit.Note, "falls with capacity") {
+		t.Errorf("fit %+v, want a refit with a note", p.Fit)
+	}
+	for _, c := range []int{4096, 8192, 65536} {
+		if s, _ := p.Predict(c); s < 4 {
+			t.Errorf("Predict(%d) = %v, want at least the smallest measured 4 s", c, s)
+		}
+	}
+	if err := p.Save(path); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := os.ReadFile(path)
+	if !strings.Contains(string(b), `"floor_s": 4`) || !strings.Contains(string(b), `"floor_capacity": 1024`) {
+		t.Errorf("saved profile lacks the floor:\n%s", b)
 	}
 }

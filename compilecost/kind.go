@@ -165,6 +165,8 @@ func (p Profile) PredictKind(k Kind, capacity int) (seconds float64, ok bool) {
 	f, have := p.Fits[k.String()]
 	if !have {
 		f = FitProfile(rungs)
+	} else {
+		f = Checked(f, rungs)
 	}
 	return f.At(capacity), true
 }
@@ -259,7 +261,8 @@ func (p *Profile) fillKinds() {
 		if k.Graph == GraphDecode && !k.Successor {
 			continue
 		}
-		if _, ok := p.Fits[k.String()]; ok {
+		if f, ok := p.Fits[k.String()]; ok {
+			p.Fits[k.String()] = Checked(f, p.kindRungs(k))
 			continue
 		}
 		if p.Fits == nil {

@@ -112,7 +112,8 @@ func Median(xs []float64) float64 {
 
 // Predict returns the predicted compile time in seconds of the graph of the
 // given capacity: the measured median when that capacity was measured
-// (measured is true), otherwise the Fit's value, never negative. When the
+// (measured is true), otherwise the Fit's value, never below its floor
+// (Fit.Floor; a stored fit is Checked against the rungs). When the
 // profile has no fit yet (Fit.Model empty) one is computed from the rungs.
 // A profile without rungs predicts 0.
 func (p Profile) Predict(capacity int) (seconds float64, measured bool) {
@@ -124,6 +125,8 @@ func (p Profile) Predict(capacity int) (seconds float64, measured bool) {
 	f := p.Fit
 	if f.Model == "" {
 		f = FitProfile(p.firstRungs())
+	} else {
+		f = Checked(f, p.firstRungs())
 	}
 	return f.At(capacity), false
 }
@@ -221,6 +224,8 @@ func (p *Profile) fillDerived() {
 	}
 	if p.Fit.Model == "" {
 		p.Fit = FitProfile(p.firstRungs())
+	} else {
+		p.Fit = Checked(p.Fit, p.firstRungs())
 	}
 	p.fillKinds()
 }

@@ -72,7 +72,11 @@ func TestPredict(t *testing.T) {
 		{name: "measured rung without median_s", profile: p, capacity: 4096, want: 17, wantMeasured: true},
 		{name: "between rungs uses the fit", profile: p, capacity: 3000, want: 13},
 		{name: "beyond the ladder uses the fit", profile: p, capacity: 8192, want: 1 + 0.004*8192},
-		{name: "fit never negative", profile: Profile{Rungs: p.Rungs, Fit: Fit{Model: FitLinear, A: -10, B: 0.001}}, capacity: 100, want: 0},
+		// The floor: the smallest median (5 s), scaled by capacity below
+		// the smallest rung measured (1024), never 0.
+		{name: "fit below the floor, under the ladder", profile: Profile{Rungs: p.Rungs, Fit: Fit{Model: FitLinear, A: -10, B: 0.001}}, capacity: 100, want: 5 * 100.0 / 1024},
+		{name: "fit below the floor, in the ladder", profile: Profile{Rungs: p.Rungs, Fit: Fit{Model: FitLinear, A: -10, B: 0.001}}, capacity: 3000, want: 5},
+		{name: "falling stored fit is refitted", profile: Profile{Rungs: p.Rungs, Fit: Fit{Model: FitLinear, A: 20, B: -0.01}}, capacity: 8192, want: FitProfile(p.firstRungs()).At(8192)},
 		{name: "missing fit is computed", profile: Profile{Rungs: []Rung{{Capacity: 1000, MedianS: 3}, {Capacity: 2000, MedianS: 5}}}, capacity: 4000, want: 9},
 		{name: "no rungs", profile: Profile{}, capacity: 4000, want: 0},
 	}

@@ -16,7 +16,7 @@ trap 'rm -f "$log"' EXIT
 for t in "$@"; do
 	pkg=${t%%:*} target=${t#*:}
 	echo "fuzz $target in $pkg for $fuzztime"
-	go test -run='^$' -fuzz="^$target\$" -fuzztime="$fuzztime" "$pkg" 2>&1 | tee "$log"
+	go test -run='^$' -fuzz="^$target\$" -fuzztime="$fuzztime" -fuzzminimizetime=5s "$pkg" 2>&1 | tee "$log"
 	[ "${PIPESTATUS[0]}" -eq 0 ] && continue
 	if grep -q 'context deadline exceeded' "$log" && ! grep -q 'Failing input written to' "$log" &&
 		! grep -qE '^\s+(fuzz_test|.*_test)\.go:[0-9]+:|panic:' "$log"; then

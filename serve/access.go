@@ -38,7 +38,6 @@ type accessCheck struct {
 	cross      *http.CrossOriginProtection
 	keyDigest  [sha256.Size]byte
 	keyWanted  bool
-	ownHost    string
 	maxBody    int64
 	readTimout time.Duration
 }

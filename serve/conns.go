@@ -171,12 +171,6 @@ func (f *inflight) done() {
 	f.mu.Unlock()
 }
 
-func (f *inflight) count() int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.n
-}
-
 func (f *inflight) wait(ctx context.Context) error {
 	f.mu.Lock()
 	if f.n == 0 {

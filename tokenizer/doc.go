@@ -24,4 +24,9 @@
 // so. Decode is lossless: byte tokens that do not form valid UTF-8 come back
 // as those bytes; a StreamDecoder holds back an incomplete UTF-8 sequence
 // until its last byte arrives, for printing tokens as they are generated.
+//
+// A pre-tokenizer pattern from a tokenizer.json is checked before use: one
+// that would backtrack catastrophically is refused, one without lookaround
+// runs on Go's linear-time regexp, and the others run under a time bound
+// per match (RegexOverruns counts the pieces that ran out).
 package tokenizer

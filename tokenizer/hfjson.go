@@ -29,7 +29,8 @@ import (
 //
 // Only a regular file of at most 64 MiB is read. Bad JSON, an inconsistent
 // vocabulary or merges wrap ErrInvalid; other models (WordPiece, Unigram,
-// SentencePiece-style BPE with byte_fallback) wrap ErrUnsupported.
+// SentencePiece-style BPE with byte_fallback) wrap ErrUnsupported, as does
+// a Split pattern that backtracks catastrophically (see regex.go).
 func FromHFJSON(path string) (*Tokenizer, error) {
 	data, err := readRegular(path, maxJSONBytes)
 	if err != nil {
@@ -383,7 +384,7 @@ func hfPreTokenizer(raw json.RawMessage) ([]preStage, error) {
 			if err != nil {
 				return err
 			}
-			stages = append(stages, regexSplit{re})
+			stages = append(stages, newRegexSplit(re))
 		case "Digits":
 			stages = append(stages, digitSplit{individual: n.IndividualDigits})
 		case "ByteLevel":
@@ -395,7 +396,7 @@ func hfPreTokenizer(raw json.RawMessage) ([]preStage, error) {
 				if err != nil {
 					return err
 				}
-				stages = append(stages, regexSplit{re})
+				stages = append(stages, newRegexSplit(re))
 			}
 			byteLevel = true
 		default:

@@ -2,11 +2,9 @@ package tokenizer
 
 import (
 	"fmt"
-	"sync"
+	"sync/atomic"
 	"unicode"
 	"unicode/utf8"
-
-	"github.com/dlclark/regexp2/v2"
 )
 
 // A preStage splits a piece of text into smaller pieces, in order, without
@@ -18,7 +16,8 @@ type preStage interface {
 // The pre-tokenizer regexes, as the published tokenizer.json files write
 // them. Go's regexp has no lookahead, which `\s+(?!\S)` needs; regexp2 (a
 // port of .NET's backtracking engine) runs them unchanged, on runes, with
-// Unicode classes for \s, \p{L} and \p{N}.
+// Unicode classes for \s, \p{L} and \p{N} (regex.go says which engine
+// runs a pattern from a file, and for how long).
 const (
 	// GPT-2's, also what a ByteLevel pre-tokenizer with use_regex applies.
 	regexGPT2 = `'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+`
@@ -28,45 +27,21 @@ const (
 	regexQwen2 = `(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`
 )
 
-// regexBacktrackSlots bounds regexp2's backtracking stack. These patterns
-// backtrack at most a few slots per rune of one match, so a whitespace run
-// of a million runes still fits; a piece whose match fails anyway is
-// handed on whole (see regexSplit).
-const regexBacktrackSlots = 1 << 24
-
-var (
-	regexMu    sync.Mutex
-	regexCache = map[string]*regexp2.Regexp{}
-)
-
-// compileRegex compiles a pattern once per process; a Regexp is safe for
-// concurrent use.
-func compileRegex(pattern string) (*regexp2.Regexp, error) {
-	regexMu.Lock()
-	defer regexMu.Unlock()
-	if re, ok := regexCache[pattern]; ok {
-		return re, nil
-	}
-	re, err := regexp2.Compile(pattern, regexp2.None, regexp2.OptionMaxBacktrackingStackSize(regexBacktrackSlots))
-	if err != nil {
-		return nil, fmt.Errorf("%w: pre-tokenizer regex %q: %v", ErrInvalid, pattern, err)
-	}
-	regexCache[pattern] = re
-	return re, nil
-}
-
 // regexSplit cuts s into the matches of re and the stretches between them
 // (Hugging Face's Split with behavior Isolated; llama.cpp's regex split).
-type regexSplit struct{ re *regexp2.Regexp }
+// When matching stops early (see regex.go) the rest of s is one piece, and
+// overruns counts it.
+type regexSplit struct {
+	re       *splitRegex
+	overruns *atomic.Int64
+}
+
+func newRegexSplit(re *splitRegex) regexSplit {
+	return regexSplit{re: re, overruns: new(atomic.Int64)}
+}
 
 func (r regexSplit) split(s string, emit func(string)) {
-	idx, err := r.re.FindAllStringIndex(s, -1)
-	if err != nil {
-		// Only a backtracking limit gets here (the patterns are fixed and
-		// no timeout is set): keep the text, as one piece.
-		emit(s)
-		return
-	}
+	idx, stopped := r.re.findAll(s)
 	last := 0
 	for _, m := range idx {
 		if m[0] > last {
@@ -77,9 +52,28 @@ func (r regexSplit) split(s string, emit func(string)) {
 		}
 		last = m[1]
 	}
+	if stopped {
+		r.overruns.Add(1)
+	}
 	if last < len(s) {
 		emit(s[last:])
 	}
+}
+
+// RegexOverruns is how many times a pre-tokenizer pattern stopped matching
+// before the end of a piece of text, because a match ran past its time or
+// backtracking bound (only patterns from a tokenizer.json that need the
+// backtracking engine have a time bound). The rest of that piece was
+// encoded as one word: its bytes are all there, its ids may differ from
+// what Hugging Face gives.
+func (t *Tokenizer) RegexOverruns() int64 {
+	var n int64
+	for _, st := range t.pre {
+		if r, ok := st.(regexSplit); ok {
+			n += r.overruns.Load()
+		}
+	}
+	return n
 }
 
 // digitSplit cuts numeric characters (Unicode category N, Rust's
@@ -146,7 +140,7 @@ func ggufPre(pre string) ([]preStage, bool, error) {
 		if err != nil {
 			return nil, false, err
 		}
-		stages = append(stages, regexSplit{re})
+		stages = append(stages, newRegexSplit(re))
 	}
 	return stages, ignoreMerges, nil
 }

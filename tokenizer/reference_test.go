@@ -12,6 +12,7 @@ import (
 	"testing"
 	"unicode/utf8"
 
+	"github.com/dlclark/regexp2/v2"
 	"github.com/ovtoolkit/ovrun/internal/testpy"
 	"go.uber.org/goleak"
 )
@@ -21,6 +22,7 @@ func TestMain(m *testing.M) {
 	if refDir != "" {
 		os.RemoveAll(refDir)
 	}
+	regexp2.StopTimeoutClock() // the clock of timed matches outlives them by a second
 	if code == 0 {
 		if err := goleak.Find(); err != nil {
 			fmt.Fprintln(os.Stderr, "goleak:", err)

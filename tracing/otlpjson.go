@@ -197,24 +197,60 @@ func marshalLine(req *coltracepb.ExportTraceServiceRequest) ([]byte, error) {
 }
 
 // unmarshalLine decodes one line of OTLP/JSON; ids may be hex (OTLP/JSON)
-// or base64 (plain protobuf JSON).
+// or base64 (plain protobuf JSON). The line is decoded once, straight into
+// the request: protojson reads the ids as base64, and hexIDs recovers those
+// written in hex (a generic JSON tree of the line, to rewrite them first,
+// took twenty times the line's size).
 func unmarshalLine(line []byte) (*coltracepb.ExportTraceServiceRequest, error) {
-	v, err := decodeJSON(line)
-	if err != nil {
-		return nil, err
-	}
-	if err := recodeIDs(v, hexToBase64); err != nil {
-		return nil, err
-	}
-	b, err := json.Marshal(v)
-	if err != nil {
-		return nil, err
-	}
 	req := &coltracepb.ExportTraceServiceRequest{}
-	if err := (protojson.UnmarshalOptions{DiscardUnknown: true}).Unmarshal(b, req); err != nil {
+	if err := (protojson.UnmarshalOptions{DiscardUnknown: true}).Unmarshal(line, req); err != nil {
 		return nil, err
+	}
+	for _, rs := range req.ResourceSpans {
+		for _, ss := range rs.ScopeSpans {
+			for _, s := range ss.Spans {
+				if err := hexIDs(&s.TraceId, &s.SpanId, &s.ParentSpanId); err != nil {
+					return nil, err
+				}
+				for _, l := range s.Links {
+					if err := hexIDs(&l.TraceId, &l.SpanId, nil); err != nil {
+						return nil, err
+					}
+				}
+			}
+		}
 	}
 	return req, nil
+}
+
+// hexIDs turns a trace id, span id and parent span id that protojson read
+// as base64 back into the bytes their hex text names. Hex digits are base64
+// digits, so the hex of n bytes (2n digits, a multiple of 4 for ids of 8
+// and 16 bytes) reads as base64 of 3n/2 bytes, and encoding those again
+// gives the hex text back exactly. An id of n bytes was base64 already; an
+// empty one is absent.
+func hexIDs(traceID, spanID, parentID *[]byte) error {
+	for _, id := range []struct {
+		b   *[]byte
+		key string
+		n   int
+	}{{traceID, "traceId", 16}, {spanID, "spanId", 8}, {parentID, "parentSpanId", 8}} {
+		if id.b == nil {
+			continue
+		}
+		switch len(*id.b) {
+		case 0, id.n:
+			continue
+		case 3 * id.n / 2:
+			text := base64.StdEncoding.EncodeToString(*id.b)
+			if b, err := hex.DecodeString(text); err == nil {
+				*id.b = b
+				continue
+			}
+		}
+		return fmt.Errorf("%s reads as %d bytes: want %d bytes, in hex or base64", id.key, len(*id.b), id.n)
+	}
+	return nil
 }
 
 func decodeJSON(b []byte) (any, error) {
@@ -262,16 +298,4 @@ func base64ToHex(s string, _ int) (string, error) {
 		return "", err
 	}
 	return hex.EncodeToString(b), nil
-}
-
-func hexToBase64(s string, n int) (string, error) {
-	if len(s) == 2*n {
-		if b, err := hex.DecodeString(s); err == nil {
-			return base64.StdEncoding.EncodeToString(b), nil
-		}
-	}
-	if _, err := base64.StdEncoding.DecodeString(s); err != nil {
-		return "", fmt.Errorf("neither hex nor base64 of %d bytes", n)
-	}
-	return s, nil
 }

@@ -1,14 +1,20 @@
 package tracing
 
 import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"math"
+	"slices"
 	"sort"
 	"strings"
 	"time"
 
+	"github.com/ovtoolkit/ovrun/internal/safefile"
 	"github.com/ovtoolkit/ovrun/internal/svg"
 )
 
@@ -20,6 +26,96 @@ type TimelineOptions struct {
 
 // ErrNoRun says a trace holds no ovrun.run span (or not the one asked for).
 var ErrNoRun = errors.New("no ovrun.run span in the trace")
+
+// ErrTraceTooLarge says a trace holds more than a timeline reads: a line
+// over MaxTimelineLineBytes or more than MaxTimelineItems to draw.
+var ErrTraceTooLarge = errors.New("trace too large to plot")
+
+// Limits of ReadTimeline. ovrun writes one line per export of at most 512
+// spans and a run's trace holds a few spans per rung and at most
+// MaxKVEvents+16 events: both limits are far above any run's, and keep
+// what a hostile or foreign file makes the reader hold to a few hundred
+// MiB.
+const (
+	// MaxTimelineLineBytes is the longest line (one OTLP/JSON request) read.
+	MaxTimelineLineBytes = 16 << 20
+	// MaxTimelineItems is the most spans and events to draw held at once.
+	MaxTimelineItems = 100_000
+)
+
+// drawn are the spans a timeline draws; every other span is skipped as
+// it is read.
+var drawn = map[string]bool{SpanRun: true, SpanCompile: true, SpanPrefill: true, SpanDecode: true, SpanMigrate: true, SpanBoundaryWait: true}
+
+// ReadTimeline reads from a trace file (as ReadTraceFile does) the spans
+// WriteTimeline draws, of trace traceID when it is not empty: the run
+// spans with their kv events and the children the lanes show, without
+// their events. It reads a line at a time, checks ctx between spans, and
+// fails with ErrTraceTooLarge, naming the limit, rather than hold more
+// than MaxTimelineLineBytes of a line or MaxTimelineItems spans and events.
+func ReadTimeline(ctx context.Context, path, traceID string) ([]Span, error) {
+	f, err := safefile.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	spans, err := readTimeline(ctx, safefile.LimitReader(f, MaxTraceBytes, "trace"), traceID, MaxTimelineLineBytes, MaxTimelineItems)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return spans, nil
+}
+
+// readTimeline is ReadTimeline on r with the limits given.
+func readTimeline(ctx context.Context, r io.Reader, traceID string, maxLine, maxItems int) ([]Span, error) {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(nil, maxLine)
+	var out []Span
+	items, n := 0, 0
+	for sc.Scan() {
+		n++
+		line := bytes.TrimSpace(sc.Bytes())
+		if len(line) == 0 {
+			continue
+		}
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		req, err := unmarshalLine(line)
+		if err != nil {
+			return nil, fmt.Errorf("line %d: not an OTLP/JSON trace request: %w", n, err)
+		}
+		for _, rs := range req.ResourceSpans {
+			service := attrsOf(rs.GetResource().GetAttributes()).Str("service.name")
+			for _, ss := range rs.ScopeSpans {
+				for _, ps := range ss.Spans {
+					if err := ctx.Err(); err != nil {
+						return nil, err
+					}
+					if !drawn[ps.Name] || traceID != "" && hex.EncodeToString(ps.TraceId) != traceID {
+						continue
+					}
+					if ps.Name != SpanRun || len(ps.ParentSpanId) > 0 {
+						ps.Events = nil // only the root's kv events are drawn
+					}
+					sp := spanOf(ps, service)
+					sp.Events = slices.DeleteFunc(sp.Events, func(e Event) bool { return e.Name != EventKV })
+					if items += 1 + len(sp.Events); items > maxItems {
+						return nil, fmt.Errorf("line %d: %w: more than %d spans and events to draw (the limit; --trace-id picks one run of a file with several)", n, ErrTraceTooLarge, maxItems)
+					}
+					out = append(out, sp)
+				}
+			}
+		}
+	}
+	if err := sc.Err(); err != nil {
+		if errors.Is(err, bufio.ErrTooLong) {
+			return nil, fmt.Errorf("line %d: %w: longer than %s, the limit of one line (ovrun writes one export of spans per line)", n+1, ErrTraceTooLarge, safefile.Size(int64(maxLine)))
+		}
+		return nil, err
+	}
+	return out, nil
+}
 
 // run is one trace: its root and the children, sorted by start.
 type run struct {
@@ -95,8 +191,9 @@ var rungColours = []string{"#fcae91", "#fb6a4a", "#de2d26", "#a50f15", "#67000d"
 // prefill, migrations and boundary waits in one lane; foreground and
 // background compiles in another; boundary markers with their waits; and
 // reserved against live KV over time, all on one axis of seconds since the
-// run started.
-func WriteTimeline(w io.Writer, spans []Span, opt TimelineOptions) error {
+// run started. It checks ctx between spans and writes nothing once ctx is
+// done.
+func WriteTimeline(ctx context.Context, w io.Writer, spans []Span, opt TimelineOptions) error {
 	r, err := pickRun(spans, opt.TraceID)
 	if err != nil {
 		return err
@@ -105,19 +202,27 @@ func WriteTimeline(w io.Writer, spans []Span, opt TimelineOptions) error {
 	if width <= 0 {
 		width = 1200
 	}
-	d := &drawing{run: r, width: width, plotW: float64(width - tlLeft - tlRight)}
+	d := &drawing{ctx: ctx, run: r, width: width, plotW: float64(width - tlLeft - tlRight)}
 	d.rungs = rungIndex(r)
-	_, err = w.Write(d.draw())
+	b := d.draw()
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	_, err = w.Write(b)
 	return err
 }
 
 type drawing struct {
+	ctx context.Context
 	*run
 	g     *svg.Doc
 	width int
 	plotW float64
 	rungs map[int64]int // capacity -> colour index
 }
+
+// done reports whether the drawing should stop (ctx is done).
+func (d *drawing) done() bool { return d.ctx.Err() != nil }
 
 func (d *drawing) x(t time.Time) float64 {
 	return tlLeft + t.Sub(d.t0).Seconds()/d.t1.Sub(d.t0).Seconds()*d.plotW
@@ -204,6 +309,9 @@ func (d *drawing) bar(s Span, y, h float64, fill, style, label, textFill string)
 
 func (d *drawing) decodeLane(y float64) {
 	for _, s := range d.spans {
+		if d.done() {
+			return
+		}
 		switch s.Name {
 		case SpanPrefill:
 			d.bar(s, y, tlDecodeH, colPrefill, "", "prefill", "white")
@@ -225,6 +333,9 @@ func (d *drawing) decodeLane(y float64) {
 
 func (d *drawing) compileLane(y float64) {
 	for _, s := range d.spans {
+		if d.done() {
+			return
+		}
 		if s.Name != SpanCompile {
 			continue
 		}
@@ -290,18 +401,25 @@ func (d *drawing) kvLane(y float64) {
 // boundaries marks each switch to a larger rung: a dashed line at the
 // moment decode reached it, labelled with the rung and the wait.
 func (d *drawing) boundaries(yLabel, yTop, yBottom float64) {
+	waits := map[int64]Span{} // the last wait at each capacity
+	for _, w := range d.spans {
+		if c, _ := w.Attrs.Int(AttrCapacity); w.Name == SpanBoundaryWait {
+			waits[c] = w
+		}
+	}
 	n := 0
 	for _, s := range d.spans {
+		if d.done() {
+			return
+		}
 		if s.Name != SpanMigrate {
 			continue
 		}
 		from, _ := s.Attrs.Int(AttrFromCapacity)
 		to, _ := s.Attrs.Int(AttrToCapacity)
 		at, wait := s.Start, 0.0
-		for _, w := range d.spans {
-			if c, _ := w.Attrs.Int(AttrCapacity); w.Name == SpanBoundaryWait && c == to {
-				at, wait = w.Start, w.Duration().Seconds()
-			}
+		if w, ok := waits[to]; ok {
+			at, wait = w.Start, w.Duration().Seconds()
 		}
 		x := d.x(at)
 		d.g.Line(x, yTop-4, x, yBottom, "#333", 0, `stroke-dasharray="3 3"`)
@@ -386,14 +504,14 @@ func rungIndex(r *run) map[int64]int {
 		}
 	}
 	// Keep only the capacities decoded at, so the legend matches the picture.
-	for c := range idx {
-		used := false
-		for _, s := range r.spans {
-			if v, _ := s.Attrs.Int(AttrCapacity); s.Name == SpanDecode && v == c {
-				used = true
-			}
+	used := map[int64]bool{}
+	for _, s := range r.spans {
+		if v, ok := s.Attrs.Int(AttrCapacity); ok && s.Name == SpanDecode {
+			used[v] = true
 		}
-		if !used {
+	}
+	for c := range idx {
+		if !used[c] {
 			delete(idx, c)
 		}
 	}

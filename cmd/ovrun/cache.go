@@ -57,8 +57,9 @@ func parseAge(s string) (time.Duration, error) {
 }
 
 // openCache opens an existing cache folder: listing or pruning a folder
-// that is not there is a mistake, not an empty cache.
-func openCache(c *cli.Context) (*rungcache.Cache, error) {
+// that is not there is a mistake, not an empty cache. A folder only read
+// (cache ls) may be read-only.
+func openCache(c *cli.Context, write bool) (*rungcache.Cache, error) {
 	dir := cacheFolderFlag.Get(c)
 	fi, err := os.Stat(dir)
 	switch {
@@ -66,6 +67,10 @@ func openCache(c *cli.Context) (*rungcache.Cache, error) {
 		return nil, fmt.Errorf("--cache-dir %s: %w", dir, errors.Unwrap(err))
 	case !fi.IsDir():
 		return nil, fmt.Errorf("--cache-dir %s is %s, not a folder", dir, safefile.Kind(fi.Mode()))
+	}
+	waitForCacheLock(c, rungcache.DefaultLockWait, "")
+	if !write {
+		return rungcache.OpenRead(dir)
 	}
 	return rungcache.Open(dir, 0)
 }
@@ -87,7 +92,7 @@ type cacheEntry struct {
 }
 
 func cacheLsAction(c *cli.Context) error {
-	rc, err := openCache(c)
+	rc, err := openCache(c, false)
 	if err != nil {
 		return err
 	}
@@ -144,7 +149,7 @@ func cachePruneAction(c *cli.Context) error {
 			return err
 		}
 	}
-	rc, err := openCache(c)
+	rc, err := openCache(c, true)
 	if err != nil {
 		return err
 	}
@@ -153,7 +158,7 @@ func cachePruneAction(c *cli.Context) error {
 }
 
 func cacheClearAction(c *cli.Context) error {
-	rc, err := openCache(c)
+	rc, err := openCache(c, true)
 	if err != nil {
 		return err
 	}

@@ -191,7 +191,7 @@ func TestBadInputGivesOneClearLine(t *testing.T) {
 		{name: "missing tensor", args: []string{"generate", "--model", missing, "--capacity", "32", "--prompt-tokens", "4"}, want: `missing tensor "model.layers.1.mlp.up_proj.weight"`},
 		{name: "unsupported architecture", args: []string{"generate", "--model", gpt2, "--capacity", "32", "--prompt-tokens", "4"}, want: `model_type "gpt2"`},
 		{name: "missing checkpoint", args: []string{"generate", "--model", filepath.Join(t.TempDir(), "nope"), "--capacity", "32", "--prompt-tokens", "4"}, want: "config.json"},
-		{name: "prompt longer than capacity", args: []string{"generate", "--model", tiny, "--capacity", "16", "--prompt-tokens", "20"}, want: "longer than capacity 16"},
+		{name: "prompt longer than capacity", args: []string{"generate", "--model", tiny, "--capacity", "16", "--prompt-tokens", "20"}, want: "does not fit --capacity 16"},
 		{name: "prompt longer than the largest rung", args: []string{"run", "--model", tiny, "--ladder", "16,32", "--prompt-tokens", "40", "--decode-tokens", "4"}, want: "the largest rung holds 32"},
 		{name: "ladder not ascending", args: []string{"run", "--model", tiny, "--ladder", "64,32", "--prompt-tokens", "4"}, want: "strictly ascending"},
 		{name: "unknown policy", args: []string{"run", "--model", tiny, "--ladder", "32,64", "--policy", "eager", "--prompt-tokens", "4"}, want: `unknown policy "eager"`},

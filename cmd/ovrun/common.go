@@ -11,6 +11,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/ovtoolkit/ovrun/internal/cliutil"
+	"github.com/ovtoolkit/ovrun/internal/rungcache"
 	"github.com/ovtoolkit/ovrun/model"
 	"github.com/ovtoolkit/ovrun/ov"
 	"github.com/ovtoolkit/ovrun/runtime"
@@ -57,6 +58,10 @@ var (
 	compileCostFlag  = &cli.StringFlag{Name: "compile-cost", Usage: "compile-cost profile `FILE` from ovtrace compile: per-rung budgets, predicted deadlines, two-ahead launches when one ahead cannot make it"}
 	outDirFlag       = &cli.StringFlag{Name: "out", Usage: "output `DIR`", Required: true}
 )
+
+// cacheLockWaitFlag bounds the wait for a --cache-dir lock another process
+// holds (waitForCacheLock): a cache never hangs nor fails a run.
+var cacheLockWaitFlag = &cli.DurationFlag{Name: "cache-lock-wait", Value: rungcache.DefaultLockWait, Usage: "wait at most `DURATION` for the --cache-dir lock another process holds (saying so after a second), then go on without the cache"}
 
 // Where graphs compile (docs/design.md §4, "A compile in a worker").
 var (
@@ -142,7 +147,7 @@ func attentionOf(c *cli.Context) (model.Attention, error) {
 var graphPerRungFlag = &cli.BoolFlag{Name: "graph-per-rung", Usage: "compile a graph for every rung even where one compiled graph serves them all: paged graphs (--attention auto on the CPU) are compiled once, for the model's whole context, and every later rung is a new infer request on that graph, so a rung boundary waits for no compile; with this flag each rung compiles its own, as static graphs (NPU) must"}
 
 func compileFlags() []cli.Flag {
-	return []cli.Flag{modelFlag, deviceFlag, precisionFlag, weightsFlag, attentionFlag, kvPrecisionFlag, threadsFlag, cacheDirFlag, cacheMaxFlag, propFlag,
+	return []cli.Flag{modelFlag, deviceFlag, precisionFlag, weightsFlag, attentionFlag, kvPrecisionFlag, threadsFlag, cacheDirFlag, cacheMaxFlag, cacheLockWaitFlag, propFlag,
 		compileInFlag, compileTimeoutFlag, compileMemoryFlag, graphPerRungFlag}
 }
 
@@ -157,6 +162,9 @@ func ovOptions(c *cli.Context) (ovexec.Options, error) {
 	var err error
 	if o.CacheMax, err = cliutil.ParseSize(cacheMaxFlag.Name, cacheMaxFlag.Get(c)); err != nil {
 		return o, err
+	}
+	if d := cacheLockWaitFlag.Get(c); d <= 0 {
+		return o, fmt.Errorf("--%s %s: want a positive duration such as 30s or 5m", cacheLockWaitFlag.Name, d)
 	}
 	if o.Precision, err = cliutil.ParsePrecision(precisionFlag.Get(c)); err != nil {
 		return o, err
@@ -191,6 +199,9 @@ func openModel(c *cli.Context, adjust ...func(*ovexec.Options)) (*model.Checkpoi
 	if err := ov.Load(); err != nil {
 		return nil, nil, err
 	}
+	if opts.CacheDir != "" {
+		waitForCacheLock(c, cacheLockWaitFlag.Get(c), " (--"+cacheLockWaitFlag.Name+")")
+	}
 	ck, err := model.Load(modelFlag.Get(c))
 	if err != nil {
 		return nil, nil, err
@@ -205,6 +216,18 @@ func openModel(c *cli.Context, adjust ...func(*ovexec.Options)) (*model.Checkpoi
 		fmt.Fprintf(c.App.ErrWriter, "ovrun: note: %v; --attention auto uses static and bounded graphs\n", why)
 	}
 	return ck, comp, nil
+}
+
+// waitForCacheLock sets how the rung caches this process opens wait for a
+// lock another process holds: at most limit, saying so on stderr (hint
+// ends the line), and not past Ctrl-C, so that a run interrupted while
+// waiting still writes what it did.
+func waitForCacheLock(c *cli.Context, limit time.Duration, hint string) {
+	rungcache.SetLockWait(rungcache.LockWait{
+		Limit:   limit,
+		Waiting: func(msg string) { fmt.Fprintf(c.App.ErrWriter, "ovrun: %s%s\n", msg, hint) },
+		Done:    c.Context.Done(),
+	})
 }
 
 // prompt resolves --prompt-ids or --prompt-tokens.

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -64,9 +65,6 @@ func generateAction(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	if capacity != 0 && n > capacity {
-		return fmt.Errorf("%w: prompt of %d tokens is longer than capacity %d", runtime.ErrCapacity, n, capacity)
-	}
 	prefill, err := prefillMode(c)
 	if err != nil {
 		return err
@@ -77,6 +75,11 @@ func generateAction(c *cli.Context) error {
 		checkOutputs(c, jsonFlag, dumpLogitsFlag),
 	} {
 		if err != nil {
+			return err
+		}
+	}
+	if capacity != 0 && n > 0 { // n is 0 for a text prompt, known once tokenized
+		if err := promptFits(n, capacity, newTokens); err != nil {
 			return err
 		}
 	}
@@ -111,7 +114,7 @@ func generateAction(c *cli.Context) error {
 			return err
 		}
 	}
-	if err := cliutil.CheckInt(maxNewTokensFlag.Name, newTokens, 1, capacity-len(in.ids)+1); err != nil {
+	if err := promptFits(len(in.ids), capacity, newTokens); err != nil {
 		return err
 	}
 	if dumpLogitsFlag.Get(c) != "" {
@@ -138,7 +141,15 @@ func generateAction(c *cli.Context) error {
 		fmt.Println()
 	}
 	if res == nil {
-		return genErr
+		if !errors.Is(genErr, context.Canceled) || jsonFlag.Get(c) == "" {
+			return genErr
+		}
+		// Ctrl-C before the first token (in a compile, or waiting for the
+		// rung cache's lock): --json still says what happened.
+		res = &runtime.GenerateResult{}
+	}
+	if errors.Is(genErr, context.Canceled) && res.FinishReason == "" {
+		res.FinishReason = "interrupted"
 	}
 	// What was generated is reported, and saved, on failure and Ctrl-C too.
 	if p := dumpLogitsFlag.Get(c); p != "" && len(res.Logits) > 0 {
@@ -201,6 +212,22 @@ func stepPercentiles(steps []float64) map[string]float64 {
 		ms[fmt.Sprintf("p%d", q)] = 1e3 * stats.Quantile(steps, float64(q)/100)
 	}
 	return ms
+}
+
+// promptFits checks that a prompt of n tokens and newTokens generated
+// tokens (the last one not fed back) fit capacity slots, naming what does
+// not fit.
+func promptFits(n, capacity, newTokens int) error {
+	need := n + max(newTokens, 1) - 1
+	switch {
+	case n > capacity:
+		return fmt.Errorf("%w: prompt of %d tokens does not fit --%s %d (give %d or more, or leave it out)",
+			runtime.ErrCapacity, n, capacityFlag.Name, capacity, need)
+	case newTokens > capacity-n+1:
+		return fmt.Errorf("--%s %d: a prompt of %d tokens leaves room for %d at --%s %d (give %d or more, or leave it out)",
+			maxNewTokensFlag.Name, newTokens, n, capacity-n+1, capacityFlag.Name, capacity, need)
+	}
+	return nil
 }
 
 // defaultCapacity is the static capacity for n tokens: a power of two, at

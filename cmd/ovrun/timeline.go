@@ -26,7 +26,12 @@ decode, coloured by rung and labelled with its capacity, with the prefill,
 each KV migration and any boundary wait; compiles, foreground above and
 background (behind decode) below, labelled with capacity and seconds; and
 reserved KV against live KV as step lines. Dashed markers are the boundaries,
-labelled with the wait. Hover a bar for all its attributes.`,
+labelled with the wait. Hover a bar for all its attributes.
+
+The trace is read a line at a time and only the spans drawn are kept: a
+line longer than 16 MiB or more than 100000 spans and events to draw is a
+"trace too large to plot" error (--trace-id draws one run of a file with
+several). Ctrl-C stops it at once, writing nothing.`,
 	Flags: []cli.Flag{
 		traceFileFlag, svgOutFlag, traceIDFlag, widthFlag,
 	},
@@ -40,13 +45,15 @@ func timelineAction(c *cli.Context) error {
 	if err := checkOutputs(c, svgOutFlag); err != nil {
 		return err
 	}
-	spans, err := tracing.ReadTraceFile(traceFileFlag.Get(c))
+	// Read a line at a time, holding only what is drawn (bounded); Ctrl-C
+	// stops the reading and the drawing between spans, writing nothing.
+	spans, err := tracing.ReadTimeline(c.Context, traceFileFlag.Get(c), traceIDFlag.Get(c))
 	if err != nil {
 		return err
 	}
 	var b bytes.Buffer
 	opt := tracing.TimelineOptions{Width: widthFlag.Get(c), TraceID: traceIDFlag.Get(c)}
-	if err := tracing.WriteTimeline(&b, spans, opt); err != nil {
+	if err := tracing.WriteTimeline(c.Context, &b, spans, opt); err != nil {
 		return fmt.Errorf("%s: %w", traceFileFlag.Get(c), err)
 	}
 	return safefile.WriteFile(svgOutFlag.Get(c), b.Bytes())

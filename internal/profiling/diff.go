@@ -3,6 +3,7 @@ package profiling
 import (
 	"cmp"
 	"fmt"
+	"math"
 	"slices"
 
 	"github.com/google/pprof/profile"
@@ -43,6 +44,15 @@ type DiffReport struct {
 	TotalA     int64     `json:"total_a"`
 	TotalB     int64     `json:"total_b"`
 	Rows       []DiffRow `json:"rows"`
+	// Saturated reports that a sum or a delta passed the int64 limit and
+	// was held there (SaturatedNote).
+	Saturated bool `json:"saturated,omitempty"`
+}
+
+// TotalDelta is TotalB - TotalA, held at the int64 limits.
+func (r *DiffReport) TotalDelta() int64 {
+	d, _ := subInt64(r.TotalB, r.TotalA)
+	return d
 }
 
 // Diff compares two profiles of the same sample type per function (or
@@ -74,9 +84,13 @@ func Diff(a, b *profile.Profile, opt DiffOptions) (*DiffReport, error) {
 	default:
 		return nil, fmt.Errorf("sort by %q: want flat or cum", opt.SortBy)
 	}
-	aggA, totA := aggregate(a, ia, -1, by)
-	aggB, totB := aggregate(b, ib, -1, by)
+	var sat sum
+	aggA, totA := aggregate(a, ia, -1, by, &sat)
+	aggB, totB := aggregate(b, ib, -1, by, &sat)
 	rep := &DiffReport{SampleType: st.Type, Unit: st.Unit, By: by, TotalA: totA, TotalB: totB}
+	if _, ok := subInt64(totB, totA); !ok {
+		sat.saturated = true
+	}
 	rows := map[string]*DiffRow{}
 	for key, x := range aggA {
 		rows[key] = &DiffRow{Name: x.name, Object: x.object, FlatA: x.flat, CumA: x.cum}
@@ -91,7 +105,12 @@ func Diff(a, b *profile.Profile, opt DiffOptions) (*DiffReport, error) {
 	}
 	all := make([]DiffRow, 0, len(rows))
 	for _, r := range rows {
-		r.FlatDelta, r.CumDelta = r.FlatB-r.FlatA, r.CumB-r.CumA
+		var ok1, ok2 bool
+		r.FlatDelta, ok1 = subInt64(r.FlatB, r.FlatA)
+		r.CumDelta, ok2 = subInt64(r.CumB, r.CumA)
+		if !ok1 || !ok2 {
+			sat.saturated = true
+		}
 		if totA != 0 {
 			r.FlatDeltaPctOfA = 100 * float64(r.FlatDelta) / float64(totA)
 		}
@@ -108,11 +127,16 @@ func Diff(a, b *profile.Profile, opt DiffOptions) (*DiffReport, error) {
 		return cmp.Or(cmp.Compare(ky, kx), cmp.Compare(sy, sx), cmp.Compare(x.Name, y.Name), cmp.Compare(x.Object, y.Object))
 	})
 	rep.Rows = all[:rowLimit(opt.N, len(all))]
+	rep.Saturated = sat.saturated
 	return rep, nil
 }
 
+// abs is |v|, held at math.MaxInt64 for math.MinInt64.
 func abs(v int64) int64 {
 	if v < 0 {
+		if v == math.MinInt64 {
+			return math.MaxInt64
+		}
 		return -v
 	}
 	return v

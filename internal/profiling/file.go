@@ -3,6 +3,7 @@ package profiling
 import (
 	"bytes"
 	"compress/gzip"
+	"errors"
 	"fmt"
 	"io"
 
@@ -32,7 +33,13 @@ func ReadFile(path string) (*profile.Profile, error) {
 			return nil, fmt.Errorf("read %s: %w", path, err)
 		}
 		if b, err = io.ReadAll(safefile.LimitReader(gz, MaxProfileExpandedBytes, path+" decompressed")); err != nil {
-			return nil, err
+			if errors.Is(err, safefile.ErrTooLarge) {
+				return nil, err // names the file already
+			}
+			if errors.Is(err, io.ErrUnexpectedEOF) {
+				err = fmt.Errorf("the gzip stream is truncated: %w", err)
+			}
+			return nil, fmt.Errorf("read %s: %w", path, err)
 		}
 	}
 	p, err := profile.ParseData(b)

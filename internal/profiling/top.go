@@ -3,6 +3,7 @@ package profiling
 import (
 	"cmp"
 	"fmt"
+	"math"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -64,8 +65,11 @@ type TopReport struct {
 	GraphNodes  int     `json:"graph_nodes,omitempty"`
 	RepeatRatio float64 `json:"repeat_ratio,omitempty"`
 	// HasCalls reports that the profile carries call counts.
-	HasCalls bool     `json:"has_calls"`
-	Rows     []TopRow `json:"rows"`
+	HasCalls bool `json:"has_calls"`
+	// Saturated reports that a sum passed the int64 limit and was held
+	// there (SaturatedNote).
+	Saturated bool     `json:"saturated,omitempty"`
+	Rows      []TopRow `json:"rows"`
 	// Repeated lists the flagged functions, most calls first, whether or
 	// not they made the top rows.
 	Repeated []TopRow `json:"repeated,omitempty"`
@@ -79,13 +83,53 @@ type agg struct {
 	hasCalls, inCum bool
 }
 
+// sum adds int64 sample values, holding a sum that would overflow at the
+// int64 limit and remembering that it did: no real profile comes near
+// 9.2e18 (292 years of nanoseconds), so such a sum means absurd values,
+// which the reports then say instead of printing a wrapped-around number.
+type sum struct{ saturated bool }
+
+func (s *sum) add(x, y int64) int64 {
+	r, ok := addInt64(x, y)
+	if !ok {
+		s.saturated = true
+	}
+	return r
+}
+
+// addInt64 is x+y held at the int64 limits; ok is false when it was.
+func addInt64(x, y int64) (r int64, ok bool) {
+	r = x + y
+	switch {
+	case y > 0 && r < x:
+		return math.MaxInt64, false
+	case y < 0 && r > x:
+		return math.MinInt64, false
+	}
+	return r, true
+}
+
+// subInt64 is x-y held at the int64 limits.
+func subInt64(x, y int64) (r int64, ok bool) {
+	if y == math.MinInt64 {
+		if x >= 0 {
+			return math.MaxInt64, false
+		}
+		return x - y, true // x < 0: x - MinInt64 = x + 2^63 fits
+	}
+	return addInt64(x, -y)
+}
+
+// SaturatedNote is what a report with Saturated set says.
+const SaturatedNote = "a sum of sample values passed the int64 limit and was held there: the profile's values are absurd (no measurement comes near 9.2e18)"
+
 // aggregate sums the values of sample type idx per function (or object):
 // flat at the leaf, cum once per stack; calls from sample type callsIdx.
 // A function is its name in its shared object's file name (not path), so
 // a function a preloaded library interposes (the same name in another
 // object) is a row of its own, while the same library built elsewhere
 // (`lib:DIR` variants) still lines up.
-func aggregate(p *profile.Profile, idx, callsIdx int, by string) (map[string]*agg, int64) {
+func aggregate(p *profile.Profile, idx, callsIdx int, by string, sat *sum) (map[string]*agg, int64) {
 	rows := map[string]*agg{}
 	get := func(name, object string) *agg {
 		key := name
@@ -103,7 +147,7 @@ func aggregate(p *profile.Profile, idx, callsIdx int, by string) (map[string]*ag
 	var seen []*agg
 	for _, s := range p.Sample {
 		v := s.Value[idx]
-		total += v
+		total = sat.add(total, v)
 		seen = seen[:0]
 		for i, loc := range s.Location {
 			obj := ""
@@ -120,15 +164,15 @@ func aggregate(p *profile.Profile, idx, callsIdx int, by string) (map[string]*ag
 				}
 				a := get(name, obj)
 				if i == 0 && j == 0 {
-					a.flat += v
+					a.flat = sat.add(a.flat, v)
 					if callsIdx >= 0 {
-						a.calls += s.Value[callsIdx]
+						a.calls = sat.add(a.calls, s.Value[callsIdx])
 						a.hasCalls = true
 					}
 				}
 				if !a.inCum {
 					a.inCum = true
-					a.cum += v
+					a.cum = sat.add(a.cum, v)
 					seen = append(seen, a)
 				}
 			}
@@ -189,8 +233,9 @@ func Top(p *profile.Profile, opt TopOptions) (*TopReport, error) {
 	if rep.HasCalls && rep.GraphNodes > 0 {
 		rep.RepeatRatio = cmp.Or(opt.RepeatRatio, DefaultRepeatRatio)
 	}
-	aggs, total := aggregate(p, idx, callsIdx, by)
-	rep.Total = total
+	var sat sum
+	aggs, total := aggregate(p, idx, callsIdx, by, &sat)
+	rep.Total, rep.Saturated = total, sat.saturated
 	all := make([]TopRow, 0, len(aggs))
 	for _, a := range aggs {
 		r := TopRow{Name: a.name, Object: a.object, Flat: a.flat, Cum: a.cum}

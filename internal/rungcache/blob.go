@@ -1,12 +1,14 @@
 package rungcache
 
 import (
+	"errors"
 	"fmt"
 	"hash/crc32"
 	"os"
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strings"
 	"sync"
 	"syscall"
 
@@ -50,7 +52,8 @@ func firstBadPiece(b []byte, sums []uint32) int {
 // import reads it without a copy. Entries are only ever replaced by rename
 // and removed by unlink, so the mapped file keeps its contents while mapped.
 type Blob struct {
-	b []byte
+	mapped []byte // the whole file, trailer included
+	b      []byte // the compiled blob OpenVINO exported
 }
 
 // Bytes are the blob's bytes, valid until Close.
@@ -58,12 +61,56 @@ func (b *Blob) Bytes() []byte { return b.b }
 
 // Close unmaps the blob.
 func (b *Blob) Close() error {
-	if b == nil || b.b == nil {
+	if b == nil || b.mapped == nil {
 		return nil
 	}
-	err := syscall.Munmap(b.b)
-	b.b = nil
+	err := syscall.Munmap(b.mapped)
+	b.mapped, b.b = nil, nil
 	return err
+}
+
+// A blob file ends with a trailer that names its entry's key, after the
+// bytes OpenVINO exported (appended, so the export is not copied): a blob
+// moved or swapped into another entry's place, even with metadata that
+// matches it, is told apart from that entry's own (TestSwappedEntries).
+// The CRC-32Cs cover the trailer too.
+const (
+	trailerPrefix = "\novrun rung cache key "
+	trailerLen    = len(trailerPrefix) + 2*len(Key{}) + 1
+)
+
+// trailer is the trailer of k's blob file.
+func trailer(k Key) []byte { return []byte(trailerPrefix + k.String() + "\n") }
+
+// appendTrailer appends k's trailer to the blob file at path.
+func appendTrailer(path string, k Key) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(trailer(k)); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// checkTrailer checks that the mapped blob file b is k's: it ends with
+// k's trailer. It returns the exported blob before the trailer.
+func checkTrailer(b []byte, k Key) ([]byte, error) {
+	if len(b) <= trailerLen {
+		return nil, fmt.Errorf("the blob file is %d bytes, too short to hold a blob and its key (not written by this ovrun)", len(b))
+	}
+	blob, t := b[:len(b)-trailerLen], b[len(b)-trailerLen:]
+	if string(t) == string(trailer(k)) {
+		return blob, nil
+	}
+	if other, ok := strings.CutPrefix(string(t), trailerPrefix); ok {
+		if o, err := ParseKey(strings.TrimSuffix(other, "\n")); err == nil {
+			return nil, fmt.Errorf("the blob is entry %s's, not this one's (moved or swapped)", o.Short())
+		}
+	}
+	return nil, errors.New("the blob file does not end with its key (foreign, or written by another ovrun)")
 }
 
 // mapBlob maps the regular file at path (never through a symlink), which
@@ -81,7 +128,7 @@ func mapBlob(path string, size int64) (*Blob, error) {
 	if err != nil {
 		return nil, fmt.Errorf("map %s: %w", filepath.Base(path), err)
 	}
-	return &Blob{b: b}, nil
+	return &Blob{mapped: b, b: b}, nil
 }
 
 // openRegular opens a regular file for reading, never through a symlink

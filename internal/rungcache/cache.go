@@ -6,8 +6,12 @@
 // the size cap. A corrupt, truncated or foreign entry is discarded with a
 // note, never a crash. Several processes may share one folder: every read
 // and write of an entry happens under an exclusive lock on the folder's lock
-// file, and files appear only by rename. Only files named like entries
-// (64 hex digits, .blob or .json) are ever read or removed.
+// file (a listing under a shared one), and files appear only by rename. A
+// lock held too long is waited for with a message and a limit, then the
+// Cache goes on without the folder (lock.go). Each blob file ends with its
+// key, so a blob in another entry's place is discarded too. Only files
+// named like entries (64 hex digits, .blob or .json) are ever read or
+// removed.
 //
 // The blob's check is a CRC-32C per 16 MiB piece, the pieces checked on
 // every core (hardware CRC, ~5 GB/s a core here: the check costs
@@ -31,6 +35,7 @@ import (
 	"regexp"
 	"sort"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -54,6 +59,11 @@ type Cache struct {
 	dir string
 	max int64
 	now func() time.Time
+
+	mu      sync.Mutex
+	wait    LockWait // how to wait for the folder's lock (lock.go)
+	off     error    // set once c goes on without the folder (ErrLockWait)
+	offSaid bool     // a Get's note has said so
 }
 
 // Open uses dir as a cache folder (creating it) with a cap of maxBytes
@@ -68,7 +78,21 @@ func Open(dir string, maxBytes int64) (*Cache, error) {
 	if err := safefile.MkdirAll(dir); err != nil {
 		return nil, fmt.Errorf("rung cache: %w", err)
 	}
-	return &Cache{dir: dir, max: maxBytes, now: time.Now}, nil
+	return &Cache{dir: dir, max: maxBytes, now: time.Now, wait: defaultLockWait()}, nil
+}
+
+// OpenRead uses the existing folder dir as a cache to read (List, Get)
+// without the right to write it: a read-only folder lists, and its entries
+// import (though a damaged one cannot be removed).
+func OpenRead(dir string) (*Cache, error) {
+	fi, err := os.Stat(dir)
+	switch {
+	case err != nil:
+		return nil, fmt.Errorf("rung cache: %w", err)
+	case !fi.IsDir():
+		return nil, fmt.Errorf("rung cache %s is %s, not a folder", dir, safefile.Kind(fi.Mode()))
+	}
+	return &Cache{dir: dir, max: DefaultMaxBytes, now: time.Now, wait: defaultLockWait()}, nil
 }
 
 // Dir is the cache folder.
@@ -80,21 +104,11 @@ func (c *Cache) MaxBytes() int64 { return c.max }
 func (c *Cache) blobPath(k Key) string { return filepath.Join(c.dir, k.String()+".blob") }
 func (c *Cache) metaPath(k Key) string { return filepath.Join(c.dir, k.String()+".json") }
 
-// lock takes the folder's exclusive lock; the returned function releases it.
-func (c *Cache) lock() (func(), error) {
-	f, err := os.OpenFile(filepath.Join(c.dir, lockName), os.O_RDWR|os.O_CREATE|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0o644)
-	if err != nil {
-		return nil, fmt.Errorf("rung cache %s: lock: %w", c.dir, err)
-	}
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("rung cache %s: lock: %w", c.dir, err)
-	}
-	return func() { syscall.Flock(int(f.Fd()), syscall.LOCK_UN); f.Close() }, nil
-}
-
 // Has reports whether an entry for k is present (without verifying it).
 func (c *Cache) Has(k Key) bool {
+	if c.offErr() != nil {
+		return false // nothing will be read from it
+	}
 	fi, err := os.Lstat(c.metaPath(k))
 	return err == nil && fi.Mode().IsRegular()
 }
@@ -102,9 +116,19 @@ func (c *Cache) Has(k Key) bool {
 // Get returns the verified blob of k and its metadata, and marks the entry
 // used; the caller closes the blob. ok is false on a miss; note, when not
 // empty, says why an entry that was there was discarded (corrupt,
-// truncated, foreign, unreadable).
+// truncated, foreign, unreadable), or, once, that c goes on without the
+// folder (its lock was held too long, or Ctrl-C came while waiting).
 func (c *Cache) Get(k Key) (blob *Blob, m Meta, ok bool, note string) {
-	unlock, err := c.lock()
+	unlock, err := c.lock(false)
+	if errors.Is(err, ErrLockWait) {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if c.offSaid {
+			return nil, Meta{}, false, ""
+		}
+		c.offSaid = true
+		return nil, Meta{}, false, err.Error()
+	}
 	if err != nil {
 		return nil, Meta{}, false, err.Error()
 	}
@@ -139,16 +163,20 @@ func (c *Cache) read(k Key) (*Blob, Meta, error) {
 	if err != nil {
 		return nil, Meta{}, err
 	}
-	if i := firstBadPiece(blob.b, m.CRC32C); i >= 0 {
+	if i := firstBadPiece(blob.mapped, m.CRC32C); i >= 0 {
 		blob.Close()
 		return nil, Meta{}, fmt.Errorf("the CRC-32C of the blob's piece %d (bytes from %d) does not match its metadata (corrupt)", i, int64(i)*pieceBytes)
+	}
+	if blob.b, err = checkTrailer(blob.mapped, k); err != nil {
+		blob.Close()
+		return nil, Meta{}, err
 	}
 	return blob, m, nil
 }
 
 // Discard removes k's entry (a blob OpenVINO refused to import).
 func (c *Cache) Discard(k Key) error {
-	unlock, err := c.lock()
+	unlock, err := c.lock(false)
 	if err != nil {
 		return err
 	}
@@ -170,6 +198,9 @@ func (c *Cache) remove(k Key) {
 // written after it. Entries past the size cap are then evicted, least
 // recently used first. The notes say what was evicted.
 func (c *Cache) Put(k Key, m Meta, write func(path string) error) (notes []string, err error) {
+	if err := c.offErr(); err != nil {
+		return nil, err
+	}
 	tmp, err := c.tempFile(k.String() + ".blob")
 	if err != nil {
 		return nil, err
@@ -178,12 +209,15 @@ func (c *Cache) Put(k Key, m Meta, write func(path string) error) (notes []strin
 	if err := write(tmp); err != nil {
 		return nil, fmt.Errorf("rung cache: write entry %s: %w", k.Short(), err)
 	}
+	if fi, err := os.Lstat(tmp); err != nil || fi.Size() == 0 {
+		return nil, fmt.Errorf("rung cache: write entry %s: the compiled blob is empty", k.Short())
+	}
+	if err := appendTrailer(tmp, k); err != nil {
+		return nil, fmt.Errorf("rung cache: write entry %s: %w", k.Short(), err)
+	}
 	size, sum, err := syncAndSum(tmp)
 	if err != nil {
 		return nil, fmt.Errorf("rung cache: write entry %s: %w", k.Short(), err)
-	}
-	if size == 0 {
-		return nil, fmt.Errorf("rung cache: write entry %s: the compiled blob is empty", k.Short())
 	}
 	m.Format, m.Key, m.Size, m.CRC32C = FormatVersion, k.String(), size, sum
 	if m.Created.IsZero() {
@@ -193,7 +227,7 @@ func (c *Cache) Put(k Key, m Meta, write func(path string) error) (notes []strin
 	if err != nil {
 		return nil, err
 	}
-	unlock, err := c.lock()
+	unlock, err := c.lock(false)
 	if err != nil {
 		return nil, err
 	}
@@ -298,7 +332,7 @@ type Entry struct {
 // entries are left alone and not listed; an entry whose metadata cannot be
 // read is listed with its key only.
 func (c *Cache) List() ([]Entry, error) {
-	unlock, err := c.lock()
+	unlock, err := c.lock(true)
 	if err != nil {
 		return nil, err
 	}
@@ -354,7 +388,7 @@ func (c *Cache) list() ([]Entry, error) {
 // most maxBytes (no size limit when maxBytes < 0), and every entry not used
 // for olderThan (none when 0). It returns what it removed.
 func (c *Cache) Prune(maxBytes int64, olderThan time.Duration) ([]Entry, error) {
-	unlock, err := c.lock()
+	unlock, err := c.lock(false)
 	if err != nil {
 		return nil, err
 	}
@@ -365,7 +399,7 @@ func (c *Cache) Prune(maxBytes int64, olderThan time.Duration) ([]Entry, error) 
 // Clear removes every entry (and leftover temporary files of entries);
 // other files in the folder are kept.
 func (c *Cache) Clear() ([]Entry, error) {
-	unlock, err := c.lock()
+	unlock, err := c.lock(false)
 	if err != nil {
 		return nil, err
 	}

@@ -11,8 +11,9 @@ import (
 )
 
 // FormatVersion is the version of the cache's layout and key recipe; a
-// change of either bumps it, so old entries stop matching.
-const FormatVersion = 1
+// change of either bumps it, so old entries stop matching. Version 2 ends
+// every blob file with its key (blob.go).
+const FormatVersion = 2
 
 // Key names an entry: the SHA-256 of its Parts.
 type Key [sha256.Size]byte
@@ -66,7 +67,7 @@ func KeyOf(p Parts) Key {
 type Meta struct {
 	Format    int       `json:"format"`
 	Key       string    `json:"key"`
-	Size      int64     `json:"size"`   // blob bytes
+	Size      int64     `json:"size"`   // blob file bytes: the export and its key trailer
 	CRC32C    []uint32  `json:"crc32c"` // of each 16 MiB piece of the blob (Castagnoli)
 	Kind      string    `json:"kind"`
 	Capacity  int       `json:"capacity"`
