@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/ovtoolkit/ovrun/chat"
+	"github.com/ovtoolkit/ovrun/internal/testenv"
 )
 
 // newServerWith is newServer with a Config the test adjusts, served by
@@ -251,30 +252,8 @@ func TestSlowClients(t *testing.T) {
 	s, base, _ := newServerWith(t, 0, func(c *Config) {
 		c.Limits.MaxConns, c.Limits.ReadTimeout = 32, 2*time.Second
 	})
-	addr := strings.TrimPrefix(base, "http://")
 	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	for range 300 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			c, err := net.Dial("tcp", addr)
-			if err != nil {
-				return
-			}
-			defer c.Close()
-			for _, b := range []byte("POST /v1/completions HTTP/1.1\r\nHost: localhost\r\n") {
-				if _, err := c.Write([]byte{b}); err != nil {
-					return
-				}
-				select {
-				case <-stop:
-					return
-				case <-time.After(100 * time.Millisecond):
-				}
-			}
-		}()
-	}
+	_, wait := testenv.SlowClients(strings.TrimPrefix(base, "http://"), 300, 100*time.Millisecond, stop)
 	peak := 0
 	for i := range 10 {
 		time.Sleep(100 * time.Millisecond)
@@ -286,7 +265,7 @@ func TestSlowClients(t *testing.T) {
 		http.DefaultClient.CloseIdleConnections()
 	}
 	close(stop)
-	wg.Wait()
+	wait()
 	if peak > 32 {
 		t.Errorf("%d connections open, --max-conns 32", peak)
 	}

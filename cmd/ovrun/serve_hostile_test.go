@@ -171,32 +171,8 @@ func TestServeUnderHostileClients(t *testing.T) {
 	})
 
 	t.Run("slow clients", func(t *testing.T) {
-		addr := strings.TrimPrefix(base, "http://")
 		stop := make(chan struct{})
-		var wg sync.WaitGroup
-		var opened atomic.Int64
-		for range 1000 {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				c, err := net.Dial("tcp", addr)
-				if err != nil {
-					return
-				}
-				opened.Add(1)
-				defer c.Close()
-				for _, b := range []byte("POST /v1/completions HTTP/1.1\r\nHost: localhost\r\n") {
-					if _, err := c.Write([]byte{b}); err != nil {
-						return
-					}
-					select {
-					case <-stop:
-						return
-					case <-time.After(500 * time.Millisecond):
-					}
-				}
-			}()
-		}
+		opened, wait := testenv.SlowClients(strings.TrimPrefix(base, "http://"), 1000, 500*time.Millisecond, stop)
 		peakFDs := 0
 		for i := range 4 {
 			time.Sleep(500 * time.Millisecond)
@@ -206,7 +182,7 @@ func TestServeUnderHostileClients(t *testing.T) {
 			}
 		}
 		close(stop)
-		wg.Wait()
+		wait()
 		t.Logf("%d slow connections: %d file descriptors at most (%d before)", opened.Load(), peakFDs, fds0)
 		if peakFDs > fds0+64+4 {
 			t.Errorf("%d file descriptors open under slow clients, --max-conns 64 (%d before)", peakFDs, fds0)
