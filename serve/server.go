@@ -101,6 +101,9 @@ func New(cfg Config) (*Server, error) {
 		tickets: make(chan struct{}, cfg.MaxSeqs+cfg.MaxQueue), slots: make(chan struct{}, cfg.MaxSeqs),
 		m: newMetrics(cfg.Registry), created: time.Now().Unix(), stopping: make(chan struct{})}
 	s.base, s.cancel = context.WithCancel(context.Background())
+	cfg.Registry.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "ovrun_tokenizer_regex_overruns_total",
+		Help: "Pre-tokenizer matches stopped at their time limit (the rest of the piece was encoded as one word)."},
+		func() float64 { return float64(cfg.Tokenizer.RegexOverruns()) }))
 	if c, ok := cfg.Engine.(prometheus.Collector); ok {
 		if err := cfg.Registry.Register(c); err != nil {
 			return nil, fmt.Errorf("serve: engine metrics: %w", err)

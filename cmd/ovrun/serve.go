@@ -44,7 +44,7 @@ var (
 server-sent events; max_tokens, temperature, top_p, seed, stop), GET /v1/models,
 GET /healthz (200 once the first rung is compiled) and GET /metrics
 (Prometheus: requests, queue time, time to first token, time per output
-token, tokens, active and queued sequences). Clients such as the openai
+token, tokens, active and queued sequences, tokenizer regex overruns). Clients such as the openai
 Python package and curl work unchanged:
 
    ovrun serve --model SmolLM2-135M-Instruct.Q4_1.gguf --addr 127.0.0.1:8080
