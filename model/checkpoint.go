@@ -60,6 +60,10 @@ func Load(dir string) (*Checkpoint, error) {
 		c.Close()
 		return nil, fmt.Errorf("checkpoint %s: %w", dir, err)
 	}
+	if err := checkUnused(cfg, c.Tensors); err != nil {
+		c.Close()
+		return nil, fmt.Errorf("checkpoint %s: %w", dir, err)
+	}
 	return c, nil
 }
 

@@ -400,6 +400,23 @@ func TestLoadRefusesLayersBeyondConfig(t *testing.T) {
 	}
 }
 
+// A checkpoint holding tensors its config's decoder never reads (here a
+// qwen2 checkpoint's q/k/v biases under a llama config without
+// attention_bias) is refused, naming one: running it would drop them.
+func TestLoadRefusesUnusedTensors(t *testing.T) {
+	dir := t.TempDir()
+	if err := Synthesize("tiny", 4, DTypeF32, dir); err != nil {
+		t.Fatal(err)
+	}
+	ckptEditConfig(t, dir, func(m map[string]any) {
+		m["model_type"], m["architectures"], m["attention_bias"] = "llama", []string{"LlamaForCausalLM"}, false
+	})
+	_, err := Load(dir)
+	if !errors.Is(err, ErrUnsupported) || !strings.Contains(err.Error(), `tensor "model.layers.0.self_attn.k_proj.bias" (and 5 more) is not one the llama decoder`) {
+		t.Fatalf("Load = %v", err)
+	}
+}
+
 func TestLoadShardIndexDuplicateKey(t *testing.T) {
 	dir := ckptShard(t, nil)
 	idx := filepath.Join(dir, IndexName)

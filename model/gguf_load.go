@@ -350,7 +350,7 @@ func ggufTensor(f *GGUFFile, name string) *GGUFTensorInfo {
 // is a used tensor of a type this package does not run (ErrUnsupported).
 func ggufTensors(f *GGUFFile, cfg *Config) (map[string]*Tensor, error) {
 	used := map[string]bool{}
-	for _, s := range ggufUsedTensors(cfg) {
+	for _, s := range UsedTensors(cfg) {
 		used[s.Name] = true
 	}
 	out := make(map[string]*Tensor, len(f.Tensors))
@@ -423,29 +423,10 @@ func ggufTensorName(hf string) string {
 	return hf
 }
 
-// ggufUsedTensors lists every tensor the decoder of cfg reads:
-// RequiredTensors, and for Llama the o_proj biases of attention_bias and
-// the MLP biases of mlp_bias.
-func ggufUsedTensors(cfg *Config) []TensorSpec {
-	specs := RequiredTensors(cfg)
-	h, in := int64(cfg.HiddenSize), int64(cfg.IntermediateSize)
-	for i := range cfg.NumHiddenLayers {
-		p := fmt.Sprintf("model.layers.%d.", i)
-		if cfg.OProjBias() {
-			specs = append(specs, TensorSpec{p + "self_attn.o_proj.bias", []int64{h}})
-		}
-		if cfg.MLPBiases() {
-			specs = append(specs, TensorSpec{p + "mlp.gate_proj.bias", []int64{in}},
-				TensorSpec{p + "mlp.up_proj.bias", []int64{in}}, TensorSpec{p + "mlp.down_proj.bias", []int64{h}})
-		}
-	}
-	return specs
-}
-
 // ggufCheckTensors requires every tensor of ggufUsedTensors with its shape,
 // naming tensors and dimensions as the file does (fastest-varying first).
 func ggufCheckTensors(cfg *Config, tensors map[string]*Tensor) error {
-	for _, s := range ggufUsedTensors(cfg) {
+	for _, s := range UsedTensors(cfg) {
 		t, ok := tensors[s.Name]
 		if !ok {
 			return fmt.Errorf("%w %q (%s)", ErrMissingTensor, ggufTensorName(s.Name), s.Name)

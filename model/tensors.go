@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 )
 
 // Sentinels of the architecture check, matched with errors.Is.
@@ -76,6 +77,25 @@ func RequiredTensors(cfg *Config) []TensorSpec {
 	return specs
 }
 
+// UsedTensors lists every tensor the decoder of cfg reads:
+// RequiredTensors, and for Llama the o_proj biases of attention_bias and
+// the MLP biases of mlp_bias.
+func UsedTensors(cfg *Config) []TensorSpec {
+	specs := RequiredTensors(cfg)
+	h, in := int64(cfg.HiddenSize), int64(cfg.IntermediateSize)
+	for i := range cfg.NumHiddenLayers {
+		p := fmt.Sprintf("model.layers.%d.", i)
+		if cfg.OProjBias() {
+			specs = append(specs, TensorSpec{p + "self_attn.o_proj.bias", []int64{h}})
+		}
+		if cfg.MLPBiases() {
+			specs = append(specs, TensorSpec{p + "mlp.gate_proj.bias", []int64{in}},
+				TensorSpec{p + "mlp.up_proj.bias", []int64{in}}, TensorSpec{p + "mlp.down_proj.bias", []int64{h}})
+		}
+	}
+	return specs
+}
+
 // ParamCount is the number of parameters in the tensors RequiredTensors
 // lists (a tied lm_head counts once).
 func ParamCount(cfg *Config) int64 {
@@ -86,14 +106,15 @@ func ParamCount(cfg *Config) int64 {
 	return n
 }
 
-// CheckTensors verifies that tensors holds every tensor cfg requires with the
+// CheckTensors verifies that tensors holds every tensor cfg's decoder reads
+// (UsedTensors: RequiredTensors and Llama's o_proj and MLP biases) with the
 // right shape and a weight dtype, and reports the first failure in
 // RequiredTensors order: a missing tensor wraps ErrMissingTensor, a wrong
 // shape is a *ShapeError (ErrShape), a dtype that is not a weight type
 // (IsWeight) wraps ErrUnsupported.
 // A tied checkpoint may still carry lm_head.weight; it is then checked too.
 func CheckTensors(cfg *Config, tensors map[string]*Tensor) error {
-	specs := RequiredTensors(cfg)
+	specs := UsedTensors(cfg)
 	if cfg.TieWordEmbeddings {
 		if _, ok := tensors["lm_head.weight"]; ok {
 			specs = append(specs, TensorSpec{"lm_head.weight", []int64{int64(cfg.VocabSize), int64(cfg.HiddenSize)}})
@@ -112,4 +133,26 @@ func CheckTensors(cfg *Config, tensors map[string]*Tensor) error {
 		}
 	}
 	return nil
+}
+
+// checkUnused refuses a tensor the decoder of cfg does not read (a tied
+// checkpoint's lm_head.weight and the rotary inv_freq buffers some exports
+// carry aside): a checkpoint that holds more than its config describes
+// would otherwise run part of a model and answer wrongly without a sign.
+func checkUnused(cfg *Config, tensors map[string]*Tensor) error {
+	used := map[string]bool{"lm_head.weight": true}
+	for _, s := range UsedTensors(cfg) {
+		used[s.Name] = true
+	}
+	var extra []string
+	for name := range tensors {
+		if !used[name] && !strings.HasSuffix(name, ".rotary_emb.inv_freq") {
+			extra = append(extra, name)
+		}
+	}
+	if len(extra) == 0 {
+		return nil
+	}
+	slices.Sort(extra)
+	return fmt.Errorf("%w: tensor %q (and %d more) is not one the %s decoder of config.json reads", ErrUnsupported, extra[0], len(extra)-1, cfg.ModelType)
 }
