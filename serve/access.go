@@ -30,21 +30,19 @@ type Access struct {
 
 // accessCheck is an Access made ready for requests.
 type accessCheck struct {
-	anyHost    bool
-	hosts      map[string]bool
-	suffixes   []string
-	anyOrigin  bool
-	origins    map[string]bool
-	cross      *http.CrossOriginProtection
-	keyDigest  [sha256.Size]byte
-	keyWanted  bool
-	maxBody    int64
-	readTimout time.Duration
+	anyHost   bool
+	hosts     map[string]bool
+	suffixes  []string
+	anyOrigin bool
+	origins   map[string]bool
+	cross     *http.CrossOriginProtection
+	keyDigest [sha256.Size]byte
+	keyWanted bool
 }
 
-func newAccessCheck(a Access, maxBody int64, readTimeout time.Duration) (*accessCheck, error) {
+func newAccessCheck(a Access) (*accessCheck, error) {
 	c := &accessCheck{hosts: map[string]bool{"localhost": true}, origins: map[string]bool{},
-		cross: http.NewCrossOriginProtection(), maxBody: maxBody, readTimout: readTimeout}
+		cross: http.NewCrossOriginProtection()}
 	if h, err := os.Hostname(); err == nil && h != "" {
 		c.hosts[strings.ToLower(h)] = true
 	}
@@ -148,21 +146,21 @@ func (s *Server) guard(next http.Handler) http.Handler {
 			s.failCode(w, "access", http.StatusUnauthorized, "invalid_api_key", "missing or wrong API key: send Authorization: Bearer KEY (--api-key)")
 			return
 		}
-		if s.draining.Load() {
+		if s.shuttingDown() {
 			w.Header().Set("Connection", "close")
 			s.fail(w, "access", http.StatusServiceUnavailable, "the server is shutting down")
 			return
 		}
-		if r.ContentLength > c.maxBody {
+		if r.ContentLength > s.cfg.Limits.MaxBody {
 			// Read what the client sends (without keeping it, within the
 			// read deadline) so that it sees the answer rather than a reset.
-			_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(c.readTimout))
+			_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(s.cfg.Limits.ReadTimeout))
 			_, _ = io.CopyN(io.Discard, r.Body, min(r.ContentLength, maxDrainBytes))
 			w.Header().Set("Connection", "close")
 			s.tooLarge(w, "access")
 			return
 		}
-		r.Body = http.MaxBytesReader(w, r.Body, c.maxBody)
+		r.Body = http.MaxBytesReader(w, r.Body, s.cfg.Limits.MaxBody)
 		next.ServeHTTP(w, r)
 	})
 }
@@ -172,5 +170,5 @@ func (s *Server) guard(next http.Handler) http.Handler {
 const maxDrainBytes = 64 << 20
 
 func (s *Server) tooLarge(w http.ResponseWriter, endpoint string) {
-	s.fail(w, endpoint, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body larger than the server's limit of %d bytes (--max-body)", s.access.maxBody))
+	s.fail(w, endpoint, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body larger than the server's limit of %d bytes (--max-body)", s.cfg.Limits.MaxBody))
 }

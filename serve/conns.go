@@ -216,6 +216,16 @@ func (s *Server) Serve(ln net.Listener) error {
 	return nil
 }
 
+// shuttingDown reports whether Shutdown has begun.
+func (s *Server) shuttingDown() bool {
+	select {
+	case <-s.stopping:
+		return true
+	default:
+		return false
+	}
+}
+
 // OpenConns is the number of connections the server holds (0 before Serve).
 func (s *Server) OpenConns() int {
 	s.mu.Lock()
@@ -232,7 +242,6 @@ func (s *Server) OpenConns() int {
 // runs, so the engine may be closed after it. It returns how many
 // sequences it had to cancel.
 func (s *Server) Shutdown(ctx context.Context) (cancelled int) {
-	s.draining.Store(true)
 	s.stopOnce.Do(func() { close(s.stopping) })
 	s.mu.Lock()
 	hs := s.hs
@@ -242,7 +251,7 @@ func (s *Server) Shutdown(ctx context.Context) (cancelled int) {
 		go hs.Shutdown(context.WithoutCancel(ctx)) // stops accepting; closes idle connections
 	}
 	if s.inflight.wait(ctx) != nil {
-		cancelled = int(s.decoding.Load())
+		cancelled = len(s.slots) // the sequences holding a slot
 		s.cancel()
 		_ = s.inflight.wait(context.Background()) // each sequence ends after its step in progress
 	}

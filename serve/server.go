@@ -11,7 +11,6 @@ import (
 	"net/http"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -63,9 +62,7 @@ type Server struct {
 	handler  http.Handler
 	created  int64
 
-	decoding atomic.Int64 // sequences in the engine now
-	inflight inflight     // requests in handlers
-	draining atomic.Bool
+	inflight inflight      // requests in handlers
 	stopping chan struct{} // closed when Shutdown begins
 	stopOnce sync.Once
 	base     context.Context // every request's context derives from it; cancel ends them all
@@ -93,7 +90,7 @@ func New(cfg Config) (*Server, error) {
 		cfg.Registry = prometheus.NewRegistry()
 	}
 	cfg.Limits.fill()
-	access, err := newAccessCheck(cfg.Access, cfg.Limits.MaxBody, cfg.Limits.ReadTimeout)
+	access, err := newAccessCheck(cfg.Access)
 	if err != nil {
 		return nil, fmt.Errorf("serve: %w", err)
 	}
@@ -310,8 +307,7 @@ func (s *Server) admit(ctx context.Context, w http.ResponseWriter, endpoint stri
 		}
 	}
 	s.m.active.Inc()
-	s.decoding.Add(1)
-	return func() { <-s.slots; s.m.active.Dec(); s.decoding.Add(-1) }, true
+	return func() { <-s.slots; s.m.active.Dec() }, true
 }
 
 // errShutdown ends the sequences still decoding when Shutdown's grace ends.
