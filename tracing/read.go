@@ -3,6 +3,7 @@ package tracing
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -95,31 +96,56 @@ func ReadTraceFile(path string) ([]Span, error) {
 
 // ReadTrace reads OTLP/JSON lines from r.
 func ReadTrace(r io.Reader) ([]Span, error) {
-	br := bufio.NewReader(r)
 	var out []Span
-	for n := 1; ; n++ {
-		line, err := br.ReadBytes('\n')
-		if err != nil && !errors.Is(err, io.EOF) {
-			return nil, err
+	err := eachSpan(context.Background(), r, MaxTraceBytes, func(_ int, s *tracepb.Span, service string) error {
+		out = append(out, spanOf(s, service))
+		return nil
+	})
+	return out, err
+}
+
+// eachSpan calls fn with every span of the OTLP/JSON lines of r (one
+// ExportTraceServiceRequest per line), in order, with the line number and
+// its resource's service name; it checks ctx between spans, and a line
+// longer than maxLine is ErrTraceTooLarge. An error of fn ends the reading.
+func eachSpan(ctx context.Context, r io.Reader, maxLine int, fn func(line int, s *tracepb.Span, service string) error) error {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(nil, maxLine)
+	n := 0
+	for sc.Scan() {
+		n++
+		line := bytes.TrimSpace(sc.Bytes())
+		if len(line) == 0 {
+			continue
 		}
-		if line = bytes.TrimSpace(line); len(line) > 0 {
-			req, perr := unmarshalLine(line)
-			if perr != nil {
-				return nil, fmt.Errorf("line %d: not an OTLP/JSON trace request: %w", n, perr)
-			}
-			for _, rs := range req.ResourceSpans {
-				service := attrsOf(rs.GetResource().GetAttributes()).Str("service.name")
-				for _, ss := range rs.ScopeSpans {
-					for _, s := range ss.Spans {
-						out = append(out, spanOf(s, service))
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		req, err := unmarshalLine(line)
+		if err != nil {
+			return fmt.Errorf("line %d: not an OTLP/JSON trace request: %w", n, err)
+		}
+		for _, rs := range req.ResourceSpans {
+			service := attrsOf(rs.GetResource().GetAttributes()).Str("service.name")
+			for _, ss := range rs.ScopeSpans {
+				for _, ps := range ss.Spans {
+					if err := ctx.Err(); err != nil {
+						return err
+					}
+					if err := fn(n, ps, service); err != nil {
+						return err
 					}
 				}
 			}
 		}
-		if err != nil {
-			return out, nil
-		}
 	}
+	if err := sc.Err(); err != nil {
+		if errors.Is(err, bufio.ErrTooLong) {
+			return fmt.Errorf("line %d: %w: longer than %s, the limit of one line (ovrun writes one export of spans per line)", n+1, ErrTraceTooLarge, safefile.Size(int64(maxLine)))
+		}
+		return err
+	}
+	return nil
 }
 
 func spanOf(s *tracepb.Span, service string) Span {

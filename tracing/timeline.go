@@ -1,8 +1,6 @@
 package tracing
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"encoding/hex"
 	"errors"
@@ -13,6 +11,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 
 	"github.com/ovtoolkit/ovrun/internal/safefile"
 	"github.com/ovtoolkit/ovrun/internal/svg"
@@ -68,50 +68,24 @@ func ReadTimeline(ctx context.Context, path, traceID string) ([]Span, error) {
 
 // readTimeline is ReadTimeline on r with the limits given.
 func readTimeline(ctx context.Context, r io.Reader, traceID string, maxLine, maxItems int) ([]Span, error) {
-	sc := bufio.NewScanner(r)
-	sc.Buffer(nil, maxLine)
 	var out []Span
-	items, n := 0, 0
-	for sc.Scan() {
-		n++
-		line := bytes.TrimSpace(sc.Bytes())
-		if len(line) == 0 {
-			continue
+	items := 0
+	err := eachSpan(ctx, r, maxLine, func(n int, ps *tracepb.Span, service string) error {
+		if !drawn[ps.Name] || traceID != "" && hex.EncodeToString(ps.TraceId) != traceID {
+			return nil
 		}
-		if err := ctx.Err(); err != nil {
-			return nil, err
+		if ps.Name != SpanRun || len(ps.ParentSpanId) > 0 {
+			ps.Events = nil // only the root's kv events are drawn
 		}
-		req, err := unmarshalLine(line)
-		if err != nil {
-			return nil, fmt.Errorf("line %d: not an OTLP/JSON trace request: %w", n, err)
+		sp := spanOf(ps, service)
+		sp.Events = slices.DeleteFunc(sp.Events, func(e Event) bool { return e.Name != EventKV })
+		if items += 1 + len(sp.Events); items > maxItems {
+			return fmt.Errorf("line %d: %w: more than %d spans and events to draw (the limit; --trace-id picks one run of a file with several)", n, ErrTraceTooLarge, maxItems)
 		}
-		for _, rs := range req.ResourceSpans {
-			service := attrsOf(rs.GetResource().GetAttributes()).Str("service.name")
-			for _, ss := range rs.ScopeSpans {
-				for _, ps := range ss.Spans {
-					if err := ctx.Err(); err != nil {
-						return nil, err
-					}
-					if !drawn[ps.Name] || traceID != "" && hex.EncodeToString(ps.TraceId) != traceID {
-						continue
-					}
-					if ps.Name != SpanRun || len(ps.ParentSpanId) > 0 {
-						ps.Events = nil // only the root's kv events are drawn
-					}
-					sp := spanOf(ps, service)
-					sp.Events = slices.DeleteFunc(sp.Events, func(e Event) bool { return e.Name != EventKV })
-					if items += 1 + len(sp.Events); items > maxItems {
-						return nil, fmt.Errorf("line %d: %w: more than %d spans and events to draw (the limit; --trace-id picks one run of a file with several)", n, ErrTraceTooLarge, maxItems)
-					}
-					out = append(out, sp)
-				}
-			}
-		}
-	}
-	if err := sc.Err(); err != nil {
-		if errors.Is(err, bufio.ErrTooLong) {
-			return nil, fmt.Errorf("line %d: %w: longer than %s, the limit of one line (ovrun writes one export of spans per line)", n+1, ErrTraceTooLarge, safefile.Size(int64(maxLine)))
-		}
+		out = append(out, sp)
+		return nil
+	})
+	if err != nil {
 		return nil, err
 	}
 	return out, nil
