@@ -12,8 +12,19 @@ import (
 const (
 	InputIDs     = "input_ids"    // i64 [1, T]
 	PositionIDs  = "position_ids" // i64 [1, T], consecutive, first = tokens already in the cache
-	LogitsIndex  = "logits_index" // i64 [1], row of the chunk whose logits are returned
-	OutputLogits = "logits"       // f32 [1, V]
+	LogitsIndex  = "logits_index" // i64 [1], row of the chunk whose logits are returned; [S] in a batched graph, one row per sequence
+	OutputLogits = "logits"       // f32 [1, V]; [S, V] in a batched graph
+)
+
+// The scheduling inputs of a batched paged graph (GraphSpec.Batch), i32,
+// as PagedAttentionExtension takes them, for S sequences whose tokens
+// follow each other in input_ids.
+const (
+	PastLens           = "past_lens"            // [S]: tokens each sequence has in the pool before this call
+	SubsequenceBegins  = "subsequence_begins"   // [S+1]: where each sequence's tokens start in input_ids, then T
+	BlockIndices       = "block_indices"        // [N]: every sequence's block table, one after another
+	BlockIndicesBegins = "block_indices_begins" // [S+1]: where each sequence's table starts in block_indices, then N
+	MaxContextLen      = "max_context_len"      // []: the longest sequence's past plus its tokens
 )
 
 // PastKey, PastValue, PresentKey and PresentValue name layer i's KV I/O.
@@ -46,11 +57,22 @@ type GraphSpec struct {
 	// decoding (prefill mode shared) and nothing is padded. It needs
 	// bounded attention and a device that accepts dynamic shapes.
 	Shared bool
+	// Batch > 0 makes a batched paged graph (Attention paged, Shared):
+	// one call carries the tokens of up to Batch sequences, 1 to Chunk
+	// tokens in all, each sequence at most Capacity positions, and the
+	// scheduling inputs are the graph's (BatchInputs): every sequence's
+	// first position, token span and block table in one shared pool of
+	// KV blocks of any size. The logits are one row per sequence, after
+	// its last token. Continuous batching (package engine) runs on it.
+	Batch int
 }
 
 // Name is a stable label such as "decode-c1024", "prefill-c1024-t64" or
 // "shared-c1024-t64".
 func (s GraphSpec) Name() string {
+	if s.Batch > 0 {
+		return fmt.Sprintf("batch-c%d-t%d-s%d", s.Capacity, s.Chunk, s.Batch)
+	}
 	if s.Shared {
 		return fmt.Sprintf("shared-c%d-t%d", s.Capacity, s.Chunk)
 	}
@@ -79,6 +101,9 @@ func BuildIR(w *Weights, spec GraphSpec) ([]byte, error) {
 	default:
 		return nil, fmt.Errorf("graph %s: attention %q: want static, bounded or paged (auto is resolved by the compiler)", spec.Name(), spec.Attention)
 	}
+	if spec.Batch > 0 && (spec.Attention != AttentionPaged || !spec.Shared) {
+		return nil, fmt.Errorf("graph %s: a batched graph needs paged attention and a dynamic token axis (shared)", spec.Name())
+	}
 	if spec.Shared && spec.Attention != AttentionBounded && spec.Attention != AttentionPaged {
 		return nil, fmt.Errorf("graph %s: a shared graph (1 to %d tokens per call) needs bounded or paged attention, not %q", spec.Name(), spec.Chunk, spec.Attention)
 	}
@@ -86,7 +111,7 @@ func BuildIR(w *Weights, spec GraphSpec) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("graph %s: %w", spec.Name(), err)
 	}
-	b := &decoderBuilder{g: newGraph(spec.Name(), w), cfg: w.Config(), kv: kv, C: int64(spec.Capacity), T: int64(spec.Chunk), maxT: int64(spec.Chunk), bounded: spec.Attention == AttentionBounded, paged: spec.Attention == AttentionPaged}
+	b := &decoderBuilder{g: newGraph(spec.Name(), w), cfg: w.Config(), kv: kv, C: int64(spec.Capacity), T: int64(spec.Chunk), maxT: int64(spec.Chunk), bounded: spec.Attention == AttentionBounded, paged: spec.Attention == AttentionPaged, batch: int64(spec.Batch)}
 	if spec.DynamicTokens() {
 		b.T = -1
 	}
@@ -111,6 +136,7 @@ type decoderBuilder struct {
 	bounded   bool
 	paged     bool      // attention through PagedAttentionExtension (paged.go)
 	pa        *pagedSeq // its sequence inputs, when paged
+	batch     int64     // sequences per call of a batched paged graph; 0: one
 	kv        elem      // element type of the K/V I/O
 	pastSlots port      // [1]: the past slots bound
 	tokens    port      // [1]: the chunk's length, when it is dynamic
@@ -128,7 +154,12 @@ func (b *decoderBuilder) build() {
 		tokens = func(name string) port { return g.parameterUpTo(name, i64, []int64{1, b.T}, []int64{1, b.maxT}) }
 	}
 	ids, pos := tokens(InputIDs), tokens(PositionIDs) // [1, T] each
-	li := g.parameter(LogitsIndex, i64, []int64{1})   // [1]
+	var li port                                       // [1], or [S] in a batched graph: each sequence's last token
+	if b.batch > 0 {
+		li = g.parameterUpTo(LogitsIndex, i64, []int64{-1}, []int64{b.batch})
+	} else {
+		li = g.parameter(LogitsIndex, i64, []int64{1})
+	}
 	past := make([][2]port, cfg.NumHiddenLayers)
 	for i := range past {
 		if b.paged {
@@ -137,6 +168,9 @@ func (b *decoderBuilder) build() {
 			// reads the blocks its sequence inputs name.
 			nb := (b.C + PagedBlock - 1) / PagedBlock
 			shape, upTo := []int64{-1, Hkv, PagedBlock, D}, []int64{nb, Hkv, PagedBlock, D}
+			if b.batch > 0 { // a pool of any size, shared by the batch's sequences
+				upTo = nil
+			}
 			past[i][0] = g.parameterUpTo(PastKey(i), b.kv, shape, upTo)   // [C/B, Hkv, B, D]
 			past[i][1] = g.parameterUpTo(PastValue(i), b.kv, shape, upTo) // [C/B, Hkv, B, D]
 			continue
@@ -162,9 +196,12 @@ func (b *decoderBuilder) build() {
 	if b.bounded {
 		b.P = -1
 	}
-	if b.paged {
+	switch {
+	case b.batch > 0:
+		b.batchInputs()
+	case b.paged:
 		b.pagedInputs(pos)
-	} else {
+	default:
 		b.attentionMask(pos, past[0][0])
 	}
 
@@ -177,10 +214,14 @@ func (b *decoderBuilder) build() {
 		}
 		x = b.layer(i, x, b.pastF32(past[i][0]), b.pastF32(past[i][1]))
 	}
-	x = b.rmsNorm(x, "model.norm.weight")                                                                       // [1, T, H]
-	last := g.op("Gather", "opset8", []attr{{"batch_dims", "0"}}, []int64{1, 1, H}, f32, x, li, g.scalarI64(1)) // [1, 1, H]
-	last = b.reshape(last, []int64{1, H})                                                                       // [1, H]
-	logits := b.linear(last, "lm_head.weight", V)                                                               // [1, V]
+	x = b.rmsNorm(x, "model.norm.weight") // [1, T, H]
+	rows := int64(1)
+	if b.batch > 0 {
+		rows = -1 // S
+	}
+	last := g.op("Gather", "opset8", []attr{{"batch_dims", "0"}}, []int64{1, rows, H}, f32, x, li, g.scalarI64(1)) // [1, S, H]
+	last = b.reshape(last, []int64{rows, H})                                                                       // [S, H]
+	logits := b.linear(last, "lm_head.weight", V)                                                                  // [S, V]
 	g.result(OutputLogits, logits)
 }
 

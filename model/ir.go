@@ -115,7 +115,7 @@ func (g *irGraph) parameterUpTo(name string, et elem, shape, upTo []int64) port 
 	decl := make([]string, len(shape))
 	for i, d := range shape {
 		decl[i] = fmt.Sprint(d)
-		if d < 0 {
+		if d < 0 && upTo != nil {
 			decl[i] = fmt.Sprintf("1..%d", upTo[i])
 		}
 	}

@@ -61,6 +61,12 @@ func (b *decoderBuilder) pagedInputs(pos port) {
 		maxLen:      toI32(scalar(end)),
 		scale:       g.scalarF32(float32(1 / math.Sqrt(float64(D)))),
 	}
+	b.pa.unused = b.pagedUnused()
+}
+
+// pagedUnused are the operation's inputs ovrun leaves empty or 0.
+func (b *decoderBuilder) pagedUnused() []port {
+	g := b.g
 	// Inputs 10 and 13-27, in order: sliding window (0: none), ALiBi
 	// slopes, score aggregation window, rotated block indices, rotation
 	// deltas, rotation table, xattention threshold, block size and stride,
@@ -74,7 +80,7 @@ func (b *decoderBuilder) pagedInputs(pos port) {
 		return g.constBytes(i32, shape, data)
 	}
 	empty := []int64{0}
-	b.pa.unused = []port{
+	return []port{
 		i32s([]int64{}, 0),              // 10 sliding_window
 		g.constF32(empty),               // 11 alibi_slopes
 		i32s(empty),                     // 13 score_aggregation_window
@@ -93,6 +99,26 @@ func (b *decoderBuilder) pagedInputs(pos port) {
 		g.constBytes(u8, empty, nil),    // 26
 		i32s(empty),                     // 27
 	}
+}
+
+// batchInputs makes the sequence inputs graph inputs (a batched graph):
+// the runtime binds every sequence's past length, token span and block
+// table for each call. The positions stay an input of their own, as in
+// every graph (the rotary embedding reads them).
+func (b *decoderBuilder) batchInputs() {
+	g := b.g
+	D := int64(b.cfg.HeadDim())
+	S := b.batch
+	seqs := func(name string, n int64) port { return g.parameterUpTo(name, i32, []int64{-1}, []int64{n}) }
+	b.pa = &pagedSeq{
+		pastLens:    seqs(PastLens, S),
+		begins:      seqs(SubsequenceBegins, S+1),
+		blocks:      g.parameterUpTo(BlockIndices, i32, []int64{-1}, nil),
+		blockBegins: seqs(BlockIndicesBegins, S+1),
+		maxLen:      g.parameter(MaxContextLen, i32, []int64{}),
+		scale:       g.scalarF32(float32(1 / math.Sqrt(float64(D)))),
+	}
+	b.pa.unused = b.pagedUnused()
 }
 
 // attendPaged is one layer's attention through PagedAttentionExtension:

@@ -137,6 +137,9 @@ func (c *Compiler) key(spec model.GraphSpec, xml []byte) rungcache.Key {
 }
 
 func kindOf(spec model.GraphSpec) string {
+	if spec.Batch > 0 {
+		return "batch"
+	}
 	if spec.Shared {
 		return "shared"
 	}

@@ -31,6 +31,7 @@ type executable struct {
 	pastSlots     int
 	kv            *runtime.KV
 	irBytes       int
+	bb            *batchBuffers // a batched graph's per-call inputs (batch.go); nil otherwise
 	origin        runtime.Origin // compiled here or in a worker, imported from the compiled-rung cache, or reused
 	notes         []string       // what the cache had to say (a damaged entry discarded, an eviction)
 	// release, when set, drops this executable's reference to a compiled
@@ -72,6 +73,9 @@ func (e *executable) prepare() error {
 	}
 	if e.idx, err = alloc(ov.I64, 1); err != nil {
 		return err
+	}
+	if e.batched() { // every other input is bound per call (batch.go)
+		return e.prepareBatch()
 	}
 	if e.logits, err = alloc(ov.F32, 1, int64(e.vocab)); err != nil {
 		return err
@@ -164,7 +168,11 @@ func (e *executable) bindTokens(n int) error {
 // Bind makes kv the graph's past K/V. A static or paged graph gets every
 // slot bound here; a bounded one gets the live prefix of each call in Step.
 func (e *executable) Bind(kv *runtime.KV) error {
-	if kv.Capacity != e.spec.Capacity {
+	if e.batched() {
+		if kv.Capacity < e.shape.Block || kv.Capacity%e.shape.Block != 0 {
+			return fmt.Errorf("bind a pool of %d slots to graph %s: want a whole number of %d-slot blocks", kv.Capacity, e.spec.Name(), e.shape.Block)
+		}
+	} else if kv.Capacity != e.spec.Capacity {
 		return fmt.Errorf("bind a cache of %d slots to graph %s", kv.Capacity, e.spec.Name())
 	}
 	e.freeKV()
@@ -274,6 +282,9 @@ func (e *executable) Step(ids []int64, start int) ([]float32, error) {
 	case start+n > e.spec.Capacity:
 		return nil, fmt.Errorf("%w: tokens %d..%d in graph %s", runtime.ErrCapacity, start, start+n-1, e.spec.Name())
 	}
+	if e.batched() {
+		return e.stepAlone(ids, start)
+	}
 	if live := model.LiveSlots(start, e.spec.Capacity); e.spec.Attention == model.AttentionBounded && live != e.pastSlots {
 		if err := e.bindPast(live); err != nil {
 			return nil, err
@@ -314,6 +325,10 @@ func (e *executable) freeKV() {
 
 func (e *executable) Close() error {
 	e.freeKV()
+	if e.bb != nil {
+		e.bb.free()
+		e.bb = nil
+	}
 	var errs []error
 	for _, t := range append(e.tensors, e.tokenTensors...) {
 		t.Close()
