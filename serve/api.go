@@ -7,6 +7,7 @@ import (
 	"math"
 
 	"github.com/ovtoolkit/ovrun/chat"
+	"github.com/ovtoolkit/ovrun/engine"
 )
 
 // The OpenAI API's request and response bodies, as much of them as ovrun
@@ -32,6 +33,7 @@ type samplingParams struct {
 	MaxCompletionTokens *int            `json:"max_completion_tokens"`
 	Temperature         *float64        `json:"temperature"`
 	TopP                *float64        `json:"top_p"`
+	TopK                *int            `json:"top_k"` // llama.cpp's server's; not in the OpenAI API
 	Seed                *uint64         `json:"seed"`
 	Stop                json.RawMessage `json:"stop"` // a string or an array of up to 4
 	Stream              bool            `json:"stream"`
@@ -46,9 +48,12 @@ const (
 )
 
 // options turns the request's sampling fields into generation options,
-// checking each.
+// checking each. What a request leaves out is the OpenAI API's default
+// (temperature 1, top_p 1: no nucleus cut) or, for top_k, the engine's
+// (engine.DefaultTopK); a top_k of 0 or less keeps every token, as in
+// llama.cpp's server.
 func (p *samplingParams) options(defaultMax int) (Options, error) {
-	o := Options{MaxTokens: defaultMax, Temperature: 1, TopP: 1}
+	o := Options{MaxTokens: defaultMax, Sampling: engine.Sampling{Temperature: 1, TopP: 1}}
 	if p.N != nil && *p.N != 1 {
 		return o, errors.New("n: only 1 is supported")
 	}
@@ -71,6 +76,12 @@ func (p *samplingParams) options(defaultMax int) (Options, error) {
 			return o, fmt.Errorf("top_p %v: want more than 0, at most 1", v)
 		}
 		o.TopP = *p.TopP
+	}
+	if p.TopK != nil {
+		o.TopK = *p.TopK
+		if o.TopK <= 0 {
+			o.TopK = -1 // all: engine.Sampling's 0 is its default
+		}
 	}
 	if p.Seed != nil {
 		o.Seed, o.Seeded = *p.Seed, true

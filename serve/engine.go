@@ -4,44 +4,28 @@
 // bounded number of concurrent sequences and a bounded queue), per-request
 // deadlines and cancellation when a client goes away. It handles text
 // (tokenizing, the chat template, stop sequences); an Engine decodes token
-// ids on the ladder.
+// ids.
+//
+// Sampling follows the OpenAI API where it names a field and llama.cpp's
+// server where it does not: temperature defaults to 1 and top_p to 1
+// (no nucleus cut) when a request leaves them out; top_k, which OpenAI
+// does not have, defaults to engine.DefaultTopK (40, llama.cpp's server
+// default), and a top_k of 0 or less keeps every token, as in llama.cpp.
+// temperature 0 is greedy.
 package serve
 
-import (
-	"context"
-	"errors"
-)
+import "github.com/ovtoolkit/ovrun/engine"
+
+// Engine decodes the server's requests: one Generate per request,
+// concurrently (up to MaxSeqs at once). The server builds each
+// engine.Request from the request's Options, with the tokenizer's
+// end-of-generation tokens as IsEOG and an Emit that streams the text and
+// returns false once a stop sequence matched.
+type Engine = engine.Engine
 
 // Options are one request's generation settings.
 type Options struct {
-	MaxTokens   int
-	Temperature float64 // 0: greedy
-	TopP        float64
-	Seed        uint64
-	Seeded      bool     // Seed was given; otherwise the engine picks one
-	Stop        []string // stop sequences (handled by the server, not the engine)
+	MaxTokens int
+	engine.Sampling
+	Stop []string // stop sequences (handled by the server, not the engine)
 }
-
-// Finish says why a generation ended.
-type Finish struct {
-	Reason string // "stop" (end-of-generation token or stop sequence) or "length"
-	Tokens int    // tokens generated, an end-of-generation token included
-}
-
-// Engine decodes sequences of token ids. Implementations must be safe for
-// concurrent calls of Generate (the server admits up to MaxSeqs at once).
-type Engine interface {
-	// Generate decodes after prompt until an end-of-generation token,
-	// o.MaxTokens tokens, the largest context, or ctx ends. emit receives
-	// each token as it is chosen; returning false ends the generation with
-	// reason "stop" (the server matched a stop sequence).
-	Generate(ctx context.Context, prompt []int64, o Options, emit func(id int64) bool) (Finish, error)
-	// MaxContext is the number of tokens the largest rung holds.
-	MaxContext() int
-	// Ready reports whether the first rung is compiled.
-	Ready() bool
-}
-
-// ErrPromptTooLong is returned (wrapped) for a prompt that leaves no room
-// to generate in the largest rung; the server answers 400.
-var ErrPromptTooLong = errors.New("prompt too long")

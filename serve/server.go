@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/ovtoolkit/ovrun/chat"
+	"github.com/ovtoolkit/ovrun/engine"
 	"github.com/ovtoolkit/ovrun/tokenizer"
 )
 
@@ -275,6 +276,10 @@ func widen(ids []int) []int64 {
 	return out
 }
 
+// isEOG reports the tokenizer's end-of-generation tokens: the engine ends
+// a generation after one.
+func (s *Server) isEOG(id int64) bool { return s.cfg.Tokenizer.IsEOG(int(id)) }
+
 func (s *Server) badID(ids []int64) string {
 	for _, id := range ids {
 		if id < 0 || id >= int64(s.cfg.Tokenizer.VocabSize()) {
@@ -374,13 +379,14 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, j job) {
 		}
 		return more && (sse == nil || sse.err == nil)
 	}
-	fin, err := s.cfg.Engine.Generate(ctx, prompt, j.opts, emit)
+	fin, err := s.cfg.Engine.Generate(ctx, engine.Request{Prompt: prompt, MaxTokens: j.opts.MaxTokens, Sampling: j.opts.Sampling,
+		IsEOG: s.isEOG, Emit: emit})
 	s.m.tokens.WithLabelValues("prompt").Add(float64(len(prompt)))
 	s.m.tokens.WithLabelValues("completion").Add(float64(fin.Tokens))
 	if err != nil {
 		code := http.StatusInternalServerError
 		switch {
-		case errors.Is(err, ErrPromptTooLong):
+		case errors.Is(err, engine.ErrPromptTooLong):
 			code = http.StatusBadRequest
 		case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 			code = http.StatusServiceUnavailable

@@ -17,6 +17,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/ovtoolkit/ovrun/chat"
+	"github.com/ovtoolkit/ovrun/engine"
 	"github.com/ovtoolkit/ovrun/internal/testpy"
 	"github.com/ovtoolkit/ovrun/model"
 	"github.com/ovtoolkit/ovrun/tokenizer"
@@ -36,21 +37,23 @@ type fakeEngine struct {
 	active    atomic.Int64
 	peak      atomic.Int64
 	cancelled atomic.Int64
+	last      atomic.Pointer[engine.Request] // the latest request
 }
 
 func (f *fakeEngine) MaxContext() int { return f.maxCtx }
 func (f *fakeEngine) Ready() bool     { return f.ready.Load() }
 
-func (f *fakeEngine) Generate(ctx context.Context, prompt []int64, o Options, emit func(int64) bool) (Finish, error) {
+func (f *fakeEngine) Generate(ctx context.Context, r engine.Request) (engine.Finish, error) {
+	f.last.Store(&r)
 	n := f.active.Add(1)
 	defer f.active.Add(-1)
 	for p := f.peak.Load(); n > p && !f.peak.CompareAndSwap(p, n); p = f.peak.Load() {
 	}
 	ids := f.tok.Encode(answer, false)
 	ids = append(ids, f.tok.EOS())
-	var fin Finish
+	fin := engine.Finish{Prompt: len(r.Prompt)}
 	for _, id := range ids {
-		if fin.Tokens == o.MaxTokens {
+		if fin.Tokens == r.MaxTokens {
 			fin.Reason = "length"
 			return fin, nil
 		}
@@ -61,7 +64,7 @@ func (f *fakeEngine) Generate(ctx context.Context, prompt []int64, o Options, em
 		case <-time.After(f.delay):
 		}
 		fin.Tokens++
-		if !emit(int64(id)) {
+		if !r.Emit(int64(id)) {
 			fin.Reason = "stop"
 			return fin, nil
 		}
@@ -148,6 +151,45 @@ func TestCompletionAndChat(t *testing.T) {
 	resp, body = post(t, ts.URL+"/v1/completions", map[string]any{"prompt": "x", "max_tokens": 3})
 	if json.Unmarshal(body, &c) != nil || *c.Choices[0].FinishReason != "length" || c.Usage.CompletionTokens != 3 {
 		t.Errorf("max_tokens 3: %d %s", resp.StatusCode, body)
+	}
+}
+
+// TestRequestSampling checks the engine.Request the server builds from
+// a request's fields: the OpenAI API's defaults for temperature and
+// top_p, the engine's for top_k (0 in Sampling), llama.cpp's meaning of
+// a top_k of 0 or less (all tokens), and the tokenizer's
+// end-of-generation tokens as IsEOG.
+func TestRequestSampling(t *testing.T) {
+	ts, eng := newServer(t, 1, 0, 0)
+	for _, tc := range []struct {
+		name      string
+		fields    map[string]any
+		want      engine.Sampling
+		maxTokens int
+	}{
+		{"defaults", nil, engine.Sampling{Temperature: 1, TopP: 1}, 64},
+		{"greedy", map[string]any{"temperature": 0, "max_tokens": 7}, engine.Sampling{TopP: 1}, 7},
+		{"top_k", map[string]any{"top_k": 5, "top_p": 0.5}, engine.Sampling{Temperature: 1, TopK: 5, TopP: 0.5}, 64},
+		{"top_k 0 keeps all", map[string]any{"top_k": 0}, engine.Sampling{Temperature: 1, TopK: -1, TopP: 1}, 64},
+		{"negative top_k keeps all", map[string]any{"top_k": -7}, engine.Sampling{Temperature: 1, TopK: -1, TopP: 1}, 64},
+		{"seed", map[string]any{"seed": 9, "temperature": 0.5}, engine.Sampling{Temperature: 0.5, TopP: 1, Seed: 9, Seeded: true}, 64},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			body := map[string]any{"prompt": "x"}
+			for k, v := range tc.fields {
+				body[k] = v
+			}
+			if resp, b := post(t, ts.URL+"/v1/completions", body); resp.StatusCode != 200 {
+				t.Fatalf("%d %s", resp.StatusCode, b)
+			}
+			r := eng.last.Load()
+			if r.Sampling != tc.want || r.MaxTokens != tc.maxTokens {
+				t.Errorf("sampling %+v, max tokens %d; want %+v, %d", r.Sampling, r.MaxTokens, tc.want, tc.maxTokens)
+			}
+			if r.IsEOG == nil || !r.IsEOG(int64(smolTok.EOS())) || r.IsEOG(int64(smolTok.Encode("Paris", false)[0])) {
+				t.Error("IsEOG does not say the tokenizer's end-of-generation tokens")
+			}
+		})
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/ovtoolkit/ovrun/chat"
+	"github.com/ovtoolkit/ovrun/engine"
 	"github.com/ovtoolkit/ovrun/internal/cliutil"
 	"github.com/ovtoolkit/ovrun/runtime"
 	"github.com/ovtoolkit/ovrun/runtime/ovexec"
@@ -84,6 +85,7 @@ func chatAction(c *cli.Context) error {
 		return err
 	}
 	defer l.Close()
+	eng := engine.NewSequential(l, engine.SequentialConfig{})
 	var msgs []chat.Message
 	if s := systemFlag.Get(c); s != "" {
 		msgs = append(msgs, chat.Message{Role: "system", Content: s})
@@ -117,7 +119,7 @@ func chatAction(c *cli.Context) error {
 			start = time.Now() // later turns: from the message, not the user's typing
 		}
 		turn++
-		answer, err := chatTurn(c, l, comp, tok, tmpl, msgs, start)
+		answer, err := chatTurn(c, eng, comp, tok, tmpl, msgs, start)
 		if err != nil || !interactive {
 			return err
 		}
@@ -125,9 +127,9 @@ func chatAction(c *cli.Context) error {
 	}
 }
 
-// chatTurn renders the conversation, decodes one answer on the ladder while
-// streaming it to standard output, and returns the answer's text.
-func chatTurn(c *cli.Context, l *runtime.CompiledLadder, comp *ovexec.Compiler, tok *tokenizer.Tokenizer, tmpl *chat.Template,
+// chatTurn renders the conversation, decodes one answer on the engine
+// while streaming it to standard output, and returns the answer's text.
+func chatTurn(c *cli.Context, eng *engine.Sequential, comp *ovexec.Compiler, tok *tokenizer.Tokenizer, tmpl *chat.Template,
 	msgs []chat.Message, start time.Time) (string, error) {
 	// Text the user types that names a control token stays text, as in serve.
 	ids, err := tmpl.PromptIDs(c.Context, tok, msgs, false)
@@ -138,26 +140,21 @@ func chatTurn(c *cli.Context, l *runtime.CompiledLadder, comp *ovexec.Compiler, 
 	for _, id := range ids {
 		in.ids = append(in.ids, int64(id))
 	}
-	dec, err := decoding(c, in)
+	req, err := request(c, in, chatMaxNewFlag.Get(c))
 	if err != nil {
 		return "", err
 	}
 	stream := newTextStream(os.Stdout, tok)
-	dec.OnToken = stream.token
-	top := l.Rungs().Max()
-	if len(in.ids) >= top {
+	req.Emit = stream.emit
+	if top := eng.MaxContext(); len(in.ids) >= top {
 		return "", fmt.Errorf("the conversation is %d tokens, the largest rung holds %d: start a new one or give a longer --ladder", len(in.ids), top)
 	}
-	steps := min(chatMaxNewFlag.Get(c), top-len(in.ids)) - 1 // the prompt's prediction is the first new token
-	q, err := l.NewSequence(runtime.SequenceConfig{Prompt: in.ids, DecodeTokens: steps, Decoding: dec, ProcessStart: start})
-	if err != nil {
-		return "", err
+	_, sum, runErr := eng.GenerateSummary(c.Context, req, start)
+	if sum == nil { // refused before decoding
+		return "", runErr
 	}
-	runErr := q.Run(c.Context)
 	stream.flush()
 	fmt.Println()
-	sum := q.Finish(runErr)
-	runErr = errors.Join(runErr, q.Close())
 	describeRun(c, comp, sum)
 	sum.Text = generatedText(tok, sum.Predictions)
 	if chatStatsFlag.Get(c) && !quietFlag.Get(c) {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/ovtoolkit/ovrun/engine"
 	"github.com/ovtoolkit/ovrun/internal/cliutil"
 	"github.com/ovtoolkit/ovrun/internal/hugepages"
 	"github.com/ovtoolkit/ovrun/internal/npy"
@@ -122,14 +123,18 @@ func generateAction(c *cli.Context) error {
 			return err
 		}
 	}
-	dec, err := decoding(c, in)
+	req, err := request(c, in, newTokens)
 	if err != nil {
 		return err
 	}
 	var stream *textStream
 	if in.isText() {
 		stream = newTextStream(os.Stdout, in.tok)
-		dec.OnToken = stream.token
+		req.Emit = stream.emit
+	}
+	dec, _, err := engine.Decoding(req)
+	if err != nil {
+		return err
 	}
 	res, genErr := runtime.Generate(c.Context, comp, comp.KVShape(), runtime.GenerateConfig{
 		Capacity: capacity, PrefillChunk: prefillChunk(c, comp), Prefill: prefill,

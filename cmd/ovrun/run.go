@@ -10,6 +10,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/ovtoolkit/ovrun/compilecost"
+	"github.com/ovtoolkit/ovrun/engine"
 	"github.com/ovtoolkit/ovrun/internal/cliutil"
 	"github.com/ovtoolkit/ovrun/internal/hugepages"
 	"github.com/ovtoolkit/ovrun/runtime"
@@ -144,7 +145,12 @@ func runAction(c *cli.Context) error {
 		return fail(fmt.Errorf("%w: a prompt of %d tokens plus one decoded token needs %d slots; the largest rung holds %d",
 			runtime.ErrCapacity, len(in.ids), len(in.ids)+1, ladder.Max()))
 	}
-	dec, err := decoding(c, in)
+	// The prompt's prediction and one token per decode step.
+	req, err := request(c, in, decodeTokensFlag.Get(c)+1)
+	if err != nil {
+		return fail(err)
+	}
+	dec, _, err := engine.Decoding(req)
 	if err != nil {
 		return fail(err)
 	}

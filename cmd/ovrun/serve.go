@@ -2,20 +2,19 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"path/filepath"
 	"strings"
-	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/urfave/cli/v2"
 
+	"github.com/ovtoolkit/ovrun/engine"
 	"github.com/ovtoolkit/ovrun/internal/cliutil"
 	"github.com/ovtoolkit/ovrun/runtime"
 	"github.com/ovtoolkit/ovrun/serve"
-	"github.com/ovtoolkit/ovrun/tokenizer"
 )
 
 var (
@@ -41,7 +40,7 @@ var (
 		Name:  "serve",
 		Usage: "serve the model over an OpenAI-compatible HTTP API, on the ladder",
 		Description: `Endpoints: POST /v1/completions and /v1/chat/completions (stream: true for
-server-sent events; max_tokens, temperature, top_p, seed, stop), GET /v1/models,
+server-sent events; max_tokens, temperature, top_p, top_k, seed, stop), GET /v1/models,
 GET /healthz (200 once the first rung is compiled) and GET /metrics
 (Prometheus: requests, queue time, time to first token, time per output
 token, tokens, active and queued sequences, tokenizer regex overruns). Clients such as the openai
@@ -49,6 +48,10 @@ Python package and curl work unchanged:
 
    ovrun serve --model SmolLM2-135M-Instruct.Q4_1.gguf --addr 127.0.0.1:8080
    curl -s localhost:8080/v1/chat/completions -d '{"messages":[{"role":"user","content":"Hi"}]}'
+
+Sampling: temperature and top_p default to 1 as in the OpenAI API (temperature
+0 is greedy); top_k, llama.cpp's server's field, defaults to 40 and keeps
+every token at 0 or less.
 
 Each request is a sequence decoding on the --ladder under --policy, its KV
 cache sized to its own context; all sequences share one ladder of compiled
@@ -136,22 +139,32 @@ func serveAction(c *cli.Context) error {
 		return err
 	}
 	defer l.Close()
-	eng := &ladderEngine{l: l, shape: comp.KVShape(), ladder: ladder, tok: tok, start: time.Now(),
-		engineMetrics: newEngineMetrics()}
-	eng.engineMetrics.compilesOf = func() []runtime.CompileRecord { return l.Compiles(eng.start) }
-	srv, err := serve.New(serve.Config{Engine: eng, Tokenizer: tok, Template: tmpl, ModelName: name,
+	obs, err := startObserver(c)
+	if err != nil {
+		return err
+	}
+	defer obs.finish(nil) // flush every request's trace
+	// Each request is a sequence on the shared ladder; the hooks feed the
+	// ladder's Prometheus series and give one trace per request.
+	start, shape := time.Now(), comp.KVShape()
+	metrics := newEngineMetrics()
+	metrics.compilesOf = func() []runtime.CompileRecord { return l.Compiles(start) }
+	eng := engine.NewSequential(l, engine.SequentialConfig{
+		Progress: func(prompt int) (func(runtime.Progress), func()) { return metrics.sequence(shape, prompt) },
+		OnSummary: func(s *runtime.Summary, origin time.Time) {
+			metrics.record(s)
+			obs.emit(s, origin)
+		},
+	})
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(metrics)
+	srv, err := serve.New(serve.Config{Engine: eng, Tokenizer: tok, Template: tmpl, ModelName: name, Registry: reg,
 		MaxSeqs: maxSeqsFlag.Get(c), MaxQueue: queueFlag.Get(c), Timeout: timeoutFlag.Get(c), DefaultMaxTokens: defaultMaxFlag.Get(c),
 		Limits: limits, ControlInContent: controlInContentFlag.Get(c),
 		Access: serve.Access{Hosts: splitList(allowedHosts.Get(c)), Origins: splitList(allowOrigin.Get(c)), Key: apiKeyFlag.Get(c)}})
 	if err != nil {
 		return err
 	}
-	obs, err := startObserver(c)
-	if err != nil {
-		return err
-	}
-	defer obs.finish(nil) // flush every request's trace
-	eng.trace = obs.emit
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	logf := func(format string, a ...any) {
@@ -161,7 +174,7 @@ func serveAction(c *cli.Context) error {
 	}
 	logf("listening on http://%s (model %s, ladder %v, %s); compiling rung %d", ln.Addr(), name, []int(ladder), policy, ladder[0])
 	t0 := time.Now()
-	if err := eng.warm(c.Context); err != nil {
+	if err := eng.Warm(c.Context); err != nil {
 		srv.Shutdown(context.Background())
 		return fmt.Errorf("compile the first rung: %w", err)
 	}
@@ -212,94 +225,4 @@ func splitList(vs []string) []string {
 		}
 	}
 	return out
-}
-
-// ladderEngine decodes every request as a sequence on one CompiledLadder
-// shared by all of them: each rung is compiled once (the first before the
-// server is ready, the others as the schedule says while sequences decode)
-// and kept for the requests to come; each sequence has its own KV store.
-type ladderEngine struct {
-	l      *runtime.CompiledLadder
-	shape  runtime.KVShape
-	ladder runtime.Ladder
-	tok    *tokenizer.Tokenizer
-	start  time.Time
-	ready  atomic.Bool
-	trace  func(*runtime.Summary, time.Time) // one trace per request; nil: none
-	*engineMetrics
-}
-
-var _ serve.Engine = (*ladderEngine)(nil)
-
-func (e *ladderEngine) MaxContext() int { return e.ladder.Max() }
-func (e *ladderEngine) Ready() bool     { return e.ready.Load() }
-
-// warm runs a one-token sequence so the first rung (and, with --prefill
-// graph, its prefill graph; with auto it compiles in the background) is
-// compiled before the server says it is ready.
-func (e *ladderEngine) warm(ctx context.Context) error {
-	q, err := e.l.NewSequence(runtime.SequenceConfig{Prompt: []int64{0}, DecodeTokens: 1})
-	if err != nil {
-		return err
-	}
-	err = errors.Join(q.Run(ctx), q.Close())
-	if err == nil {
-		e.ready.Store(true)
-	}
-	return err
-}
-
-func (e *ladderEngine) Generate(ctx context.Context, prompt []int64, o serve.Options, emit func(int64) bool) (serve.Finish, error) {
-	if len(prompt) >= e.ladder.Max() {
-		return serve.Finish{}, fmt.Errorf("%w: %d tokens, the largest rung holds %d", serve.ErrPromptTooLong, len(prompt), e.ladder.Max())
-	}
-	var dec runtime.Decoding
-	if o.Temperature > 0 {
-		seed := o.Seed
-		if !o.Seeded {
-			seed = uint64(time.Now().UnixNano())
-		}
-		s, err := runtime.NewSampler(o.Temperature, 0, o.TopP, seed)
-		if err != nil {
-			return serve.Finish{}, err
-		}
-		dec.Sampler = s
-	}
-	var fin serve.Finish
-	halted := false // a stop sequence or max_tokens
-	dec.OnToken = func(id int64) {
-		fin.Tokens++
-		if !emit(id) {
-			halted, fin.Reason = true, "stop"
-		} else if fin.Tokens >= o.MaxTokens && !e.tok.IsEOG(int(id)) {
-			halted, fin.Reason = true, "length"
-		}
-	}
-	dec.Stop = func(id int64) bool { return halted || e.tok.IsEOG(int(id)) }
-	steps := min(o.MaxTokens, e.ladder.Max()-len(prompt)) - 1 // the prompt's prediction is the first token
-	progress, done := e.sequence(e.shape, len(prompt))
-	defer done()
-	start := time.Now()
-	q, err := e.l.NewSequence(runtime.SequenceConfig{Prompt: prompt, DecodeTokens: steps, Decoding: dec,
-		ProcessStart: start, Progress: progress})
-	if err != nil {
-		return fin, err
-	}
-	err = q.Run(ctx)
-	sum := q.Finish(err)
-	err = errors.Join(err, q.Close())
-	e.record(sum)
-	if e.trace != nil {
-		e.trace(sum, start)
-	}
-	if err != nil {
-		return fin, err
-	}
-	if fin.Reason == "" {
-		fin.Reason = "length" // the decode steps or the largest rung ran out
-		if sum.FinishReason == "stop" {
-			fin.Reason = "stop"
-		}
-	}
-	return fin, nil
 }

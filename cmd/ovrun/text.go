@@ -11,8 +11,8 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/ovtoolkit/ovrun/chat"
+	"github.com/ovtoolkit/ovrun/engine"
 	"github.com/ovtoolkit/ovrun/model"
-	"github.com/ovtoolkit/ovrun/runtime"
 	"github.com/ovtoolkit/ovrun/tokenizer"
 )
 
@@ -22,8 +22,8 @@ var (
 	promptFileFlag  = &cli.StringFlag{Name: "prompt-file", Usage: "read the prompt text from `FILE` (- for standard input)"}
 	ignoreEOSFlag   = &cli.BoolFlag{Name: "ignore-eos", Usage: "keep generating past end-of-generation tokens (a text prompt stops at the first one otherwise)"}
 	temperatureFlag = &cli.Float64Flag{Name: "temperature", Usage: "sampling temperature `T`; 0 is greedy (the default)"}
-	topKFlag        = &cli.IntFlag{Name: "top-k", Value: 40, Usage: "with --temperature > 0, sample from the `K` most likely tokens (0: all)"}
-	topPFlag        = &cli.Float64Flag{Name: "top-p", Value: 0.95, Usage: "with --temperature > 0, sample from the smallest set of tokens whose probability reaches `P`"}
+	topKFlag        = &cli.IntFlag{Name: "top-k", Value: engine.DefaultTopK, Usage: "with --temperature > 0, sample from the `K` most likely tokens (0: all)"}
+	topPFlag        = &cli.Float64Flag{Name: "top-p", Value: engine.DefaultTopP, Usage: "with --temperature > 0, sample from the smallest set of tokens whose probability reaches `P`"}
 )
 
 // samplingFlags go on every command that generates tokens from a model's
@@ -110,23 +110,48 @@ func readPromptFile(p string) ([]byte, error) {
 	return b, nil
 }
 
-// decoding builds the token choice of a generating command: the sampler
-// from --temperature/--top-k/--top-p/--seed, and, for text prompts without
-// --ignore-eos, a stop at the model's end-of-generation tokens.
-func decoding(c *cli.Context, in promptInput) (runtime.Decoding, error) {
-	var d runtime.Decoding
-	if t := temperatureFlag.Get(c); t != 0 || math.IsNaN(t) {
-		s, err := runtime.NewSampler(t, topKFlag.Get(c), topPFlag.Get(c), seedFlag.Get(c))
-		if err != nil {
-			return d, fmt.Errorf("--temperature/--top-k/--top-p: %w", err)
-		}
-		d.Sampler = s
+// sampling is the token choice of --temperature, --top-k, --top-p and
+// --seed. The flags' 0 keeps every token, where engine.Sampling's 0 is
+// its default (the flags' own defaults are those).
+func sampling(c *cli.Context) (engine.Sampling, error) {
+	s := engine.Sampling{Temperature: temperatureFlag.Get(c), TopK: topKFlag.Get(c), TopP: topPFlag.Get(c),
+		Seed: seedFlag.Get(c), Seeded: true}
+	if s.Temperature == 0 {
+		return s, nil // greedy: top-k and top-p are not used
 	}
+	bad := func(format string, a ...any) (engine.Sampling, error) {
+		return s, fmt.Errorf("--temperature/--top-k/--top-p: "+format, a...)
+	}
+	switch p := s.TopP; {
+	case s.TopK < 0:
+		return bad("top-k %d: want 0 (all) or more", s.TopK)
+	case math.IsNaN(p) || p < 0 || p > 1:
+		return bad("top-p %v: want 0 to 1", p)
+	}
+	if s.TopK == 0 {
+		s.TopK = -1
+	}
+	if s.TopP == 0 {
+		s.TopP = 1
+	}
+	if _, err := s.Sampler(); err != nil {
+		return bad("%w", err)
+	}
+	return s, nil
+}
+
+// request is a generating command's request of maxTokens tokens: the
+// sampling of the flags and, for text prompts without --ignore-eos, a
+// stop at the model's end-of-generation tokens. engine.Decoding turns it
+// into the runtime's token choice.
+func request(c *cli.Context, in promptInput, maxTokens int) (engine.Request, error) {
+	s, err := sampling(c)
+	r := engine.Request{Prompt: in.ids, MaxTokens: maxTokens, Sampling: s}
 	if in.tok != nil && !ignoreEOSFlag.Get(c) {
 		tok := in.tok
-		d.Stop = func(id int64) bool { return tok.IsEOG(int(id)) }
+		r.IsEOG = func(id int64) bool { return tok.IsEOG(int(id)) }
 	}
-	return d, nil
+	return r, err
 }
 
 // generatedText decodes generated ids, leaving out a final
@@ -157,11 +182,13 @@ func newTextStream(w io.Writer, tok *tokenizer.Tokenizer) *textStream {
 	return &textStream{w: w, tok: tok, dec: tok.NewStreamDecoder()}
 }
 
-func (s *textStream) token(id int64) {
-	if s.tok.IsEOG(int(id)) {
-		return
+// emit prints a token, as an engine.Request's Emit: it never stops the
+// generation.
+func (s *textStream) emit(id int64) bool {
+	if !s.tok.IsEOG(int(id)) {
+		fmt.Fprint(s.w, s.dec.Next(int(id)))
 	}
-	fmt.Fprint(s.w, s.dec.Next(int(id)))
+	return true
 }
 
 func (s *textStream) flush() { fmt.Fprint(s.w, s.dec.Flush()) }

@@ -101,7 +101,7 @@ func TestBatchedGraphAgrees(t *testing.T) {
 		}
 	}
 	for i, s := range seqs {
-		if got := s.tokens[len(prompts[i]):len(prompts[i])+decode]; !slices.Equal(got, alone[i].Tokens) {
+		if got := s.tokens[len(prompts[i]) : len(prompts[i])+decode]; !slices.Equal(got, alone[i].Tokens) {
 			t.Errorf("sequence %d: batched tokens %v, alone %v", i, got, alone[i].Tokens)
 		}
 		for r := range alone[i].Logits {
@@ -155,6 +155,28 @@ func BenchmarkBatchedDecode(b *testing.B) {
 		}
 		return t
 	}
+	// The same step through a paged shared graph of one sequence.
+	b.Run("alone", func(b *testing.B) {
+		one, err := comp.Compile(context.Background(), model.GraphSpec{Capacity: 1024, Chunk: 256, Attention: model.AttentionPaged, Shared: true})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer one.Close()
+		ob, okv, err := runtime.AllocFullView(shape, 1024)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer ob.Free()
+		if err := one.Bind(okv); err != nil {
+			b.Fatal(err)
+		}
+		for b.Loop() {
+			if _, err := one.Step([]int64{100}, past); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "tok/s")
+	})
 	for _, S := range []int{1, 2, 4, 8, 16} {
 		b.Run(fmt.Sprintf("S=%d", S), func(b *testing.B) {
 			step := &runtime.BatchStep{}

@@ -31,7 +31,7 @@ type executable struct {
 	pastSlots     int
 	kv            *runtime.KV
 	irBytes       int
-	bb            *batchBuffers // a batched graph's per-call inputs (batch.go); nil otherwise
+	bb            *batchBuffers  // a batched graph's per-call inputs (batch.go); nil otherwise
 	origin        runtime.Origin // compiled here or in a worker, imported from the compiled-rung cache, or reused
 	notes         []string       // what the cache had to say (a damaged entry discarded, an eviction)
 	// release, when set, drops this executable's reference to a compiled
