@@ -23,6 +23,12 @@ const (
 	SpanDecode       = "decode"        // the decode steps of one rung window
 	SpanMigrate      = "migrate"       // moving live KV into the next rung
 	SpanBoundaryWait = "boundary.wait" // a step waiting at a boundary for its graph
+
+	// A batched server (continuous batching): one trace per request, its
+	// root SpanRequest, and one trace per step, SpanBatchStep, linked to
+	// the requests it carried (links, not a span per token).
+	SpanRequest   = "ovrun.request"
+	SpanBatchStep = "batch.step"
 )
 
 // EventKV is the name of the root span's KV timeline events.
@@ -90,6 +96,16 @@ const (
 	AttrPrefillReason       = attribute.Key("ovrun.prefill.reason")              // the choice, in words
 	AttrPrefillDecodeTokens = attribute.Key("ovrun.prefill.decode_tokens")       // prompt tokens through the decode graph
 	AttrPrefillSharedCost   = attribute.Key("ovrun.prefill.shared_step_penalty") // auto's estimate of a shared graph's slower steps, where weighed
+)
+
+// Attribute keys of a batched server's spans.
+const (
+	AttrCachedTokens  = attribute.Key("ovrun.cached_tokens") // prompt tokens whose KV came from the prefix cache
+	AttrQueueS        = attribute.Key("ovrun.queue_s")
+	AttrBatchSeqs     = attribute.Key("ovrun.batch.sequences")
+	AttrBatchTokens   = attribute.Key("ovrun.batch.tokens")
+	AttrBatchPrefill  = attribute.Key("ovrun.batch.prefill_tokens")
+	AttrBatchRequests = attribute.Key("ovrun.batch.request_ids")
 )
 
 // Outcomes of a compile span.

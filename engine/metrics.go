@@ -1,0 +1,75 @@
+package engine
+
+import (
+	"context"
+	"time"
+)
+
+// This file is what a batched engine tells its observers: a snapshot of its
+// state (Stats, for a /metrics handler or a progress line) and one record
+// per step (BatchConfig.OnStep, for traces and step histograms). Both are
+// plain values: the caller picks the metrics library.
+
+// BatchStats is a snapshot of a Batched engine.
+type BatchStats struct {
+	Running int // sequences admitted (prefilling or decoding)
+	Waiting int // requests queued for a sequence slot
+
+	// Blocks of the KV pool: Used (held by running sequences) + Cached
+	// (prefix cache, no sequence holds them) + Free = Total.
+	BlocksTotal, BlocksUsed, BlocksCached, BlocksFree int
+	BlockTokens                                       int // tokens per block
+	// Prefix cache lookups at admission, in full blocks (a prompt of n
+	// tokens looks up floor((n-1)/Block) blocks) and in prompt tokens
+	// (misses: the prompt tokens that were computed).
+	PrefixHitBlocks, PrefixMissBlocks int64
+	PrefixHitTokens, PrefixMissTokens int64
+	// PrefixEvictions counts cached blocks dropped for room.
+	PrefixEvictions int64
+
+	// KVReservedBytes is the pool's address space; KVCommittedBytes the
+	// part of it backed by memory, as the kernel reports it (-1 when it
+	// could not be read, or after Close).
+	KVReservedBytes, KVCommittedBytes int64
+
+	Steps         int64 // inferences run
+	StepTokens    int64 // tokens they carried, prefill and decode
+	PrefillTokens int64 // of which prompt tokens
+
+	Rungs []RungStats // one per ladder rung, smallest first
+}
+
+// The states of a rung's graph.
+const (
+	RungIdle      = "idle"      // not needed yet
+	RungQueued    = "queued"    // waiting for the compile worker
+	RungCompiling = "compiling" // being compiled
+	RungReady     = "ready"     // compiled and bound to the pool
+	RungFailed    = "failed"    // its compile failed twice; sequences that need it fail
+)
+
+// RungStats is one rung's graph.
+type RungStats struct {
+	Capacity int
+	State    string        // RungIdle, RungQueued, RungCompiling, RungReady or RungFailed
+	Compile  time.Duration // time spent compiling it, both tries when it was retried
+	Tries    int           // compile attempts
+	Err      string        // the compile error of a failed rung
+}
+
+// StepInfo describes one inference of a batched engine. Its slices belong
+// to the receiver.
+type StepInfo struct {
+	Start time.Time
+	Dur   time.Duration // StepBatch alone; sampling and Emit excluded
+	Rung  int           // capacity of the graph that ran
+	// Seqs sequences carried Tokens tokens, PrefillTokens of them prompt
+	// tokens (the rest are one decode token per decoding sequence).
+	Seqs, Tokens, PrefillTokens int
+	// SeqIDs are the request ids of the sequences carried, in the step's
+	// order; Contexts their Generate contexts, so that a tracer can link
+	// the step's span to each request's span.
+	SeqIDs   []uint64
+	Contexts []context.Context
+	Err      error // the step failed; its sequences fail with it
+}
