@@ -140,13 +140,20 @@ feed:
 // streamOne sends one streamed chat completion and times its tokens: the
 // first content chunk, then the gap before each next one.
 func streamOne(ctx context.Context, c *http.Client, base, key, prompt string, maxTokens int) (ttft float64, gaps []float64, tokens int, err error) {
+	// include_usage: OpenAI's servers and llama.cpp's send the usage chunk
+	// only when asked; ovrun's always does.
 	body, _ := json.Marshal(map[string]any{"stream": true, "max_tokens": maxTokens, "temperature": 0,
+		"stream_options": map[string]bool{"include_usage": true},
 		"messages": []map[string]string{{"role": "user", "content": prompt}}})
 	req, err := http.NewRequestWithContext(ctx, "POST", base+"/v1/chat/completions", bytes.NewReader(body))
 	if err != nil {
 		return 0, nil, 0, err
 	}
 	req.Header.Set("Content-Type", "application/json")
+	// A new connection per request: llama.cpp's server closes one after a
+	// streamed answer while announcing keep-alive, and a POST on the dead
+	// pooled connection fails with EOF; on loopback the cost is nothing.
+	req.Close = true
 	authorize(req, key)
 	t0 := time.Now()
 	resp, err := c.Do(req)

@@ -30,6 +30,12 @@ type Span struct {
 	Events   []Event
 	Status   string // "", "ok" or "error"
 	Message  string // status description
+	Links    []Link // spans of other traces this one is linked to
+}
+
+// Link names another span (a batch step's link to a request it carried).
+type Link struct {
+	TraceID, SpanID string // hex
 }
 
 // Event is a timed annotation of a span.
@@ -160,6 +166,9 @@ func spanOf(s *tracepb.Span, service string) Span {
 		sp.Status = "ok"
 	case tracepb.Status_STATUS_CODE_ERROR:
 		sp.Status = "error"
+	}
+	for _, l := range s.Links {
+		sp.Links = append(sp.Links, Link{TraceID: hex.EncodeToString(l.TraceId), SpanID: hex.EncodeToString(l.SpanId)})
 	}
 	for _, e := range s.Events {
 		sp.Events = append(sp.Events, Event{Name: e.Name, Time: timeOf(e.TimeUnixNano), Attrs: attrsOf(e.Attributes)})

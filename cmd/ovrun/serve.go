@@ -21,7 +21,7 @@ var (
 	addrFlag             = &cli.StringFlag{Name: "addr", Value: "127.0.0.1:8080", Usage: "listen on `HOST:PORT` (port 0: any free port, printed at start)"}
 	serveLadderFlag      = &cli.StringFlag{Name: "ladder", Value: "256,512,1024,2048", Usage: "ascending context `CAPACITIES` every sequence grows through"}
 	servePolicyFlag      = &cli.StringFlag{Name: "policy", Value: "grow-one-ahead", Usage: "ladder `POLICY` of each sequence: " + strings.Join(runtime.PolicyNames(), ", "), Action: policyFlag.Action}
-	maxSeqsFlag          = &cli.IntFlag{Name: "max-seqs", Value: 2, Usage: "`N` sequences decoding at once"}
+	maxSeqsFlag          = &cli.IntFlag{Name: "max-seqs", Value: 8, Usage: "`N` sequences decoding at once (with batching: in one step)"}
 	queueFlag            = &cli.IntFlag{Name: "queue", Value: 16, Usage: "`N` requests waiting beyond --max-seqs; more are answered 429"}
 	timeoutFlag          = &cli.DurationFlag{Name: "timeout", Value: 5 * time.Minute, Usage: "per-request `DEADLINE`, queue included"}
 	defaultMaxFlag       = &cli.IntFlag{Name: "max-tokens", Value: 256, Usage: "`N` tokens per answer when a request names no max_tokens"}
@@ -53,7 +53,20 @@ Sampling: temperature and top_p default to 1 as in the OpenAI API (temperature
 0 is greedy); top_k, llama.cpp's server's field, defaults to 40 and keeps
 every token at 0 or less.
 
-Each request is a sequence decoding on the --ladder under --policy, its KV
+With batching (--batching auto, on the CPU; on), every step is one inference
+over all the sequences decoding: the next token of each, plus chunks of the
+prompts of newly admitted ones, --max-batch-tokens in all. Every sequence
+keeps its KV in blocks of one pool shared by the rungs' graphs, so a sequence
+crossing into a larger rung copies nothing, and prompts that start with the
+same tokens as an earlier request (a system prompt, a chat's history) reuse
+its blocks (--prefix-cache). /metrics adds what each step carried, the KV
+blocks and the prefix cache's hits; traces add a span per step, linked to the
+requests it carried:
+
+   ovrun serve --model SmolLM2-135M-Instruct.Q4_1.gguf --max-seqs 16 --max-batch-tokens 512 --prefix-cache 256MiB
+
+Without batching (--batching off, or where graphs are not paged: NPU, GPU,
+--attention static), each request is a sequence decoding on the --ladder under --policy, its KV
 cache sized to its own context; all sequences share one ladder of compiled
 rungs. The first rung is compiled before the server reports ready, each
 larger rung once, when the schedule says (one ahead of the sequences
@@ -82,7 +95,7 @@ On SIGTERM or Ctrl-C, queued requests get 503, sequences decoding have
 			addrFlag, serveLadderFlag, servePolicyFlag, maxSeqsFlag, queueFlag, timeoutFlag, defaultMaxFlag,
 			modelNameFlag, graceFlag, maxBodyFlag, readTimeoutFlag, writeTimeFlag, idleTimeoutFlag, maxConnsFlag,
 			allowedHosts, allowOrigin, apiKeyFlag, controlInContentFlag, prefillChunkFlag, prefillFlag, quietFlag,
-		), traceFlags...),
+		), append(batchFlags, traceFlags...)...),
 		Action: serveAction,
 	}
 )
@@ -124,40 +137,67 @@ func serveAction(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
+	batching, err := useBatching(c, comp)
+	if err != nil {
+		return err
+	}
+	var bcfg engine.BatchConfig
+	if batching {
+		if bcfg, err = batchConfig(c, comp, ladder); err != nil {
+			return err
+		}
+	}
 	name := modelNameFlag.Get(c)
 	if name == "" {
 		name = strings.TrimSuffix(filepath.Base(modelFlag.Get(c)), ".gguf")
 	}
-	// The ladder outlives the first signal: sequences in flight go on
-	// compiling their rungs during --grace; it ends with the deferred Close.
-	lctx, stopLadder := context.WithCancel(context.WithoutCancel(c.Context))
-	defer stopLadder()
-	l, err := runtime.NewCompiledLadder(lctx, comp, runtime.LadderConfig{Ladder: ladder, Policy: policy,
-		Shape: comp.KVShape(), PrefillChunk: prefillChunk(c, comp), Prefill: prefill, KeepRungs: true,
-		Background: runtime.BackgroundOptions{Nice: defaultCompileNice}})
-	if err != nil {
-		return err
-	}
-	defer l.Close()
 	obs, err := startObserver(c)
 	if err != nil {
 		return err
 	}
 	defer obs.finish(nil) // flush every request's trace
-	// Each request is a sequence on the shared ladder; the hooks feed the
-	// ladder's Prometheus series and give one trace per request.
-	start, shape := time.Now(), comp.KVShape()
-	metrics := newEngineMetrics()
-	metrics.compilesOf = func() []runtime.CompileRecord { return l.Compiles(start) }
-	eng := engine.NewSequential(l, engine.SequentialConfig{
-		Progress: func(prompt int) (func(runtime.Progress), func()) { return metrics.sequence(shape, prompt) },
-		OnSummary: func(s *runtime.Summary, origin time.Time) {
-			metrics.record(s)
-			obs.emit(s, origin)
-		},
-	})
+	// The engine outlives the first signal: sequences in flight go on
+	// compiling their rungs during --grace; it ends with the deferred Close,
+	// after the server's Shutdown.
+	ectx, stopEngine := context.WithCancel(context.WithoutCancel(c.Context))
+	defer stopEngine()
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(metrics)
+	var (
+		eng  engine.Engine
+		warm func(context.Context) error
+		what string
+	)
+	if batching {
+		b, traced, err := newBatchedEngine(ectx, comp, bcfg, obs, reg)
+		if err != nil {
+			return err
+		}
+		defer b.Close()
+		eng, warm = traced, b.Warm
+		what = fmt.Sprintf("continuous batching: %d sequences, %d tokens a step", bcfg.MaxSeqs, bcfg.MaxBatchTokens)
+	} else {
+		l, err := runtime.NewCompiledLadder(ectx, comp, runtime.LadderConfig{Ladder: ladder, Policy: policy,
+			Shape: comp.KVShape(), PrefillChunk: prefillChunk(c, comp), Prefill: prefill, KeepRungs: true,
+			Background: runtime.BackgroundOptions{Nice: defaultCompileNice}})
+		if err != nil {
+			return err
+		}
+		defer l.Close()
+		// Each request is a sequence on the shared ladder; the hooks feed
+		// the ladder's Prometheus series and give one trace per request.
+		start, shape := time.Now(), comp.KVShape()
+		metrics := newEngineMetrics()
+		metrics.compilesOf = func() []runtime.CompileRecord { return l.Compiles(start) }
+		seq := engine.NewSequential(l, engine.SequentialConfig{
+			Progress: func(prompt int) (func(runtime.Progress), func()) { return metrics.sequence(shape, prompt) },
+			OnSummary: func(s *runtime.Summary, origin time.Time) {
+				metrics.record(s)
+				obs.emit(s, origin)
+			},
+		})
+		reg.MustRegister(metrics)
+		eng, warm, what = seq, seq.Warm, string(policy)
+	}
 	srv, err := serve.New(serve.Config{Engine: eng, Tokenizer: tok, Template: tmpl, ModelName: name, Registry: reg,
 		MaxSeqs: maxSeqsFlag.Get(c), MaxQueue: queueFlag.Get(c), Timeout: timeoutFlag.Get(c), DefaultMaxTokens: defaultMaxFlag.Get(c),
 		Limits: limits, ControlInContent: controlInContentFlag.Get(c),
@@ -172,9 +212,9 @@ func serveAction(c *cli.Context) error {
 			fmt.Fprintf(c.App.ErrWriter, "ovrun serve: "+format+"\n", a...)
 		}
 	}
-	logf("listening on http://%s (model %s, ladder %v, %s); compiling rung %d", ln.Addr(), name, []int(ladder), policy, ladder[0])
+	logf("listening on http://%s (model %s, ladder %v, %s); compiling rung %d", ln.Addr(), name, []int(ladder), what, ladder[0])
 	t0 := time.Now()
-	if err := eng.Warm(c.Context); err != nil {
+	if err := warm(c.Context); err != nil {
 		srv.Shutdown(context.Background())
 		return fmt.Errorf("compile the first rung: %w", err)
 	}

@@ -22,12 +22,20 @@ import (
 
 // ovrun serve with the real model, driven by the real openai Python client:
 // models, chat (whole, streamed, with a stop sequence) and completions, a
-// prompt too long for the ladder, then SIGTERM and a clean exit.
+// prompt too long for the ladder, then SIGTERM and a clean exit; with
+// continuous batching and with a sequence per request.
 func TestServeWithOpenAIClient(t *testing.T) {
+	for _, mode := range []string{"on", "off"} {
+		t.Run("batching="+mode, func(t *testing.T) { testServeWithOpenAIClient(t, mode == "on") })
+	}
+}
+
+func testServeWithOpenAIClient(t *testing.T, batching bool) {
 	g := testenv.SmolLM2(t)
 	traces := filepath.Join(t.TempDir(), "serve.otlp.json")
+	mode := map[bool]string{true: "on", false: "off"}[batching]
 	cmd, base, lines := startServe(t, nil, "--model", g, "--precision", "f32", "--ladder", "64,128,256",
-		"--max-seqs", "4", "--trace-out", traces)
+		"--max-seqs", "4", "--trace-out", traces, "--batching", mode)
 	out, err := exec.Command(testenv.Python(t), filepath.Join("testdata", "openai_client.py"), base, colorsQuestion).CombinedOutput()
 	if err != nil {
 		t.Fatalf("openai client: %v\n%s", err, out)
@@ -94,8 +102,13 @@ func TestServeWithOpenAIClient(t *testing.T) {
 	}
 	metrics, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	for _, want := range []string{"ovrun_kv_reserved_bytes 0", "ovrun_kv_live_bytes 0", "ovrun_compiles_total{capacity=\"64\",kind=\"decode\",outcome=\"ok\"} 1\n",
-		`ovrun_requests_total{code="200",endpoint="chat"} 7`, `ovrun_requests_total{code="400",endpoint="completions"} 1`} {
+	wants := []string{"ovrun_kv_reserved_bytes 0", "ovrun_kv_live_bytes 0", "ovrun_compiles_total{capacity=\"64\",kind=\"decode\",outcome=\"ok\"} 1\n",
+		`ovrun_requests_total{code="200",endpoint="chat"} 7`, `ovrun_requests_total{code="400",endpoint="completions"} 1`}
+	if batching { // the pool stays committed; no block is held
+		wants = append(wants[1:2], wants[3:]...)
+		wants = append(wants, "ovrun_compiles_total{capacity=\"64\",kind=\"batch\",outcome=\"ok\"} 1\n", `ovrun_kv_blocks{state="used"} 0`)
+	}
+	for _, want := range wants {
 		if !strings.Contains(string(metrics), want) {
 			t.Errorf("/metrics lacks %q", want)
 		}
@@ -105,9 +118,15 @@ func TestServeWithOpenAIClient(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// (Each engine lacks the other's own series: boundary waits are a
+	// sequence's per request, steps and blocks the batched engine's.)
+	own := regexp.MustCompile(`^ovrun_(batch_|kv_blocks|prefix_cache_)`)
+	if batching {
+		own = regexp.MustCompile(`^ovrun_boundary_wait_`)
+	}
 	for _, name := range regexp.MustCompile(`ovrun_[a-z_]+`).FindAllString(string(dash), -1) {
-		base := strings.TrimSuffix(strings.TrimSuffix(name, "_bucket"), "_count")
-		if !strings.Contains(string(metrics), "# HELP "+base+" ") {
+		base := strings.TrimSuffix(strings.TrimSuffix(strings.TrimSuffix(name, "_bucket"), "_count"), "_sum")
+		if !own.MatchString(base) && !strings.Contains(string(metrics), "# HELP "+base+" ") {
 			t.Errorf("dashboards/ovrun-serve.json plots %s, which /metrics does not have", name)
 		}
 	}
@@ -128,19 +147,33 @@ func TestServeWithOpenAIClient(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("ovrun serve did not exit within 30 s of SIGTERM")
 	}
-	// One trace per request that reached the engine (3+4 chats, 1 completion).
+	// One trace per request that reached the engine (3+4 chats, 1
+	// completion); batched, a span per step linked to the requests it carried.
 	spans, err := tracing.ReadTraceFile(traces)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ids := map[string]bool{}
+	root := tracing.SpanRun
+	if batching {
+		root = tracing.SpanRequest
+	}
+	ids, steps, linked := map[string]bool{}, 0, map[string]bool{}
 	for _, s := range spans {
-		if s.Name == "ovrun.run" {
+		switch s.Name {
+		case root:
 			ids[s.TraceID] = true
+		case tracing.SpanBatchStep:
+			steps++
+			for _, l := range s.Links {
+				linked[l.TraceID] = true
+			}
 		}
 	}
 	if len(ids) != 8 {
 		t.Errorf("%d request traces, want 8", len(ids))
+	}
+	if batching && (steps == 0 || len(linked) != 8) {
+		t.Errorf("%d step spans linked to %d request traces, want some linked to all 8", steps, len(linked))
 	}
 }
 

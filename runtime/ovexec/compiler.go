@@ -134,6 +134,7 @@ func capabilities(core *ov.Core, device string) ([]string, error) {
 
 // FailCompileEnv names a fault-injection hook for testing recovery paths:
 // OVRUN_FAIL_COMPILE=CAPACITY[xN] makes the first N (default 1) decode-graph
+// (or batched-graph)
 // compiles of that capacity fail as if OpenVINO had rejected them.
 const FailCompileEnv = "OVRUN_FAIL_COMPILE"
 

@@ -43,7 +43,7 @@ func (c *Compiler) injectedFailure(spec model.GraphSpec) error {
 
 // fire reports whether this compile should fail, consuming one failure.
 func (f *faultPlan) fire(spec model.GraphSpec) bool {
-	if f == nil || spec.Chunk != 1 || spec.Capacity != f.capacity {
+	if f == nil || (spec.Chunk != 1 && spec.Batch == 0) || spec.Capacity != f.capacity {
 		return false
 	}
 	f.mu.Lock()
