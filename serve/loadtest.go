@@ -144,7 +144,7 @@ func streamOne(ctx context.Context, c *http.Client, base, key, prompt string, ma
 	// only when asked; ovrun's always does.
 	body, _ := json.Marshal(map[string]any{"stream": true, "max_tokens": maxTokens, "temperature": 0,
 		"stream_options": map[string]bool{"include_usage": true},
-		"messages": []map[string]string{{"role": "user", "content": prompt}}})
+		"messages":       []map[string]string{{"role": "user", "content": prompt}}})
 	req, err := http.NewRequestWithContext(ctx, "POST", base+"/v1/chat/completions", bytes.NewReader(body))
 	if err != nil {
 		return 0, nil, 0, err
