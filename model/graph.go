@@ -67,9 +67,12 @@ type GraphSpec struct {
 	Batch int
 }
 
-// Name is a stable label such as "decode-c1024", "prefill-c1024-t64" or
-// "shared-c1024-t64".
+// Name is a stable label such as "decode-c1024", "prefill-c1024-t64",
+// "shared-c1024-t64", "batch-c1024-t256-s16" or "batch-static-c1024-s4".
 func (s GraphSpec) Name() string {
+	if s.StaticBatch() {
+		return fmt.Sprintf("batch-static-c%d-s%d", s.Capacity, s.Batch)
+	}
 	if s.Batch > 0 {
 		return fmt.Sprintf("batch-c%d-t%d-s%d", s.Capacity, s.Chunk, s.Batch)
 	}
@@ -101,8 +104,12 @@ func BuildIR(w *Weights, spec GraphSpec) ([]byte, error) {
 	default:
 		return nil, fmt.Errorf("graph %s: attention %q: want static, bounded or paged (auto is resolved by the compiler)", spec.Name(), spec.Attention)
 	}
-	if spec.Batch > 0 && (spec.Attention != AttentionPaged || !spec.Shared) {
-		return nil, fmt.Errorf("graph %s: a batched graph needs paged attention and a dynamic token axis (shared)", spec.Name())
+	if spec.StaticBatch() {
+		if err := spec.checkStaticBatch(); err != nil {
+			return nil, err
+		}
+	} else if spec.Batch > 0 && (spec.Attention != AttentionPaged || !spec.Shared) {
+		return nil, fmt.Errorf("graph %s: a batched graph needs paged attention and a dynamic token axis (shared), or static attention and chunk 1", spec.Name())
 	}
 	if spec.Shared && spec.Attention != AttentionBounded && spec.Attention != AttentionPaged {
 		return nil, fmt.Errorf("graph %s: a shared graph (1 to %d tokens per call) needs bounded or paged attention, not %q", spec.Name(), spec.Chunk, spec.Attention)
@@ -114,6 +121,9 @@ func BuildIR(w *Weights, spec GraphSpec) ([]byte, error) {
 	b := &decoderBuilder{g: newGraph(spec.Name(), w), cfg: w.Config(), kv: kv, C: int64(spec.Capacity), T: int64(spec.Chunk), maxT: int64(spec.Chunk), bounded: spec.Attention == AttentionBounded, paged: spec.Attention == AttentionPaged, batch: int64(spec.Batch)}
 	if spec.DynamicTokens() {
 		b.T = -1
+	}
+	if spec.StaticBatch() { // one token per sequence, where a chunk's tokens stand
+		b.T = b.batch
 	}
 	b.P = b.C
 	b.build()
@@ -136,7 +146,7 @@ type decoderBuilder struct {
 	bounded   bool
 	paged     bool      // attention through PagedAttentionExtension (paged.go)
 	pa        *pagedSeq // its sequence inputs, when paged
-	batch     int64     // sequences per call of a batched paged graph; 0: one
+	batch     int64     // sequences per call of a batched graph (paged, or static: batch_static.go); 0: one
 	kv        elem      // element type of the K/V I/O
 	pastSlots port      // [1]: the past slots bound
 	tokens    port      // [1]: the chunk's length, when it is dynamic
@@ -155,9 +165,11 @@ func (b *decoderBuilder) build() {
 	}
 	ids, pos := tokens(InputIDs), tokens(PositionIDs) // [1, T] each
 	var li port                                       // [1], or [S] in a batched graph: each sequence's last token
-	if b.batch > 0 {
+	switch {
+	case b.staticBatch(): // every token's row is returned
+	case b.batch > 0:
 		li = g.parameterUpTo(LogitsIndex, i64, []int64{-1}, []int64{b.batch})
-	} else {
+	default:
 		li = g.parameter(LogitsIndex, i64, []int64{1})
 	}
 	past := make([][2]port, cfg.NumHiddenLayers)
@@ -184,6 +196,11 @@ func (b *decoderBuilder) build() {
 			past[i][1] = g.parameterUpTo(PastValue(i), b.kv, shape, upTo) // [C, Hkv, D]
 			continue
 		}
+		if b.staticBatch() { // the batch's caches back to back
+			past[i][0] = g.parameter(PastKey(i), b.kv, []int64{b.batch * b.C, Hkv, D})   // [B*C, Hkv, D]
+			past[i][1] = g.parameter(PastValue(i), b.kv, []int64{b.batch * b.C, Hkv, D}) // [B*C, Hkv, D]
+			continue
+		}
 		past[i][0] = g.parameter(PastKey(i), b.kv, []int64{b.C, Hkv, D})   // [C, Hkv, D]
 		past[i][1] = g.parameter(PastValue(i), b.kv, []int64{b.C, Hkv, D}) // [C, Hkv, D]
 	}
@@ -197,6 +214,8 @@ func (b *decoderBuilder) build() {
 		b.P = -1
 	}
 	switch {
+	case b.staticBatch():
+		b.staticBatchMask(pos)
 	case b.batch > 0:
 		b.batchInputs()
 	case b.paged:
@@ -215,6 +234,11 @@ func (b *decoderBuilder) build() {
 		x = b.layer(i, x, b.pastF32(past[i][0]), b.pastF32(past[i][1]))
 	}
 	x = b.rmsNorm(x, "model.norm.weight") // [1, T, H]
+	if b.staticBatch() {
+		logits := b.linear(b.reshape(x, []int64{b.T, H}), "lm_head.weight", V) // [B, V]
+		g.result(OutputLogits, logits)
+		return
+	}
 	rows := int64(1)
 	if b.batch > 0 {
 		rows = -1 // S
@@ -324,6 +348,8 @@ func (b *decoderBuilder) layer(i int, x, pastK, pastV port) port {
 	switch {
 	case b.paged:
 		att = b.attendPaged(q, k, v, pastK, pastV) // [1, T, Nh*D]
+	case b.staticBatch():
+		att = b.attendBatchStatic(q, k, v, pastK, pastV) // [1, B, Nh*D]
 	case T == 1 || b.T < 0:
 		att = b.attendRows(q, k, v, pastK, pastV) // [1, T, Nh*D]
 	default:

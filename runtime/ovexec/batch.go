@@ -72,6 +72,9 @@ func (b *batchBuffers) unbind() {
 // StepBatch runs one call over step's sequences and returns each one's
 // logits after its last token.
 func (e *executable) StepBatch(step *runtime.BatchStep) ([][]float32, error) {
+	if e.spec.StaticBatch() {
+		return e.stepStaticBatch(step)
+	}
 	if err := e.checkBatch(step); err != nil {
 		return nil, err
 	}
@@ -178,6 +181,9 @@ func (e *executable) checkBatch(step *runtime.BatchStep) error {
 // stepAlone is Step on a batched graph: one sequence whose blocks are the
 // pool's first ones, in order (a paged graph's own block table).
 func (e *executable) stepAlone(ids []int64, start int) ([]float32, error) {
+	if e.spec.StaticBatch() {
+		return e.stepStaticAlone(ids, start)
+	}
 	n := e.shape.Slots(start+len(ids)) / e.shape.Block
 	blocks := make([]int32, n)
 	for i := range blocks {

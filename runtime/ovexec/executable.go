@@ -32,6 +32,7 @@ type executable struct {
 	kv            *runtime.KV
 	irBytes       int
 	bb            *batchBuffers  // a batched graph's per-call inputs (batch.go); nil otherwise
+	sb            *staticBatch   // a static batched graph's per-call scratch (batch_static.go); nil otherwise
 	origin        runtime.Origin // compiled here or in a worker, imported from the compiled-rung cache, or reused
 	notes         []string       // what the cache had to say (a damaged entry discarded, an eviction)
 	// release, when set, drops this executable's reference to a compiled
@@ -56,6 +57,9 @@ func (e *executable) prepare() error {
 	var err error
 	if e.req, err = e.compiled.NewInferRequest(); err != nil {
 		return err
+	}
+	if e.spec.StaticBatch() { // every input and output bound once (batch_static.go)
+		return e.prepareStaticBatch()
 	}
 	alloc := func(et ov.ElementType, shape ...int64) (*ov.HostBuffer, error) {
 		n := et.Size()
@@ -168,7 +172,11 @@ func (e *executable) bindTokens(n int) error {
 // Bind makes kv the graph's past K/V. A static or paged graph gets every
 // slot bound here; a bounded one gets the live prefix of each call in Step.
 func (e *executable) Bind(kv *runtime.KV) error {
-	if e.batched() {
+	if e.spec.StaticBatch() {
+		if kv.Capacity != e.spec.Batch*e.spec.Capacity {
+			return fmt.Errorf("bind a cache of %d slots to graph %s: want %d sequences' %d slots back to back (%d)", kv.Capacity, e.spec.Name(), e.spec.Batch, e.spec.Capacity, e.spec.Batch*e.spec.Capacity)
+		}
+	} else if e.batched() {
 		if kv.Capacity < e.shape.Block || kv.Capacity%e.shape.Block != 0 {
 			return fmt.Errorf("bind a pool of %d slots to graph %s: want a whole number of %d-slot blocks", kv.Capacity, e.spec.Name(), e.shape.Block)
 		}
