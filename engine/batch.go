@@ -39,9 +39,14 @@ type BatchConfig struct {
 	// least MaxSeqs, so that every decoding sequence advances every step.
 	MaxBatchTokens int
 	// Shape is the KV geometry; Block (tokens per block, model.PagedBlock
-	// for the CPU plugin) must be more than 1.
+	// for the CPU plugin) must be more than 1 for paged graphs, 0 or 1 for
+	// static ones.
 	Shape runtime.KVShape
-	// Attention must be model.AttentionPaged; KVPrecision is the graphs'
+	// Attention is model.AttentionPaged (batched paged graphs, every rung
+	// one graph over one block pool) or model.AttentionStatic (static
+	// batched graphs, the NPU's form: a graph per rung and batch size,
+	// one token per sequence a step, static.go; MaxBatchTokens and the
+	// prefix cache do not apply). KVPrecision is the graphs'
 	// (model.GraphSpec.KVPrecision).
 	Attention   model.Attention
 	KVPrecision string
@@ -68,13 +73,14 @@ type Batched struct {
 	wake   chan struct{} // the loop has work: a request, a cancel, a compile
 	work   chan struct{} // the compile worker has work
 	ids    atomic.Uint64
-	kv     *runtime.KV
+	kv     *runtime.KV  // the paged form's block pool
+	static *staticStore // the static form's caches; nil for paged graphs
 
-	// bufMu guards buf alone, so that measuring the committed pages (a
+	// bufMu guards bufs alone, so that measuring the committed pages (a
 	// pagemap read per mapping, milliseconds for a large pool) in Stats
 	// never holds mu, which the loop takes every step.
 	bufMu sync.RWMutex
-	buf   *runtime.KVBuffer // nil after Close
+	bufs  []*runtime.KVBuffer // the reservations; nil after Close
 
 	mu      sync.Mutex
 	queue   []*seq // waiting for a slot, FIFO
@@ -86,8 +92,8 @@ type Batched struct {
 	closeErr  error
 
 	// The loop goroutine's own state.
-	pool    *blockPool
-	running []*seq // admission order
+	pool    *blockPool // the paged form's; nil for static graphs
+	running []*seq     // admission order
 	step    runtime.BatchStep
 	counts  counters
 }
@@ -103,25 +109,34 @@ func NewBatched(ctx context.Context, comp runtime.Compiler, cfg BatchConfig) (*B
 	if err := cfg.check(comp); err != nil {
 		return nil, err
 	}
-	bs := cfg.Shape.Block
-	perSeq := (cfg.Ladder.Max() + bs - 1) / bs
-	blocks := cfg.MaxSeqs*perSeq + cfg.PrefixCacheBlocks
-	buf, err := runtime.AllocKV(cfg.Shape, blocks*bs, false)
-	if err != nil {
-		return nil, fmt.Errorf("reserve the kv block pool (%d blocks of %d tokens): %w", blocks, bs, err)
-	}
-	kv, err := buf.View(blocks * bs)
-	if err != nil {
-		return nil, errors.Join(err, buf.Free())
-	}
-	b := &Batched{cfg: cfg, comp: comp, kv: kv, buf: buf,
-		wake: make(chan struct{}, 1), work: make(chan struct{}, 1),
-		pool: newBlockPool(blocks, bs, cfg.PrefixCacheBlocks)}
+	b := &Batched{cfg: cfg, comp: comp, wake: make(chan struct{}, 1), work: make(chan struct{}, 1)}
 	b.cfg.Ladder = append(ladder.Ladder(nil), cfg.Ladder...)
-	for _, c := range b.cfg.Ladder {
-		b.rungs = append(b.rungs, rung{state: RungIdle, done: make(chan struct{}),
-			spec: model.GraphSpec{Capacity: c, Chunk: cfg.MaxBatchTokens, Attention: cfg.Attention,
-				KVPrecision: cfg.KVPrecision, Shared: true, Batch: cfg.MaxSeqs}})
+	var specs []model.GraphSpec
+	if cfg.Attention == model.AttentionStatic {
+		st, err := newStaticStore(&b.cfg)
+		if err != nil {
+			return nil, err
+		}
+		b.static, b.bufs, specs = st, st.buffers(), st.variants(&b.cfg)
+	} else {
+		bs := cfg.Shape.Block
+		perSeq := (cfg.Ladder.Max() + bs - 1) / bs
+		blocks := cfg.MaxSeqs*perSeq + cfg.PrefixCacheBlocks
+		buf, err := runtime.AllocKV(cfg.Shape, blocks*bs, false)
+		if err != nil {
+			return nil, fmt.Errorf("reserve the kv block pool (%d blocks of %d tokens): %w", blocks, bs, err)
+		}
+		if b.kv, err = buf.View(blocks * bs); err != nil {
+			return nil, errors.Join(err, buf.Free())
+		}
+		b.bufs, b.pool = []*runtime.KVBuffer{buf}, newBlockPool(blocks, bs, cfg.PrefixCacheBlocks)
+		for _, c := range b.cfg.Ladder {
+			specs = append(specs, model.GraphSpec{Capacity: c, Chunk: cfg.MaxBatchTokens, Attention: cfg.Attention,
+				KVPrecision: cfg.KVPrecision, Shared: true, Batch: cfg.MaxSeqs})
+		}
+	}
+	for _, spec := range specs {
+		b.rungs = append(b.rungs, rung{state: RungIdle, done: make(chan struct{}), spec: spec})
 	}
 	b.ctx, b.cancel = context.WithCancelCause(ctx)
 	b.publish()
@@ -133,11 +148,17 @@ func NewBatched(ctx context.Context, comp runtime.Compiler, cfg BatchConfig) (*B
 
 // check refuses a configuration the engine cannot run.
 func (c *BatchConfig) check(comp runtime.Compiler) error {
+	static := c.Attention == model.AttentionStatic
 	switch {
 	case comp == nil:
 		return errors.New("batched engine: no compiler")
 	case c.MaxSeqs < 1:
 		return fmt.Errorf("batched engine: max sequences %d: want at least 1", c.MaxSeqs)
+	case static && c.Shape.Block > 1:
+		return fmt.Errorf("batched engine: static graphs keep each sequence's cache in single slots, not blocks of %d", c.Shape.Block)
+	case static && c.PrefixCacheBlocks != 0:
+		return fmt.Errorf("batched engine: static graphs share no prefix cache (%d blocks asked for): a sequence's cache is one slot of its rung", c.PrefixCacheBlocks)
+	case static:
 	case c.MaxBatchTokens < c.MaxSeqs:
 		return fmt.Errorf("batched engine: max batch tokens %d: want at least max sequences (%d), so that every decoding sequence advances every step", c.MaxBatchTokens, c.MaxSeqs)
 	case c.Shape.Block <= 1:
@@ -145,9 +166,12 @@ func (c *BatchConfig) check(comp runtime.Compiler) error {
 	case c.Shape.Layers < 1 || c.Shape.KVHeads < 1 || c.Shape.HeadDim < 1:
 		return fmt.Errorf("batched engine: kv shape %d layers, %d heads of %d: want all positive", c.Shape.Layers, c.Shape.KVHeads, c.Shape.HeadDim)
 	case c.Attention != model.AttentionPaged:
-		return fmt.Errorf("batched engine: attention %q: batched graphs need %q", c.Attention, model.AttentionPaged)
+		return fmt.Errorf("batched engine: attention %q: batched graphs need %q or %q", c.Attention, model.AttentionPaged, model.AttentionStatic)
 	case c.PrefixCacheBlocks < 0:
 		return fmt.Errorf("batched engine: prefix cache of %d blocks: want 0 (none) or more", c.PrefixCacheBlocks)
+	}
+	if static && (c.Shape.Layers < 1 || c.Shape.KVHeads < 1 || c.Shape.HeadDim < 1) {
+		return fmt.Errorf("batched engine: kv shape %d layers, %d heads of %d: want all positive", c.Shape.Layers, c.Shape.KVHeads, c.Shape.HeadDim)
 	}
 	if err := ladder.Validate(c.Ladder); err != nil {
 		return fmt.Errorf("batched engine: %w", err)
@@ -169,6 +193,9 @@ type seq struct {
 	parent  uint64  // entry id of block full-1, the parent of the next one
 	cached  int     // prompt tokens whose K/V came from the prefix cache
 	made    int     // tokens generated
+	// rung and slot place it in the static form's caches (static.go):
+	// blocks is then {slot}. -1 before admission and after.
+	rung, slot int
 
 	enqueued, admitted, first time.Time
 
@@ -193,7 +220,7 @@ func (b *Batched) Generate(ctx context.Context, r Request) (Finish, error) {
 	if err != nil {
 		return Finish{}, err
 	}
-	s := &seq{id: b.ids.Add(1), ctx: ctx, req: r, sampler: smp, enqueued: start,
+	s := &seq{id: b.ids.Add(1), ctx: ctx, req: r, sampler: smp, enqueued: start, rung: -1, slot: -1,
 		tokens: append(make([]int64, 0, len(r.Prompt)+min(r.MaxTokens, b.MaxContext())), r.Prompt...),
 		done:   make(chan outcome, 1)}
 	b.mu.Lock()
@@ -215,7 +242,8 @@ func (b *Batched) Generate(ctx context.Context, r Request) (Finish, error) {
 // MaxContext is the largest rung.
 func (b *Batched) MaxContext() int { return b.cfg.Ladder.Max() }
 
-// Ready reports whether the first rung's graph is compiled.
+// Ready reports whether the first rung's graph (the static form: its
+// variant for one sequence) is compiled.
 func (b *Batched) Ready() bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -243,10 +271,15 @@ func (b *Batched) Warm(ctx context.Context) error {
 func (b *Batched) Stats() BatchStats {
 	reserved, committed := int64(0), int64(-1)
 	b.bufMu.RLock()
-	if b.buf != nil {
-		reserved = b.buf.Bytes()
-		if n, err := b.buf.Committed(); err == nil {
-			committed = n
+	if b.bufs != nil {
+		committed = 0
+	}
+	for _, buf := range b.bufs {
+		reserved += buf.Bytes()
+		if n, err := buf.Committed(); err == nil && committed >= 0 {
+			committed += n
+		} else {
+			committed = -1
 		}
 	}
 	b.bufMu.RUnlock()
@@ -257,7 +290,7 @@ func (b *Batched) Stats() BatchStats {
 	st.KVReservedBytes, st.KVCommittedBytes = reserved, committed
 	st.Rungs = make([]RungStats, len(b.rungs))
 	for i, r := range b.rungs {
-		st.Rungs[i] = RungStats{Capacity: r.spec.Capacity, State: r.state, Compile: r.dur, Tries: r.tries}
+		st.Rungs[i] = RungStats{Capacity: r.spec.Capacity, Batch: r.spec.Batch, State: r.state, Compile: r.dur, Tries: r.tries}
 		if r.err != nil {
 			st.Rungs[i].Err = r.err.Error()
 		}
@@ -285,8 +318,10 @@ func (b *Batched) Close() error {
 			}
 		}
 		b.bufMu.Lock()
-		errs = append(errs, b.buf.Free())
-		b.buf = nil
+		for _, buf := range b.bufs {
+			errs = append(errs, buf.Free())
+		}
+		b.bufs = nil
 		b.bufMu.Unlock()
 		b.closeErr = errors.Join(errs...)
 	})

@@ -68,6 +68,12 @@ type rungView struct {
 func (b *Batched) iterate() bool {
 	b.dropEnded()
 	b.admit()
+	if b.static != nil {
+		ran := b.stepStatic()
+		b.compact()
+		b.publish()
+		return ran
+	}
 	v := b.view()
 	carry := b.plan(v)
 	if len(carry) > 0 {
@@ -113,17 +119,22 @@ func (b *Batched) admit() {
 	bs := b.cfg.Shape.Block
 	for _, s := range adm {
 		s.admitted = time.Now()
+		b.running = append(b.running, s)
+		if b.static != nil {
+			k, _ := b.cfg.Ladder.RungFor(len(s.req.Prompt))
+			b.static.place(s, k)
+			continue
+		}
 		s.blocks, s.parent = b.pool.match(s.req.Prompt, (len(s.req.Prompt)-1)/bs)
 		s.full = len(s.blocks)
 		s.past = s.full * bs
 		s.cached = s.past
-		b.running = append(b.running, s)
 	}
 }
 
 // view copies the rungs' state.
 func (b *Batched) view() rungView {
-	n := len(b.cfg.Ladder)
+	n := len(b.rungs)
 	v := rungView{exe: make([]runtime.BatchExecutable, n), state: make([]string, n), err: make([]error, n)}
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -230,18 +241,15 @@ func (b *Batched) run(v rungView, carry []planned) {
 	if err == nil && len(logits) != len(carry) {
 		err = fmt.Errorf("%d rows of logits for %d sequences", len(logits), len(carry))
 	}
-	b.counts.steps++
-	b.counts.stepTokens += int64(len(step.IDs))
-	b.counts.prefillTokens += int64(prefill)
 	if err != nil {
 		err = fmt.Errorf("batch step on graph %s (%d sequences, %d tokens): %w", exe.Spec().Name(), len(carry), len(step.IDs), err)
 	}
+	seqs := make([]*seq, len(carry))
+	for i, c := range carry {
+		seqs[i] = c.s
+	}
+	info := b.stepDone(start, dur, b.cfg.Ladder[k], seqs, len(step.IDs), prefill, err)
 	if b.cfg.OnStep != nil {
-		info := StepInfo{Start: start, Dur: dur, Rung: b.cfg.Ladder[k], Seqs: len(carry), Tokens: len(step.IDs),
-			PrefillTokens: prefill, Err: err, SeqIDs: make([]uint64, len(carry)), Contexts: make([]context.Context, len(carry))}
-		for i, c := range carry {
-			info.SeqIDs[i], info.Contexts[i] = c.s.id, c.s.ctx
-		}
 		defer b.cfg.OnStep(info) // after the tokens are chosen and emitted
 	}
 	for i, c := range carry {
@@ -253,17 +261,34 @@ func (b *Batched) run(v rungView, carry []planned) {
 	}
 }
 
+// stepDone counts a step and, when the engine has an OnStep, describes it.
+func (b *Batched) stepDone(start time.Time, dur time.Duration, rung int, seqs []*seq, tokens, prefill int, err error) StepInfo {
+	b.counts.steps++
+	b.counts.stepTokens += int64(tokens)
+	b.counts.prefillTokens += int64(prefill)
+	if b.cfg.OnStep == nil {
+		return StepInfo{}
+	}
+	info := StepInfo{Start: start, Dur: dur, Rung: rung, Seqs: len(seqs), Tokens: tokens,
+		PrefillTokens: prefill, Err: err, SeqIDs: make([]uint64, len(seqs)), Contexts: make([]context.Context, len(seqs))}
+	for i, s := range seqs {
+		info.SeqIDs[i], info.Contexts[i] = s.id, s.ctx
+	}
+	return info
+}
+
 // advance records that s's next n tokens are in the pool, registers its
 // newly full blocks in the prefix cache and, when nothing of it is pending
 // any more, chooses its next token from logits and decides whether it
 // stops.
 func (b *Batched) advance(s *seq, n int, logits []float32) {
 	s.past += n
-	bs := b.cfg.Shape.Block
-	for (s.full+1)*bs <= s.past {
-		j := s.full
-		s.parent = b.pool.register(s.blocks[j], s.parent, s.tokens[j*bs:(j+1)*bs])
-		s.full++
+	if bs := b.cfg.Shape.Block; b.pool != nil {
+		for (s.full+1)*bs <= s.past {
+			j := s.full
+			s.parent = b.pool.register(s.blocks[j], s.parent, s.tokens[j*bs:(j+1)*bs])
+			s.full++
+		}
 	}
 	if s.past < len(s.tokens) {
 		return // the prompt goes on next step
@@ -301,7 +326,12 @@ func finite(logits []float32) error {
 // end finishes s: its blocks go back to the pool (or the prefix cache) and
 // its Generate returns.
 func (b *Batched) end(s *seq, reason string, err error) {
-	b.pool.release(s.blocks)
+	switch {
+	case b.static != nil && s.rung >= 0:
+		b.static.remove(s)
+	case b.pool != nil:
+		b.pool.release(s.blocks)
+	}
 	s.blocks, s.over = nil, true
 	b.publish() // before Generate returns: its caller may look at Stats
 	fin := Finish{Reason: reason, Tokens: s.made, Prompt: len(s.req.Prompt), Cached: s.cached}
@@ -343,7 +373,6 @@ func (b *Batched) shutdown() {
 
 // publish copies the loop's state into the snapshot Stats returns.
 func (b *Batched) publish() {
-	p := b.pool
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	st := &b.snap
@@ -353,10 +382,15 @@ func (b *Batched) publish() {
 			st.Running++
 		}
 	}
-	st.BlocksTotal, st.BlocksUsed, st.BlocksCached, st.BlocksFree = p.total, p.used, p.lru.Len(), p.free.Len()
-	st.BlockTokens = p.size
-	st.PrefixHitBlocks, st.PrefixMissBlocks = p.hitBlocks, p.missBlocks
-	st.PrefixHitTokens, st.PrefixMissTokens = p.hitTokens, p.missTokens
-	st.PrefixEvictions = p.evictions
+	if b.static != nil {
+		b.static.publish(st)
+	} else {
+		p := b.pool
+		st.BlocksTotal, st.BlocksUsed, st.BlocksCached, st.BlocksFree = p.total, p.used, p.lru.Len(), p.free.Len()
+		st.BlockTokens, st.LiveTokens = p.size, p.used*p.size
+		st.PrefixHitBlocks, st.PrefixMissBlocks = p.hitBlocks, p.missBlocks
+		st.PrefixHitTokens, st.PrefixMissTokens = p.hitTokens, p.missTokens
+		st.PrefixEvictions = p.evictions
+	}
 	st.Steps, st.StepTokens, st.PrefillTokens = b.counts.steps, b.counts.stepTokens, b.counts.prefillTokens
 }

@@ -67,7 +67,7 @@ func (b *Batched) compileWorker() {
 				continue
 			}
 		}
-		exe, dur, tries, err := b.compile(b.rungs[k].spec)
+		exe, dur, tries, err := b.compile(k, b.rungs[k].spec)
 		b.mu.Lock()
 		r := &b.rungs[k]
 		r.dur, r.tries = dur, tries
@@ -100,11 +100,11 @@ func (b *Batched) nextQueued() int {
 }
 
 // compile makes spec's graph and binds it to the pool, trying twice.
-func (b *Batched) compile(spec model.GraphSpec) (exe runtime.BatchExecutable, dur time.Duration, tries int, err error) {
+func (b *Batched) compile(k int, spec model.GraphSpec) (exe runtime.BatchExecutable, dur time.Duration, tries int, err error) {
 	for tries < 2 {
 		tries++
 		t := time.Now()
-		exe, err = b.compileOnce(spec)
+		exe, err = b.compileOnce(k, spec)
 		dur += time.Since(t)
 		if err == nil {
 			return exe, dur, tries, nil
@@ -119,7 +119,7 @@ func (b *Batched) compile(spec model.GraphSpec) (exe runtime.BatchExecutable, du
 // errNotBatched marks a compiler whose graphs cannot run batches.
 var errNotBatched = errors.New("does not compile batched graphs")
 
-func (b *Batched) compileOnce(spec model.GraphSpec) (runtime.BatchExecutable, error) {
+func (b *Batched) compileOnce(k int, spec model.GraphSpec) (runtime.BatchExecutable, error) {
 	exe, err := b.comp.Compile(b.ctx, spec)
 	if err != nil {
 		return nil, err
@@ -128,8 +128,14 @@ func (b *Batched) compileOnce(spec model.GraphSpec) (runtime.BatchExecutable, er
 	if !ok {
 		return nil, errors.Join(fmt.Errorf("compiler %T %w (its executable %T has no StepBatch)", b.comp, errNotBatched, exe), exe.Close())
 	}
-	if err := bx.Bind(b.kv); err != nil {
-		return nil, errors.Join(fmt.Errorf("bind the block pool (%d slots): %w", b.kv.Capacity, err), bx.Close())
+	kv := b.kv
+	if b.static != nil { // the first Batch caches of its rung's reservation
+		if kv, err = b.static.view(k/len(b.static.batches), spec); err != nil {
+			return nil, errors.Join(err, bx.Close())
+		}
+	}
+	if err := bx.Bind(kv); err != nil {
+		return nil, errors.Join(fmt.Errorf("bind the kv cache (%d slots): %w", kv.Capacity, err), bx.Close())
 	}
 	return bx, nil
 }

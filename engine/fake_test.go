@@ -121,6 +121,13 @@ func (p plainExe) Close() error                                   { return p.e.C
 func (e *fakeExe) Spec() model.GraphSpec { return e.spec }
 
 func (e *fakeExe) Bind(kv *runtime.KV) error {
+	if e.spec.StaticBatch() {
+		if kv.Capacity != e.spec.Batch*e.spec.Capacity {
+			return fmt.Errorf("fake graph %s: a cache of %d slots, want %d caches of %d", e.spec.Name(), kv.Capacity, e.spec.Batch, e.spec.Capacity)
+		}
+		e.kv, e.blocks = kv, kv.Capacity
+		return nil
+	}
 	bs := e.f.shape.Block
 	if kv.Capacity < bs || kv.Capacity%bs != 0 {
 		return fmt.Errorf("fake graph: a pool of %d slots is not a whole number of %d-token blocks", kv.Capacity, bs)
@@ -170,6 +177,18 @@ func (e *fakeExe) StepBatch(step *runtime.BatchStep) ([][]float32, error) {
 		return nil, errFakeStep
 	}
 	e.rows = e.rows[:0]
+	if e.spec.StaticBatch() { // sequence i's cache is slots Blocks[0]*C..
+		for i, s := range step.Seqs {
+			table := make([]int32, s.Past+1)
+			for p := range table {
+				table[p] = s.Blocks[0]*int32(e.spec.Capacity) + int32(p)
+			}
+			if _, err := e.seq(step.IDs[i:i+1], s.Past, table, false); err != nil {
+				return nil, err
+			}
+		}
+		return e.rows, nil
+	}
 	off := 0
 	for _, s := range step.Seqs {
 		if _, err := e.seq(step.IDs[off:off+s.Tokens], s.Past, s.Blocks, true); err != nil {
@@ -185,6 +204,9 @@ func (e *fakeExe) checkStep(step *runtime.BatchStep) error {
 	sp := e.spec
 	if e.kv == nil {
 		return errors.New("fake graph: step before bind")
+	}
+	if sp.StaticBatch() {
+		return e.checkStatic(step)
 	}
 	if len(step.Seqs) < 1 || len(step.Seqs) > sp.Batch {
 		return fmt.Errorf("fake graph %s: %d sequences", sp.Name(), len(step.Seqs))
@@ -222,6 +244,29 @@ func (e *fakeExe) checkStep(step *runtime.BatchStep) error {
 	}
 	if sum != len(step.IDs) {
 		return fmt.Errorf("fake graph %s: sequences hold %d tokens of %d", sp.Name(), sum, len(step.IDs))
+	}
+	return nil
+}
+
+// checkStatic refuses what a static batched graph could not run: more
+// sequences than its batch, a token count other than one, a position past
+// its capacity, two sequences in one slot.
+func (e *fakeExe) checkStatic(step *runtime.BatchStep) error {
+	sp := e.spec
+	if len(step.Seqs) < 1 || len(step.Seqs) > sp.Batch || len(step.IDs) != len(step.Seqs) {
+		return fmt.Errorf("fake graph %s: %d sequences, %d ids", sp.Name(), len(step.Seqs), len(step.IDs))
+	}
+	taken := map[int32]bool{}
+	for i, s := range step.Seqs {
+		switch {
+		case s.Tokens != 1 || s.Past < 0 || s.Past >= sp.Capacity:
+			return fmt.Errorf("fake graph %s: sequence %d: %d tokens at %d", sp.Name(), i, s.Tokens, s.Past)
+		case len(s.Blocks) != 1 || s.Blocks[0] < 0 || int(s.Blocks[0]) >= sp.Batch:
+			return fmt.Errorf("fake graph %s: sequence %d: slots %v", sp.Name(), i, s.Blocks)
+		case taken[s.Blocks[0]]:
+			return fmt.Errorf("fake graph %s: two sequences in slot %d", sp.Name(), s.Blocks[0])
+		}
+		taken[s.Blocks[0]] = true
 	}
 	return nil
 }

@@ -17,8 +17,13 @@ type BatchStats struct {
 
 	// Blocks of the KV pool: Used (held by running sequences) + Cached
 	// (prefix cache, no sequence holds them) + Free = Total.
+	// In the static form a block is a sequence's cache in its rung (Total:
+	// MaxSeqs per rung; never cached).
 	BlocksTotal, BlocksUsed, BlocksCached, BlocksFree int
-	BlockTokens                                       int // tokens per block
+	BlockTokens                                       int // tokens per block (paged)
+	// LiveTokens is the positions the running sequences' caches span:
+	// their blocks, or their rungs' capacities (static).
+	LiveTokens int
 	// Prefix cache lookups at admission, in full blocks (a prompt of n
 	// tokens looks up floor((n-1)/Block) blocks) and in prompt tokens
 	// (misses: the prompt tokens that were computed).
@@ -36,7 +41,9 @@ type BatchStats struct {
 	StepTokens    int64 // tokens they carried, prefill and decode
 	PrefillTokens int64 // of which prompt tokens
 
-	Rungs []RungStats // one per ladder rung, smallest first
+	// Rungs are the graphs, one per ladder rung, smallest first; in the
+	// static form one per rung and batch size, rung-major.
+	Rungs []RungStats
 }
 
 // The states of a rung's graph.
@@ -51,6 +58,7 @@ const (
 // RungStats is one rung's graph.
 type RungStats struct {
 	Capacity int
+	Batch    int           // sequences per step (model.GraphSpec.Batch)
 	State    string        // RungIdle, RungQueued, RungCompiling, RungReady or RungFailed
 	Compile  time.Duration // time spent compiling it, both tries when it was retried
 	Tries    int           // compile attempts

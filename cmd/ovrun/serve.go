@@ -13,6 +13,7 @@ import (
 
 	"github.com/ovtoolkit/ovrun/engine"
 	"github.com/ovtoolkit/ovrun/internal/cliutil"
+	"github.com/ovtoolkit/ovrun/model"
 	"github.com/ovtoolkit/ovrun/runtime"
 	"github.com/ovtoolkit/ovrun/serve"
 )
@@ -65,7 +66,14 @@ requests it carried:
 
    ovrun serve --model SmolLM2-135M-Instruct.Q4_1.gguf --max-seqs 16 --max-batch-tokens 512 --prefix-cache 256MiB
 
-Without batching (--batching off, or where graphs are not paged: NPU, GPU,
+On static graphs (NPU, or --attention static) --batching on steps the
+sequences of each rung together through a graph compiled for 1, 2, 4 ..
+--max-seqs sequences, one token each (prompts a token a step); the variant
+the traffic needs next, a larger batch or the next rung, compiles ahead:
+
+   ovrun serve --model SmolLM2-135M-Instruct.Q4_1.gguf --attention static --batching on --max-seqs 8
+
+Without batching (--batching off, or auto where graphs are not paged: NPU, GPU,
 --attention static), each request is a sequence decoding on the --ladder under --policy, its KV
 cache sized to its own context; all sequences share one ladder of compiled
 rungs. The first rung is compiled before the server reports ready, each
@@ -175,6 +183,9 @@ func serveAction(c *cli.Context) error {
 		defer b.Close()
 		eng, warm = traced, b.Warm
 		what = fmt.Sprintf("continuous batching: %d sequences, %d tokens a step", bcfg.MaxSeqs, bcfg.MaxBatchTokens)
+		if bcfg.Attention == model.AttentionStatic {
+			what = fmt.Sprintf("continuous batching on static graphs: %d sequences, one token each a step", bcfg.MaxSeqs)
+		}
 	} else {
 		l, err := runtime.NewCompiledLadder(ectx, comp, runtime.LadderConfig{Ladder: ladder, Policy: policy,
 			Shape: comp.KVShape(), PrefillChunk: prefillChunk(c, comp), Prefill: prefill, KeepRungs: true,

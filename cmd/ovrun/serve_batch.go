@@ -19,13 +19,19 @@ import (
 // batched and the sequential engine, and the batched engine's Prometheus
 // series.
 var (
-	batchingFlag       = &cli.StringFlag{Name: "batching", Value: "auto", Usage: "continuous batching `MODE`: on (every step one inference over all sequences decoding, on paged graphs), off (a sequence per request on the --policy ladder), auto (on where graphs are paged: the CPU with ovrun's extension, unless --policy or --prefill is given)"}
+	batchingFlag       = &cli.StringFlag{Name: "batching", Value: "auto", Usage: "continuous batching `MODE`: on (every step one inference over all sequences decoding: on paged graphs with chunked prompts; on static graphs, NPU or --attention static, a graph per rung and batch size 1, 2, 4 .. --max-seqs, one token per sequence a step), off (a sequence per request on the --policy ladder), auto (on where graphs are paged: the CPU with ovrun's extension, unless --policy or --prefill is given)"}
 	maxBatchTokensFlag = &cli.IntFlag{Name: "max-batch-tokens", Value: 256, Usage: "with batching, `N` tokens per step at most: one for each sequence decoding, the rest prompt chunks of newly admitted ones (at least --max-seqs)"}
 	prefixCacheFlag    = &cli.StringFlag{Name: "prefix-cache", Value: "64MiB", Usage: "with batching, KV `SIZE` of finished requests kept for prompts that start with the same tokens (a system prompt, a chat's history), least recently used out first; 0: none"}
 )
 
 // batchFlags go on ovrun serve.
 var batchFlags = []cli.Flag{batchingFlag, maxBatchTokensFlag, prefixCacheFlag}
+
+// staticGraphs reports whether comp's graphs are all static (the NPU, or
+// --attention static): batching then steps static batched graphs.
+func staticGraphs(comp *ovexec.Compiler) bool {
+	return comp.AttentionFor(0) == model.AttentionStatic && !comp.SharedGraphs()
+}
 
 // useBatching reads --batching: whether serve batches on comp.
 func useBatching(c *cli.Context, comp *ovexec.Compiler) (bool, error) {
@@ -36,12 +42,12 @@ func useBatching(c *cli.Context, comp *ovexec.Compiler) (bool, error) {
 	case "auto":
 		return comp.Paged() && !asked, nil
 	case "on":
-		if !comp.Paged() {
+		if !comp.Paged() && !staticGraphs(comp) {
 			why := "--attention is not paged"
 			if err := comp.PagedUnavailable(); err != nil {
 				why = err.Error()
 			}
-			return false, fmt.Errorf("--batching on needs paged attention (%s): give --batching off, or auto", why)
+			return false, fmt.Errorf("--batching on needs paged attention (%s) or static graphs (--attention static): give --batching off, or auto", why)
 		}
 		if asked {
 			return false, fmt.Errorf("--batching on schedules its own prompts and KV: --policy and --prefill apply with --batching off")
@@ -53,6 +59,9 @@ func useBatching(c *cli.Context, comp *ovexec.Compiler) (bool, error) {
 
 // batchConfig reads the batching flags for comp's graphs.
 func batchConfig(c *cli.Context, comp *ovexec.Compiler, ladder runtime.Ladder) (engine.BatchConfig, error) {
+	if staticGraphs(comp) {
+		return staticBatchConfig(c, comp, ladder)
+	}
 	seqs, tokens := maxSeqsFlag.Get(c), maxBatchTokensFlag.Get(c)
 	if err := cliutil.CheckInt(maxBatchTokensFlag.Name, tokens, seqs, 8192); err != nil {
 		return engine.BatchConfig{}, fmt.Errorf("%w (at least --max-seqs %d, so every sequence decoding advances every step)", err, seqs)
@@ -74,6 +83,29 @@ func batchConfig(c *cli.Context, comp *ovexec.Compiler, ladder runtime.Ladder) (
 	spec := comp.Spec(model.GraphSpec{Capacity: ladder.Max(), Chunk: tokens, Shared: true})
 	return engine.BatchConfig{Ladder: ladder, MaxSeqs: seqs, MaxBatchTokens: tokens, Shape: shape,
 		Attention: spec.Attention, KVPrecision: spec.KVPrecision, PrefixCacheBlocks: int(blocks)}, nil
+}
+
+// staticBatchConfig is batchConfig for static graphs: a cache of each
+// rung's capacity per sequence slot, no prefix cache, one token per
+// sequence a step.
+func staticBatchConfig(c *cli.Context, comp *ovexec.Compiler, ladder runtime.Ladder) (engine.BatchConfig, error) {
+	seqs := maxSeqsFlag.Get(c)
+	for _, f := range []cli.Flag{prefixCacheFlag, maxBatchTokensFlag} {
+		if name := f.Names()[0]; c.IsSet(name) {
+			return engine.BatchConfig{}, fmt.Errorf("--%s applies to paged graphs; static batched graphs take one token per sequence a step and share no prefix", name)
+		}
+	}
+	shape := comp.KVShape()
+	var slots int64
+	for _, cap := range ladder {
+		slots += int64(seqs) * int64(cap)
+	}
+	if err := runtime.CheckMemory("the static batch caches (--max-seqs caches of every rung)", slots*shape.TokenBytes()); err != nil {
+		return engine.BatchConfig{}, err
+	}
+	spec := comp.Spec(model.GraphSpec{Capacity: ladder.Max(), Chunk: 1})
+	return engine.BatchConfig{Ladder: ladder, MaxSeqs: seqs, MaxBatchTokens: seqs, Shape: shape,
+		Attention: model.AttentionStatic, KVPrecision: spec.KVPrecision}, nil
 }
 
 // batchMetrics are the batched engine's Prometheus series: what every step
@@ -159,19 +191,36 @@ func (m *batchMetrics) Collect(ch chan<- prometheus.Metric) {
 		gauge(m.kvBytes, float64(s.KVCommittedBytes), "committed")
 		gauge(m.reserved, float64(s.KVCommittedBytes))
 	}
-	gauge(m.live, float64(s.BlocksUsed*s.BlockTokens)*float64(m.tokenBytes))
+	gauge(m.live, float64(s.LiveTokens)*float64(m.tokenBytes))
 	counter(m.prefix, float64(s.PrefixHitTokens), "hit")
 	counter(m.prefix, float64(s.PrefixMissTokens), "miss")
 	counter(m.evictions, float64(s.PrefixEvictions))
+	// Static graphs compile a variant per batch size: summed per capacity.
 	var secs float64
+	type key struct {
+		capacity int
+		outcome  string
+	}
+	compiles := map[key]int{}
+	var keys []key
 	for _, r := range s.Rungs {
 		secs += r.Compile.Seconds()
+		k := key{r.Capacity, "ok"}
+		n := 1
 		switch r.State {
 		case engine.RungReady:
-			counter(m.compiles, 1, "batch", fmt.Sprint(r.Capacity), "ok")
 		case engine.RungFailed:
-			counter(m.compiles, float64(r.Tries), "batch", fmt.Sprint(r.Capacity), "error")
+			k.outcome, n = "error", r.Tries
+		default:
+			continue
 		}
+		if _, ok := compiles[k]; !ok {
+			keys = append(keys, k)
+		}
+		compiles[k] += n
+	}
+	for _, k := range keys {
+		counter(m.compiles, float64(compiles[k]), "batch", fmt.Sprint(k.capacity), k.outcome)
 	}
 	counter(m.compileS, secs, "batch")
 }

@@ -20,11 +20,23 @@ import (
 // sequences cross the rungs 64 and 128 mid-batch, while a ninth, streamed,
 // is dropped by its client half way. Each answer equals the same request
 // sent alone afterwards (which also reads its prompt's blocks back from the
-// prefix cache), and at the end no KV block is held.
+// prefix cache), and at the end no KV block is held. The static form (the
+// NPU's: a graph per rung and batch size) does the same with its own
+// graphs, sequences moving into the next rung's batch as they grow.
 func TestServeBatchedMatchesAlone(t *testing.T) {
 	g := testenv.SmolLM2(t)
-	_, base, _ := startServe(t, nil, "--model", g, "--precision", "f32", "--ladder", "64,128,256",
-		"--max-seqs", "8", "--max-batch-tokens", "32", "--batching", "on")
+	t.Run("paged", func(t *testing.T) {
+		testServeBatchedMatchesAlone(t, true, "--model", g, "--precision", "f32", "--ladder", "64,128,256",
+			"--max-seqs", "8", "--max-batch-tokens", "32", "--batching", "on")
+	})
+	t.Run("static", func(t *testing.T) {
+		testServeBatchedMatchesAlone(t, false, "--model", g, "--precision", "f32", "--ladder", "64,128,256",
+			"--max-seqs", "8", "--attention", "static", "--batching", "on")
+	})
+}
+
+func testServeBatchedMatchesAlone(t *testing.T, paged bool, args ...string) {
+	_, base, _ := startServe(t, nil, args...)
 	prompts := []string{
 		"The capital of France is", "Write a haiku about the sea:", "List three primary colors:",
 		"Once upon a time, in a land far away, there lived a", "def fibonacci(n):",
@@ -81,12 +93,17 @@ func TestServeBatchedMatchesAlone(t *testing.T) {
 	}
 	m, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	for _, want := range []string{`ovrun_kv_blocks{state="used"} 0`, "ovrun_kv_live_bytes 0", `ovrun_compiles_total{capacity="128",kind="batch",outcome="ok"} 1`} {
+	wants := []string{`ovrun_kv_blocks{state="used"} 0`, "ovrun_kv_live_bytes 0", `ovrun_compiles_total{capacity="128",kind="batch",outcome="ok"} 1`}
+	if !paged { // variants of several batch sizes at the first rung
+		wants = []string{`ovrun_kv_blocks{state="used"} 0`, "ovrun_kv_live_bytes 0", `ovrun_compiles_total{capacity="128",kind="batch",outcome="ok"}`,
+			`ovrun_compiles_total{capacity="64",kind="batch",outcome="ok"} 4`}
+	}
+	for _, want := range wants {
 		if !strings.Contains(string(m), want) {
 			t.Errorf("/metrics lacks %q", want)
 		}
 	}
-	if strings.Contains(string(m), `ovrun_prefix_cache_tokens_total{result="hit"} 0`) {
+	if paged && strings.Contains(string(m), `ovrun_prefix_cache_tokens_total{result="hit"} 0`) {
 		t.Error("the requests sent alone hit nothing in the prefix cache")
 	}
 }
