@@ -8,6 +8,9 @@ later, so no arm always runs first or right after another):
 
   ovrun      bin/ovrun serve --model M --addr 127.0.0.1:PORT --max-seqs N
              --prefix-cache 0|64MiB [--ovrun-args ...]
+  ovrun-rounded  the same with --weights rounded: the weights as GenAI
+             converts the GGUF file (integer zero points), which the CPU
+             plugin's int8 kernels take (not in the default --arms)
   llama.cpp  llama-server -m M --host 127.0.0.1 --port PORT -t T -tb T -np N
              -c N*--ctx-per-slot --jinja --no-webui, prompt caching off
              (--no-cache-prompt --cache-ram 0) or on [--llama-args ...]
@@ -78,7 +81,12 @@ import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-ARMS = ("ovrun", "llama.cpp", "genai")
+ARMS = ("ovrun", "ovrun-rounded", "llama.cpp", "genai")
+# ovrun-rounded is ovrun serve --weights rounded: Q4_1/Q4_K blocks with the
+# float minimum rounded to an integer zero point, the form OpenVINO GenAI
+# converts a GGUF file to (its arm runs that), each weight off by up to half
+# a quantization step. ovrun's default keeps the weights exact.
+OVRUN_ARMS = {"ovrun": [], "ovrun-rounded": ["--weights", "rounded"]}
 TICK = os.sysconf("SC_CLK_TCK")
 
 
@@ -196,9 +204,9 @@ def run_child(cmd, logf):
 
 
 def server_cmd(a, arm, n, port):
-    if arm == "ovrun":
+    if arm in OVRUN_ARMS:
         return [a.ovrun, "serve", "--model", a.model, "--addr", f"127.0.0.1:{port}", "--max-seqs", str(n),
-                "--prefix-cache", "64MiB" if a.prefix_cache == "on" else "0", "--quiet"] + shlex.split(a.ovrun_args)
+                "--prefix-cache", "64MiB" if a.prefix_cache == "on" else "0", "--quiet"] + OVRUN_ARMS[arm] + shlex.split(a.ovrun_args)
     cmd = [a.llama_server, "-m", a.model, "--host", "127.0.0.1", "--port", str(port), "-t", str(a.threads),
            "-tb", str(a.threads), "-np", str(n), "-c", str(n * a.ctx_per_slot), "--jinja", "--no-webui"]
     if a.prefix_cache == "off":
@@ -233,7 +241,7 @@ def run_server_arm(a, arm, n, requests, name):
         proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
     res = {"arm": arm, "command": cmd}
     try:
-        ready = wait_health(base + ("/healthz" if arm == "ovrun" else "/health"), proc, a.ready_timeout)
+        ready = wait_health(base + ("/healthz" if arm in OVRUN_ARMS else "/health"), proc, a.ready_timeout)
         if ready is None:
             raise RuntimeError(f"{arm} did not get ready: " + open(slog).read()[-1500:])
         res["ready_s"] = ready
@@ -353,15 +361,16 @@ def table(a, n, runs):
         cells.append(str(sum(r["errors"] for r in rs)))
         cells.append(f"{sum(r['disturbed'] for r in rs)}/{len(rs)}")
         lines.append("| " + " | ".join(cells) + " |")
-    for peer in ("llama.cpp", "genai"):
-        if "ovrun" not in arms or peer not in arms:
-            continue
-        cells = [f"ovrun / {peer}"]
-        for _, f, _ in cols:
-            ratios = [f(o) / f(p) for o, p in zip(runs["ovrun"], runs[peer]) if f(p)]
-            m = median(ratios)
-            cells.append("" if m is None else f"{m:.2f}")
-        lines.append("| " + " | ".join(cells) + " | | | | | |")
+    for ours in OVRUN_ARMS:
+        for peer in ("llama.cpp", "genai"):
+            if ours not in arms or peer not in arms:
+                continue
+            cells = [f"{ours} / {peer}"]
+            for _, f, _ in cols:
+                ratios = [f(o) / f(p) for o, p in zip(runs[ours], runs[peer]) if f(p)]
+                m = median(ratios)
+                cells.append("" if m is None else f"{m:.2f}")
+            lines.append("| " + " | ".join(cells) + " | | | | | |")
     notes = []
     for arm in arms:
         if any(r.get("tokens_from") for r in runs[arm]):
@@ -381,7 +390,7 @@ def main():
     ap.add_argument("--ovrun", default="bin/ovrun")
     ap.add_argument("--llama-server", default=".cache/llama.cpp/src/build/bin/llama-server")
     ap.add_argument("--genai-python", default=".cache/genai-venv/bin/python")
-    ap.add_argument("--arms", default=",".join(ARMS), help="comma-separated: ovrun, llama.cpp, genai")
+    ap.add_argument("--arms", default="ovrun,llama.cpp,genai", help="comma-separated: " + ", ".join(ARMS))
     ap.add_argument("--clients", default="1,2,4,8,16", help="concurrency levels (= ovrun --max-seqs, llama -np, GenAI max_num_seqs)")
     ap.add_argument("--requests", type=int, help="requests per run (default: --requests-per-client x clients, at least 8)")
     ap.add_argument("--requests-per-client", type=int, default=4)
