@@ -93,10 +93,14 @@ PATCH_SHIMS := patches/dyncast-memo
 patches:
 	@for d in $(PATCH_SHIMS); do $(MAKE) --no-print-directory -C $$d check || exit 1; done
 
+# The packages whose goroutines share state (the batched engine's loop,
+# the server's handlers) run a second time under the race detector.
+RACE_PKGS := ./engine ./serve
+
 unit: build patches $(JAEGER)
 	@mkdir -p $(CACHE)
 	@$(MAKE) --no-print-directory profilers || echo "profilers: could not install perf/valgrind; the profiler tests will skip"
-	OVRUN_JAEGER=$(abspath $(JAEGER)) go test -count=1 ./... 2>&1 | tee $(CACHE)/test.log; status=$${PIPESTATUS[0]}; \
+	export OVRUN_JAEGER=$(abspath $(JAEGER)); { go test -count=1 ./... && go test -race -count=1 $(RACE_PKGS); } 2>&1 | tee $(CACHE)/test.log; status=$${PIPESTATUS[0]}; \
 	echo "== Go test summary =="; grep -E '^(ok|FAIL|--- FAIL|panic)' $(CACHE)/test.log || true; exit $$status
 
 # Every fuzz target, PACKAGE:TARGET, each run for $(FUZZTIME) (about two

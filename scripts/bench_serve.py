@@ -346,7 +346,9 @@ def table(a, n, runs):
             ("TTFT p99 ms", lambda r: r["ttft_p99_s"] * 1e3, "{:.0f}"),
             ("TPOT p50 ms", lambda r: r["tpot_p50_s"] * 1e3, "{:.1f}"),
             ("TPOT p99 ms", lambda r: r["tpot_p99_s"] * 1e3, "{:.1f}"),
-            ("peak RSS MiB", lambda r: r["server_peak_rss_bytes"] / 2**20, "{:.0f}"))
+            ("peak RSS MiB", lambda r: r["server_peak_rss_bytes"] / 2**20, "{:.0f}"),
+            # ovrun's KV pages in memory at their peak (/metrics, sampled by loadtest); peers report none
+            ("peak KV MiB", lambda r: r["peak_kv_reserved_bytes"] / 2**20 if r.get("peak_kv_reserved_bytes") else None, "{:.1f}"))
     arms = [x for x in ARMS if runs.get(x)]
     lines = [f"\n### {n} client{'s' if n > 1 else ''}, {runs[arms[0]][0]['requests']} requests, "
              f"max_tokens {a.max_tokens}, {len(runs[arms[0]])} round(s)\n",
@@ -354,7 +356,7 @@ def table(a, n, runs):
              "|---|" + "---|" * (len(cols) + 5)]
     for arm in arms:
         rs = runs[arm]
-        cells = [arm] + [fmt.format(median(f(r) for r in rs)) for _, f, fmt in cols]
+        cells = [arm] + [fmt.format(m) if (m := median(f(r) for r in rs)) is not None else "" for _, f, fmt in cols]
         cells.append("{:.1f}".format(median(r["tokens"] / max(1, r["requests"] - r["errors"]) for r in rs)))
         cells.append(",".join(map(str, rs[0].get("prompt_tokens", []))))
         cells.append("{:.1f}".format(median(r.get("ready_s") for r in rs)))
@@ -367,7 +369,7 @@ def table(a, n, runs):
                 continue
             cells = [f"{ours} / {peer}"]
             for _, f, _ in cols:
-                ratios = [f(o) / f(p) for o, p in zip(runs[ours], runs[peer]) if f(p)]
+                ratios = [f(o) / f(p) for o, p in zip(runs[ours], runs[peer]) if f(p) and f(o) is not None]
                 m = median(ratios)
                 cells.append("" if m is None else f"{m:.2f}")
             lines.append("| " + " | ".join(cells) + " | | | | | |")
@@ -409,8 +411,15 @@ def main():
     ap.add_argument("--retries", type=int, default=2, help="reruns of a disturbed run")
     ap.add_argument("--ready-timeout", type=float, default=300)
     ap.add_argument("--out", default=".cache/bench/serve")
+    ap.add_argument("--tables", metavar="SUMMARY_JSON", help="print the tables of an earlier run's summary.json and exit")
     a = ap.parse_args()
     os.chdir(ROOT)
+    if a.tables:
+        with open(a.tables) as f:
+            saved = json.load(f)
+        a.max_tokens = saved["args"]["max_tokens"]
+        print("\n".join(table(a, int(n), runs) for n, runs in saved["runs"].items()))
+        return
     arms = [x.strip() for x in a.arms.split(",") if x.strip()]
     for x in arms:
         if x not in ARMS:

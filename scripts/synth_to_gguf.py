@@ -53,6 +53,8 @@ What is not:
     "<|endoftext|>" as a control token at the eos id (or the last id).
     It exists so that both tools accept the file; prompts must be given as
     token ids, and decoded text means nothing.
+  * tokenizer.chat_template is ChatML (CHATML below), written so that chat
+    servers accept the file and render the same prompt text.
   * general.file_type says the dominant matrix type (0 F32, 1 F16, 32 BF16).
 """
 import argparse
@@ -63,6 +65,9 @@ import sys
 
 import numpy as np
 import gguf
+
+CHATML = ("{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}"
+          "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}")
 
 ST_DTYPES = {"F32": np.float32, "F16": np.float16, "BF16": np.uint16}
 FILE_TYPES = {"f32": 0, "f16": 1, "bf16": 32}  # llama.cpp's LLAMA_FTYPE_ALL_F32, MOSTLY_F16, MOSTLY_BF16
@@ -227,6 +232,10 @@ def main():
     if bos is not None:
         w.add_bos_token_id(bos)
         w.add_add_bos_token(False)
+    # A ChatML template, so that servers (ovrun serve, llama-server --jinja,
+    # GenAI's chat pipelines, which refuse a file without one) render chat
+    # requests alike; its markers are plain text in the made-up vocabulary.
+    w.add_chat_template(CHATML)
 
     kinds, changed, total = {}, 0, 0
     for hf in sorted(tensors, key=lambda s: (s.count("."), s)):

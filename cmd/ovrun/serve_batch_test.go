@@ -14,8 +14,8 @@ import (
 	"github.com/ovtoolkit/ovrun/internal/testenv"
 )
 
-// TestServeBatchedMatchesAlone sends eight greedy completions at once to a
-// batched server, joining at different moments with different lengths so
+// TestServeBatchedMatchesAlone sends sixteen greedy completions at once to
+// a batched server, joining at different moments with different lengths so
 // that prompts are chunked beside other sequences' decode steps and
 // sequences cross the rungs 64 and 128 mid-batch, while a ninth, streamed,
 // is dropped by its client half way. Each answer equals the same request
@@ -26,25 +26,28 @@ import (
 func TestServeBatchedMatchesAlone(t *testing.T) {
 	g := testenv.SmolLM2(t)
 	t.Run("paged", func(t *testing.T) {
-		testServeBatchedMatchesAlone(t, true, "--model", g, "--precision", "f32", "--ladder", "64,128,256",
-			"--max-seqs", "8", "--max-batch-tokens", "32", "--batching", "on")
+		testServeBatchedMatchesAlone(t, true, 16, "--model", g, "--precision", "f32", "--ladder", "64,128,256",
+			"--max-seqs", "16", "--max-batch-tokens", "32", "--batching", "on", "--prefix-cache", "256MiB")
 	})
 	t.Run("static", func(t *testing.T) {
-		testServeBatchedMatchesAlone(t, false, "--model", g, "--precision", "f32", "--ladder", "64,128,256",
+		testServeBatchedMatchesAlone(t, false, 8, "--model", g, "--precision", "f32", "--ladder", "64,128,256",
 			"--max-seqs", "8", "--attention", "static", "--batching", "on")
 	})
 }
 
-func testServeBatchedMatchesAlone(t *testing.T, paged bool, args ...string) {
+func testServeBatchedMatchesAlone(t *testing.T, paged bool, n int, args ...string) {
 	_, base, _ := startServe(t, nil, args...)
 	prompts := []string{
 		"The capital of France is", "Write a haiku about the sea:", "List three primary colors:",
 		"Once upon a time, in a land far away, there lived a", "def fibonacci(n):",
 		"The quick brown fox", "Explain gravity to a child in two sentences. Gravity is",
 		strings.Repeat("Count with me: one, two, three, four, five, six. ", 4),
-	}
+		"import numpy as np\n\ndef softmax(x):", "My favourite season is autumn because",
+		"Q: What is two plus two?\nA:", "The three laws of motion are", "Dear diary, today I",
+		"A recipe for pancakes:\n1.", "SELECT name FROM users WHERE", "The history of the printing press",
+	}[:n]
 	complete := func(i int) string {
-		body := fmt.Sprintf(`{"prompt":%q,"max_tokens":%d,"temperature":0}`, prompts[i], 40+15*i)
+		body := fmt.Sprintf(`{"prompt":%q,"max_tokens":%d,"temperature":0}`, prompts[i], 40+13*i)
 		resp, err := http.Post(base+"/v1/completions", "application/json", strings.NewReader(body))
 		if err != nil {
 			t.Error(err)
