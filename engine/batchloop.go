@@ -234,16 +234,7 @@ func (b *Batched) run(v rungView, carry []planned) {
 	for v.exe[k] == nil || b.cfg.Ladder[k] < need { // plan keeps need <= maxReady
 		k++
 	}
-	exe := v.exe[k]
-	start := time.Now()
-	logits, err := exe.StepBatch(step)
-	dur := time.Since(start)
-	if err == nil && len(logits) != len(carry) {
-		err = fmt.Errorf("%d rows of logits for %d sequences", len(logits), len(carry))
-	}
-	if err != nil {
-		err = fmt.Errorf("batch step on graph %s (%d sequences, %d tokens): %w", exe.Spec().Name(), len(carry), len(step.IDs), err)
-	}
+	logits, start, dur, err := infer(v.exe[k], step, len(carry))
 	seqs := make([]*seq, len(carry))
 	for i, c := range carry {
 		seqs[i] = c.s
@@ -259,6 +250,21 @@ func (b *Batched) run(v rungView, carry []planned) {
 		}
 		b.advance(c.s, c.n, logits[i])
 	}
+}
+
+// infer runs step, which carries n sequences, on exe: a logits row per
+// sequence, when the inference started and how long it took.
+func infer(exe runtime.BatchExecutable, step *runtime.BatchStep, n int) ([][]float32, time.Time, time.Duration, error) {
+	start := time.Now()
+	logits, err := exe.StepBatch(step)
+	dur := time.Since(start)
+	if err == nil && len(logits) != n {
+		err = fmt.Errorf("%d rows of logits for %d sequences", len(logits), n)
+	}
+	if err != nil {
+		err = fmt.Errorf("batch step on graph %s (%d sequences, %d tokens): %w", exe.Spec().Name(), n, len(step.IDs), err)
+	}
+	return logits, start, dur, err
 }
 
 // stepDone counts a step and, when the engine has an OnStep, describes it.

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"time"
 
 	"github.com/ovtoolkit/ovrun/model"
 	"github.com/ovtoolkit/ovrun/runtime"
@@ -240,16 +239,7 @@ func (b *Batched) stepRung(v rungView, k int) bool {
 			prefill++
 		}
 	}
-	exe := v.exe[st.variant(k, j)]
-	start := time.Now()
-	logits, err := exe.StepBatch(step)
-	dur := time.Since(start)
-	if err == nil && len(logits) != len(carry) {
-		err = fmt.Errorf("%d rows of logits for %d sequences", len(logits), len(carry))
-	}
-	if err != nil {
-		err = fmt.Errorf("batch step on graph %s (%d sequences): %w", exe.Spec().Name(), len(carry), err)
-	}
+	logits, start, dur, err := infer(v.exe[st.variant(k, j)], step, len(carry))
 	info := b.stepDone(start, dur, r.capacity, carry, len(carry), prefill, err)
 	for i, s := range carry {
 		if err != nil {

@@ -10,7 +10,6 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/ovtoolkit/ovrun/internal/testenv"
 	"github.com/ovtoolkit/ovrun/model"
 	"github.com/ovtoolkit/ovrun/runtime"
 )
@@ -234,16 +233,7 @@ func garbage(kv *runtime.KV, elemBytes int) {
 //
 //	go test ./runtime/ovexec -run '^$' -bench StaticBatchDecode -benchtime 40x
 func BenchmarkStaticBatchDecode(b *testing.B) {
-	ck, err := model.Load(testenv.SmolLM2(b))
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer ck.Close()
-	comp, err := NewCompiler(ck, Options{Device: "CPU"})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer comp.Close()
+	comp := openSmolLM2(b)
 	const capacity, past = 512, 128
 	for _, B := range []int{1, 2, 4, 8} {
 		b.Run(fmt.Sprintf("B=%d", B), func(b *testing.B) {

@@ -115,22 +115,29 @@ func TestBatchedGraphAgrees(t *testing.T) {
 	}
 }
 
+// openSmolLM2 is a compiler of the real SmolLM2 GGUF at the CPU's default
+// precision, closed (with its checkpoint) when tb ends.
+func openSmolLM2(tb testing.TB) *Compiler {
+	ck, err := model.Load(testenv.SmolLM2(tb))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { ck.Close() })
+	comp, err := NewCompiler(ck, Options{Device: "CPU"})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { comp.Close() })
+	return comp
+}
+
 // BenchmarkBatchedDecode times one decode step of S sequences (each 128
 // tokens in) through SmolLM2's batched graph, at the default precision:
 // ns/op is a step, tok/s the step's tokens over its time.
 //
 //	go test ./runtime/ovexec -run '^$' -bench BatchedDecode -benchtime 40x
 func BenchmarkBatchedDecode(b *testing.B) {
-	ck, err := model.Load(testenv.SmolLM2(b))
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer ck.Close()
-	comp, err := NewCompiler(ck, Options{Device: "CPU"})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer comp.Close()
+	comp := openSmolLM2(b)
 	const maxS, past = 16, 128
 	exe, err := comp.Compile(context.Background(), model.GraphSpec{Capacity: 1024, Chunk: 256, Attention: model.AttentionPaged, Shared: true, Batch: maxS})
 	if err != nil {
