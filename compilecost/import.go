@@ -24,19 +24,23 @@ func (p Profile) PredictImport(capacity int) (seconds float64, ok bool) {
 }
 
 // PredictReady returns the predicted time in seconds until the decode graph
-// of a capacity compiled after another graph (every background compile) is
-// ready: its import when cached and the profile measured imports, else its
-// successor compile. imported says which; measured is whether the time was
-// measured at this capacity rather than fitted.
-func (p Profile) PredictReady(capacity int, cached bool) (seconds float64, measured, imported bool) {
+// of a capacity compiled in the background (after another graph, beside
+// decoding) is ready: its import when cached and the profile measured
+// imports, else its background compile (PredictBackground). basis names
+// the figure: "import", or the compile kind's name; measured is whether
+// the time was measured at this capacity rather than fitted.
+func (p Profile) PredictReady(capacity int, cached bool) (seconds float64, measured bool, basis string) {
 	if cached {
 		if s, ok := p.PredictImport(capacity); ok {
-			return s, p.measuredImport(capacity), true
+			return s, p.measuredImport(capacity), BasisImport
 		}
 	}
-	s, m := p.PredictSuccessor(capacity)
-	return s, m, false
+	return p.PredictBackground(capacity)
 }
+
+// BasisImport is PredictReady's basis for a rung imported from a
+// compiled-rung cache.
+const BasisImport = "import"
 
 func (p Profile) measuredImport(capacity int) bool {
 	for _, r := range p.Rungs {

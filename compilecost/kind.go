@@ -25,14 +25,26 @@ type Kind struct {
 	Graph     string // GraphDecode or GraphPrefill
 	Chunk     int    // tokens per call of a prefill graph; 1 for decode
 	Successor bool
+	// UnderDecode (a decode successor only) is the compile as the runtime
+	// makes it in the background: on its compile thread, at its nice
+	// value, while the rung below decodes on the same cores.
+	UnderDecode bool
 }
 
+// UnderDecodeKind is the decode graph compiled beside the decode loop of
+// the rung below: what every background compile of a ladder is.
+var UnderDecodeKind = Kind{Graph: GraphDecode, Chunk: 1, Successor: true, UnderDecode: true}
+
 // String names the kind as the keys of Profile.Fits do: "decode.first",
-// "decode.successor", "prefill64.first", "prefill64.successor".
+// "decode.successor", "decode.under_decode", "prefill64.first",
+// "prefill64.successor".
 func (k Kind) String() string {
 	g := k.Graph
 	if g == GraphPrefill {
 		g = fmt.Sprintf("%s%d", GraphPrefill, k.Chunk)
+	}
+	if k.UnderDecode {
+		return g + ".under_decode"
 	}
 	if k.Successor {
 		return g + ".successor"
@@ -63,6 +75,8 @@ func (r Rung) kindMedian(k Kind) float64 {
 	switch {
 	case k.Graph == GraphDecode && !k.Successor:
 		return r.median()
+	case k.Graph == GraphDecode && k.UnderDecode:
+		return medianOr(r.UnderDecodeMedianS, r.UnderDecodeS)
 	case k.Graph == GraphDecode:
 		return medianOr(r.SuccessorMedianS, r.SuccessorS)
 	}
@@ -100,6 +114,9 @@ func (p Profile) Kinds() []Kind {
 		if medianOr(r.SuccessorMedianS, r.SuccessorS) > 0 {
 			add(Kind{Graph: GraphDecode, Chunk: 1, Successor: true})
 		}
+		if medianOr(r.UnderDecodeMedianS, r.UnderDecodeS) > 0 {
+			add(UnderDecodeKind)
+		}
 		for _, pc := range r.Prefill {
 			if medianOr(pc.FirstMedianS, pc.FirstS) > 0 {
 				add(Kind{Graph: GraphPrefill, Chunk: pc.Chunk})
@@ -110,6 +127,12 @@ func (p Profile) Kinds() []Kind {
 		}
 	}
 	slices.SortStableFunc(out, func(a, b Kind) int {
+		if a.UnderDecode != b.UnderDecode {
+			if b.UnderDecode {
+				return -1
+			}
+			return 1
+		}
 		if a.Graph != b.Graph {
 			if a.Graph == GraphDecode {
 				return -1
@@ -157,7 +180,10 @@ func (p Profile) PredictKind(k Kind, capacity int) (seconds float64, ok bool) {
 	}
 	rungs := p.kindRungs(k)
 	if len(rungs) == 0 {
-		if k.Successor {
+		switch {
+		case k.UnderDecode:
+			return p.PredictKind(Kind{Graph: k.Graph, Chunk: k.Chunk, Successor: true}, capacity)
+		case k.Successor:
 			return p.PredictKind(Kind{Graph: k.Graph, Chunk: k.Chunk}, capacity)
 		}
 		return 0, false
@@ -189,7 +215,8 @@ func (r Rung) validateKinds(bad func(string, ...any) error) error {
 	times := []struct {
 		name string
 		xs   []float64
-	}{{"successor_s", r.SuccessorS}, {"successor_median_s", []float64{r.SuccessorMedianS}}}
+	}{{"successor_s", r.SuccessorS}, {"successor_median_s", []float64{r.SuccessorMedianS}},
+		{"under_decode_s", r.UnderDecodeS}, {"under_decode_median_s", []float64{r.UnderDecodeMedianS}}}
 	seen := map[int]bool{}
 	for i, pc := range r.Prefill {
 		if pc.Chunk < 2 {
@@ -223,7 +250,7 @@ func (r Rung) validateKinds(bad func(string, ...any) error) error {
 
 // measuredAny reports whether the rung holds any compile time of any kind.
 func (r Rung) measuredAny() bool {
-	if len(r.CompileS) > 0 || r.MedianS > 0 || len(r.SuccessorS) > 0 || r.SuccessorMedianS > 0 {
+	if len(r.CompileS) > 0 || r.MedianS > 0 || len(r.SuccessorS) > 0 || r.SuccessorMedianS > 0 || len(r.UnderDecodeS) > 0 {
 		return true
 	}
 	for _, pc := range r.Prefill {
@@ -251,6 +278,7 @@ func (p *Profile) fillKinds() {
 	for i := range p.Rungs {
 		r := &p.Rungs[i]
 		r.SuccessorMedianS = medianOr(r.SuccessorMedianS, r.SuccessorS)
+		r.UnderDecodeMedianS = medianOr(r.UnderDecodeMedianS, r.UnderDecodeS)
 		for j := range r.Prefill {
 			pc := &r.Prefill[j]
 			pc.FirstMedianS = medianOr(pc.FirstMedianS, pc.FirstS)
@@ -278,7 +306,30 @@ func (p *Profile) fillKinds() {
 // else the successor fit, else Predict's first-compile time (a profile
 // without successor kinds).
 func (p Profile) PredictSuccessor(capacity int) (seconds float64, measured bool) {
-	k := Kind{Graph: GraphDecode, Chunk: 1, Successor: true}
+	return p.predictDecode(Kind{Graph: GraphDecode, Chunk: 1, Successor: true}, capacity)
+}
+
+// PredictBackground is the predicted compile time of a capacity's decode
+// graph compiled in the background beside the decode loop of the rung
+// below, as a ladder compiles its later rungs: the under-decode median or
+// fit where the profile measured that kind (ovtrace compile
+// --under-decode), else PredictSuccessor. basis names the figure used:
+// the kind's String, or "decode.first" for a profile of first compiles only.
+func (p Profile) PredictBackground(capacity int) (seconds float64, measured bool, basis string) {
+	for _, k := range []Kind{UnderDecodeKind, {Graph: GraphDecode, Chunk: 1, Successor: true}} {
+		if p.HasKind(k) {
+			s, m := p.predictDecode(k, capacity)
+			return s, m, k.String()
+		}
+	}
+	s, m := p.Predict(capacity)
+	return s, m, Kind{Graph: GraphDecode, Chunk: 1}.String()
+}
+
+// predictDecode is a decode kind's measured median at capacity (measured
+// true), else its fit; Predict's first-compile time when the profile never
+// measured the kind.
+func (p Profile) predictDecode(k Kind, capacity int) (seconds float64, measured bool) {
 	if !p.HasKind(k) {
 		return p.Predict(capacity)
 	}

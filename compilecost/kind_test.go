@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -132,5 +133,57 @@ func TestKindsValidate(t *testing.T) {
 	p.Rungs = append(p.Rungs, Rung{Capacity: 128, SuccessorS: []float64{3}})
 	if err := p.Validate(); err != nil {
 		t.Error(err)
+	}
+}
+
+// TestUnderDecodeKind: a profile with under-decode compiles predicts
+// background compiles from them (measured rungs by their median, others by
+// their fit), names the kind, and falls back to successors, then first
+// compiles, where it has none.
+func TestUnderDecodeKind(t *testing.T) {
+	p := Profile{Model: "m", Device: "CPU", Rungs: []Rung{
+		{Capacity: 64, CompileS: []float64{1}},
+		{Capacity: 128, CompileS: []float64{1.2}, SuccessorS: []float64{0.5}, UnderDecodeS: []float64{1.4, 1.6, 1.5}},
+		{Capacity: 256, CompileS: []float64{1.6}, SuccessorS: []float64{0.7}, UnderDecodeS: []float64{2.5}},
+	}}
+	if err := p.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	p.FillDerived()
+	if got := UnderDecodeKind.String(); got != "decode.under_decode" {
+		t.Fatalf("String() = %q", got)
+	}
+	if !slices.Contains(p.Kinds(), UnderDecodeKind) {
+		t.Fatalf("Kinds() = %v: no under-decode kind", p.Kinds())
+	}
+	if _, ok := p.Fits["decode.under_decode"]; !ok {
+		t.Fatalf("no fit for the under-decode kind: %v", p.Fits)
+	}
+	if s, m, basis := p.PredictReady(128, false); s != 1.5 || !m || basis != "decode.under_decode" {
+		t.Fatalf("PredictReady(128) = %v %v %q, want the under-decode median 1.5, measured", s, m, basis)
+	}
+	if s, m, _ := p.PredictBackground(512); m || s <= 2.5 {
+		t.Fatalf("PredictBackground(512) = %v %v, want the fit past 2.5", s, m)
+	}
+	succ := p
+	succ.Rungs = slices.Clone(p.Rungs)
+	for i := range succ.Rungs {
+		succ.Rungs[i].UnderDecodeS, succ.Rungs[i].UnderDecodeMedianS = nil, 0
+	}
+	succ.Fits = nil
+	if s, _, basis := succ.PredictBackground(128); s != 0.5 || basis != "decode.successor" {
+		t.Fatalf("without under-decode compiles: %v %q, want the successor 0.5", s, basis)
+	}
+	if s, ok := succ.PredictKind(UnderDecodeKind, 128); !ok || s != 0.5 {
+		t.Fatalf("PredictKind(under_decode) without any = %v %v, want the successor's", s, ok)
+	}
+	first := Profile{Model: "m", Device: "CPU", Rungs: []Rung{{Capacity: 64, CompileS: []float64{1}}}}
+	if s, _, basis := first.PredictBackground(64); s != 1 || basis != "decode.first" {
+		t.Fatalf("first compiles only: %v %q", s, basis)
+	}
+	bad := p
+	bad.Rungs = []Rung{{Capacity: 64, CompileS: []float64{1}, UnderDecodeS: []float64{-1}}}
+	if err := bad.Validate(); err == nil {
+		t.Fatal("a negative under-decode time was accepted")
 	}
 }

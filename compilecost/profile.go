@@ -77,6 +77,15 @@ type Rung struct {
 	// SuccessorMedianS is their median.
 	SuccessorS       []float64 `json:"successor_s,omitempty"`
 	SuccessorMedianS float64   `json:"successor_median_s,omitempty"`
+	// UnderDecodeS holds the wall time of each compile of the decode graph
+	// made as the runtime makes its background compiles: on its compile
+	// thread at its nice value, while the rung below it decodes on the
+	// same cores (ovtrace compile --under-decode; not for the first rung),
+	// seconds; UnderDecodeMedianS is their median. UnderDecodeTokensPerS
+	// holds the decode rate of the rung below during each of them.
+	UnderDecodeS          []float64 `json:"under_decode_s,omitempty"`
+	UnderDecodeMedianS    float64   `json:"under_decode_median_s,omitempty"`
+	UnderDecodeTokensPerS []float64 `json:"under_decode_tokens_per_s,omitempty"`
 	// Prefill holds the costs of this capacity's prefill graphs, one per chunk.
 	Prefill []PrefillCost `json:"prefill,omitempty"`
 	// ImportS holds the wall time of importing the decode graph's exported

@@ -291,18 +291,18 @@ func TestPredictImport(t *testing.T) {
 	if s, ok := p.PredictImport(300); !ok || math.Abs(s-0.6) > 1e-9 {
 		t.Errorf("import at 300: %v %v, want the line through the medians (0.6)", s, ok)
 	}
-	if s, _, imported := p.PredictReady(100, true); !imported || s != 0.2 {
-		t.Errorf("a cached rung is ready after its import: %v %v", s, imported)
+	if s, _, basis := p.PredictReady(100, true); basis != BasisImport || s != 0.2 {
+		t.Errorf("a cached rung is ready after its import: %v %v", s, basis)
 	}
-	if s, _, imported := p.PredictReady(100, false); imported || s != 2 {
-		t.Errorf("an uncached rung is ready after its compile: %v %v", s, imported)
+	if s, _, basis := p.PredictReady(100, false); basis == BasisImport || s != 2 {
+		t.Errorf("an uncached rung is ready after its compile: %v %v", s, basis)
 	}
 	old := Profile{Model: "m", Device: "CPU", Rungs: []Rung{{Capacity: 100, CompileS: []float64{2}}}}
 	if _, ok := old.PredictImport(100); ok {
 		t.Error("a profile without imports predicted one")
 	}
-	if s, _, imported := old.PredictReady(100, true); imported || s != 2 {
-		t.Errorf("without imports a cached rung falls back to its compile: %v %v", s, imported)
+	if s, _, basis := old.PredictReady(100, true); basis == BasisImport || s != 2 {
+		t.Errorf("without imports a cached rung falls back to its compile: %v %v", s, basis)
 	}
 	bad := p
 	bad.Rungs = []Rung{{Capacity: 100, CompileS: []float64{2}, ImportS: []float64{math.NaN()}}}

@@ -10,8 +10,20 @@ import (
 // launched, and what actually happened.
 type Budget struct {
 	Capacity   int     `json:"capacity"`
-	PredictedS float64 `json:"predicted_s"`          // T_compile from the profile
+	PredictedS float64 `json:"predicted_s"`          // T_compile predicted at launch: ProfileS x Correction
 	Measured   bool    `json:"measured"`             // the profile measured this capacity (not the fit)
+	// ProfileS is the profile's figure; Basis names it: "import", or the
+	// compile kind ("decode.under_decode" where the profile measured
+	// compiles beside decoding, else "decode.successor" or
+	// "decode.first"). Correction is the factor the runtime applied,
+	// learnt from the compiles of the same basis that finished before
+	// this one launched (the median of actual/profile; 1 before any).
+	ProfileS   float64 `json:"profile_s"`
+	Basis      string  `json:"basis,omitempty"`
+	Correction float64 `json:"correction"`
+	// Error is the prediction's relative error once the rung is ready:
+	// ActualS/PredictedS - 1 (0.25: the compile took 25% longer).
+	Error float64 `json:"error"`
 	WindowS    float64 `json:"window_s"`             // predicted T_decode of the tokens before its boundary
 	Lookahead  int     `json:"lookahead"`            // rungs ahead of the decoding one at launch
 	ActualS    float64 `json:"actual_s"`             // compile time observed
@@ -46,16 +58,38 @@ type Budgeted struct {
 	// Reused, when set, says whether a capacity's decode graph would reuse
 	// one compiled already (Reuser): its budget is then 0.
 	Reused func(capacity int) bool
+	// ratios are actual/profile of the finished compiles, per basis: the
+	// online correction (Correction).
+	ratios map[string][]float64
+}
+
+// prediction is what predict says of a rung.
+type prediction struct {
+	seconds, profile, correction float64
+	measured, reused             bool
+	basis                        string
 }
 
 // predict is the time until capacity's graph is ready: 0 for a reused
-// graph, else PredictReady's.
-func (b *Budgeted) predict(capacity int) (seconds float64, measured, imported, reused bool) {
+// graph, else PredictReady's times the correction learnt for its basis.
+func (b *Budgeted) predict(capacity int) prediction {
 	if b.Reused != nil && b.Reused(capacity) {
-		return 0, false, false, true
+		return prediction{correction: 1, reused: true}
 	}
-	seconds, measured, imported = b.profile.PredictReady(capacity, b.Cached != nil && b.Cached(capacity))
-	return seconds, measured, imported, false
+	s, measured, basis := b.profile.PredictReady(capacity, b.Cached != nil && b.Cached(capacity))
+	c := b.Correction(basis)
+	return prediction{seconds: s * c, profile: s, correction: c, measured: measured, basis: basis}
+}
+
+// Correction is the factor the budgets apply to the profile's figures of
+// a basis: the median of actual/profile over the compiles of that basis
+// that have finished (robust to one outlier, a compile that met a page
+// fault storm), 1 before the first.
+func (b *Budgeted) Correction(basis string) float64 {
+	if r := b.ratios[basis]; len(r) > 0 {
+		return compilecost.Median(r)
+	}
+	return 1
 }
 
 // NewBudgeted is a budgeted one-ahead schedule over profile.
@@ -98,8 +132,8 @@ func (b *Budgeted) Stepped(l Launcher, cur int, st float64, pos int) {
 		caps[i] = l.Capacity(i)
 	}
 	nextCap := caps[cur+1]
-	nextPred, _, _, _ := b.predict(nextCap)
-	pred, _, _, _ := b.predict(caps[two])
+	nextPred := b.predict(nextCap).seconds
+	pred := b.predict(caps[two]).seconds
 	// One ahead, rung two would start when the next rung begins decoding and
 	// would have that rung's whole window.
 	if !ladder.LaunchTwoAhead(caps, cur, st, pred) {
@@ -121,6 +155,15 @@ func (b *Budgeted) Compiled(l Launcher, i int, seconds float64) {
 		return
 	}
 	bu.ActualS = seconds
+	if bu.PredictedS > 0 {
+		bu.Error = seconds/bu.PredictedS - 1
+	}
+	if bu.ProfileS > 0 && seconds > 0 && !bu.Reused {
+		if b.ratios == nil {
+			b.ratios = map[string][]float64{}
+		}
+		b.ratios[bu.Basis] = append(b.ratios[bu.Basis], seconds/bu.ProfileS)
+	}
 	if o := seconds - bu.PredictedS; o > 0 && !bu.Reused { // a reused rung compiles nothing to budget
 		bu.OverrunS = o
 		l.Note("rung %d: compile took %.2f s, %.2f s over its %.2f s budget", bu.Capacity, bu.ActualS, bu.OverrunS, bu.PredictedS)
@@ -130,9 +173,10 @@ func (b *Budgeted) Compiled(l Launcher, i int, seconds float64) {
 // open records the budget of a rung launched lookahead rungs ahead with a
 // predicted decode window (0: not known yet).
 func (b *Budgeted) open(capacity, lookahead int, window float64) {
-	pred, measured, imported, reused := b.predict(capacity)
-	bu := &Budget{Capacity: capacity, PredictedS: pred, Measured: measured, WindowS: window, Lookahead: lookahead, Imported: imported, Reused: reused}
-	if miss := pred - window; window != 0 && miss > 0 {
+	p := b.predict(capacity)
+	bu := &Budget{Capacity: capacity, PredictedS: p.seconds, Measured: p.measured, WindowS: window, Lookahead: lookahead,
+		Imported: p.basis == compilecost.BasisImport, Reused: p.reused, ProfileS: p.profile, Basis: p.basis, Correction: p.correction}
+	if miss := p.seconds - window; window != 0 && miss > 0 {
 		bu.MissedS = miss
 	}
 	if b.byCap[capacity] == nil {

@@ -42,9 +42,6 @@ func MeasureContention(ctx context.Context, comp Compiler, shape KVShape, cfg Co
 	if cfg.Steps < 1 {
 		return nil, fmt.Errorf("decode steps must be at least 1, got %d", cfg.Steps)
 	}
-	if cfg.Capacity < 2 {
-		return nil, fmt.Errorf("capacity must be at least 2, got %d", cfg.Capacity)
-	}
 	goruntime.LockOSThread()
 	defer goruntime.UnlockOSThread()
 	if len(cfg.DecodeCPUs) > 0 {
@@ -52,39 +49,12 @@ func MeasureContention(ctx context.Context, comp Compiler, shape KVShape, cfg Co
 			return nil, err
 		}
 	}
-	exe, err := comp.Compile(ctx, model.GraphSpec{Capacity: cfg.Capacity, Chunk: 1})
+	step, done, err := decodeLoop(ctx, comp, shape, cfg.Capacity)
 	if err != nil {
 		return nil, err
 	}
-	defer exe.Close()
-	buf, kv, err := AllocFullView(shape, cfg.Capacity)
-	if err != nil {
-		return nil, err
-	}
-	defer buf.Free()
-	if err := exe.Bind(kv); err != nil {
-		return nil, err
-	}
-	// Decode cycles through the second half of the cache so every step
-	// attends over a realistic, constant amount of past.
-	pos := cfg.Capacity / 2
-	step := func() error {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		if pos >= cfg.Capacity {
-			pos = cfg.Capacity / 2
-		}
-		_, err := exe.Step([]int64{1}, pos)
-		pos++
-		return err
-	}
+	defer done()
 	res := &ContentionResult{}
-	for i := 0; i < 8; i++ { // warm-up
-		if err := step(); err != nil {
-			return nil, err
-		}
-	}
 	t0 := time.Now()
 	for i := 0; i < cfg.Steps; i++ {
 		if err := step(); err != nil {
@@ -109,6 +79,89 @@ func MeasureContention(ctx context.Context, comp Compiler, shape KVShape, cfg Co
 	}
 	res.CompileAloneS = solo.seconds()
 
+	under, err := compileBeside(sch, spec, step)
+	if err != nil {
+		return nil, err
+	}
+	res.CompileUnderDecodeS = under.CompileS
+	res.StepsUnderCompile = under.Steps
+	if res.CompileAloneS <= 0 {
+		return nil, fmt.Errorf("the %v s compile took no measurable time", res.CompileAloneS)
+	}
+	res.UnderCompileTokensPer = under.TokensPerS
+	res.DecodeSlowdownPct = 100 * (1 - res.UnderCompileTokensPer/res.AloneTokensPerS)
+	res.CompileSlowdownPct = 100 * (res.CompileUnderDecodeS/res.CompileAloneS - 1)
+	return res, nil
+}
+
+// UnderDecode is one compile made beside a decode loop.
+type UnderDecode struct {
+	CompileS   float64 // the compile's wall time, as the ladder times it
+	Steps      int     // decode steps that finished while it ran
+	TokensPerS float64 // their rate
+}
+
+// MeasureCompileUnderDecode compiles spec as a ladder compiles its next
+// rung: on the background compile thread (with bg's affinity and nice
+// value) while the decode graph of decodeCapacity steps continuously on
+// this thread, cycling through the second half of its cache. The decode
+// graph is compiled and warmed up first, untimed.
+func MeasureCompileUnderDecode(ctx context.Context, comp Compiler, shape KVShape, decodeCapacity int, spec model.GraphSpec, bg BackgroundOptions) (*UnderDecode, error) {
+	goruntime.LockOSThread()
+	defer goruntime.UnlockOSThread()
+	step, done, err := decodeLoop(ctx, comp, shape, decodeCapacity)
+	if err != nil {
+		return nil, err
+	}
+	defer done()
+	return compileBeside(newCompileWorker(ctx, comp, bg, time.Now), spec, step)
+}
+
+// decodeLoop compiles the decode graph of capacity, binds it a cache and
+// warms it up: step runs one decode step, cycling through the second half
+// of the cache so that every step attends over a realistic, constant
+// amount of past; done frees the graph and the cache.
+func decodeLoop(ctx context.Context, comp Compiler, shape KVShape, capacity int) (step func() error, done func(), err error) {
+	if capacity < 2 {
+		return nil, nil, fmt.Errorf("capacity must be at least 2, got %d", capacity)
+	}
+	exe, err := comp.Compile(ctx, model.GraphSpec{Capacity: capacity, Chunk: 1})
+	if err != nil {
+		return nil, nil, err
+	}
+	buf, kv, err := AllocFullView(shape, capacity)
+	if err != nil {
+		return nil, nil, errors.Join(err, exe.Close())
+	}
+	done = func() { exe.Close(); buf.Free() } // the graph first: it has the cache bound
+	if err := exe.Bind(kv); err != nil {
+		done()
+		return nil, nil, err
+	}
+	pos := capacity / 2
+	step = func() error {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if pos >= capacity {
+			pos = capacity / 2
+		}
+		_, err := exe.Step([]int64{1}, pos)
+		pos++
+		return err
+	}
+	for i := 0; i < 8; i++ { // warm-up
+		if err := step(); err != nil {
+			done()
+			return nil, nil, err
+		}
+	}
+	return step, done, nil
+}
+
+// compileBeside compiles spec on sch's background thread while step runs
+// on this one, then closes sch.
+func compileBeside(sch *compileWorker, spec model.GraphSpec, step func() error) (*UnderDecode, error) {
 	under := sch.background(spec)
 	<-under.startedCh()
 	t1 := time.Now()
@@ -124,13 +177,8 @@ func MeasureContention(ctx context.Context, comp Compiler, shape KVShape, cfg Co
 	if err := errors.Join(under.err, sch.close(), sch.threadError()); err != nil {
 		return nil, err
 	}
-	res.CompileUnderDecodeS = under.seconds()
-	res.StepsUnderCompile = n
-	if n == 0 || el <= 0 || res.CompileAloneS <= 0 {
-		return nil, fmt.Errorf("no decode step finished during the %.2f s compile", res.CompileUnderDecodeS)
+	if n == 0 || el <= 0 {
+		return nil, fmt.Errorf("no decode step finished during the %.2f s compile", under.seconds())
 	}
-	res.UnderCompileTokensPer = float64(n) / el
-	res.DecodeSlowdownPct = 100 * (1 - res.UnderCompileTokensPer/res.AloneTokensPerS)
-	res.CompileSlowdownPct = 100 * (res.CompileUnderDecodeS/res.CompileAloneS - 1)
-	return res, nil
+	return &UnderDecode{CompileS: under.seconds(), Steps: n, TokensPerS: float64(n) / el}, nil
 }

@@ -142,3 +142,43 @@ func TestBudgetOfReusedRungIsZero(t *testing.T) {
 		t.Errorf("notes %q; a reused rung needs no early launch and never overruns", l.notes)
 	}
 }
+
+// TestBudgetsCorrectOnline: the first background compile takes 2.5x the
+// profile's under-decode figure; the next rung's budget is the profile's
+// figure times that ratio, and a third learns from the median of both.
+// Each budget reports its basis, the profile's figure, the correction it
+// used and its error once compiled.
+func TestBudgetsCorrectOnline(t *testing.T) {
+	prof := &compilecost.Profile{Model: "m", Device: "CPU", Rungs: []compilecost.Rung{
+		{Capacity: 32, CompileS: []float64{1}},
+		{Capacity: 64, CompileS: []float64{1}, SuccessorS: []float64{0.2}, UnderDecodeS: []float64{0.4}},
+		{Capacity: 128, CompileS: []float64{1}, SuccessorS: []float64{0.3}, UnderDecodeS: []float64{0.6}},
+		{Capacity: 256, CompileS: []float64{1}, SuccessorS: []float64{0.4}, UnderDecodeS: []float64{0.8}},
+	}}
+	b := NewBudgeted(prof)
+	l := &fakeLauncher{caps: []int{32, 64, 128, 256}}
+	near := func(a, b float64) bool { return a-b < 1e-9 && b-a < 1e-9 }
+	b.Bound(l, 0)
+	if bu := b.Budgets()[0]; bu.Basis != "decode.under_decode" || !near(bu.PredictedS, 0.4) || bu.Correction != 1 {
+		t.Fatalf("first budget %+v: want the under-decode 0.4 s, uncorrected", bu)
+	}
+	b.Compiled(l, 1, 1.0) // 2.5x the profile
+	if bu := b.Budgets()[0]; !near(bu.Error, 1.5) {
+		t.Fatalf("error %v, want 1.5 (2.5x the prediction)", bu.Error)
+	}
+	b.Bound(l, 1)
+	if bu := b.Budgets()[1]; !near(bu.Correction, 2.5) || !near(bu.ProfileS, 0.6) || !near(bu.PredictedS, 1.5) {
+		t.Fatalf("second budget %+v: want 0.6 s x 2.5 = 1.5 s", bu)
+	}
+	b.Compiled(l, 2, 1.2) // 2x the profile: predicted 1.5, error -0.2
+	if bu := b.Budgets()[1]; !near(bu.Error, -0.2) {
+		t.Fatalf("second error %v, want -0.2", bu.Error)
+	}
+	b.Bound(l, 2)
+	if bu := b.Budgets()[2]; !near(bu.Correction, 2.25) || !near(bu.PredictedS, 0.8*2.25) {
+		t.Fatalf("third budget %+v: want the median ratio 2.25", bu)
+	}
+	if c := b.Correction(compilecost.BasisImport); c != 1 {
+		t.Fatalf("imports learnt %v from compiles", c)
+	}
+}

@@ -189,3 +189,109 @@ func TestHugePagesMismatch(t *testing.T) {
 		}
 	}
 }
+
+// TestCompileCostUnderDecode: ovtrace compile --under-decode measures every
+// rung but the first as the runtime compiles it in the background (beside
+// the rung below decoding), on static graphs (--attention static, the NPU's
+// form); ovrun run --compile-cost budgets with those figures and corrects
+// them online: a budget opened after earlier compiles finished is the
+// profile's figure times the median of their actual/profile ratios, and
+// every compiled budget reports its error.
+func TestCompileCostUnderDecode(t *testing.T) {
+	tiny := testenv.Synth(t, "tiny", "F32")
+	dir := t.TempDir()
+	ovtrace := filepath.Join(dir, "ovtrace")
+	if out, err := exec.Command("go", "build", "-o", ovtrace, "../ovtrace").CombinedOutput(); err != nil {
+		t.Fatalf("build ovtrace: %v\n%s", err, out)
+	}
+	ladder := "32,64,128,256,512"
+	cost := filepath.Join(dir, "cost.json")
+	if out, err := exec.Command(ovtrace, "compile", "--model", tiny, "--attention", "static", "--ladder", ladder, "--reps", "1",
+		"--under-decode", "--prefill-chunk", "0", "--precision", "f32", "--json", cost, "--quiet").CombinedOutput(); err != nil {
+		t.Fatalf("ovtrace compile: %v\n%s", err, out)
+	}
+	prof, err := compilecost.Load(cost)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if prof.Attention != "static" {
+		t.Fatalf("profile attention %q, want static", prof.Attention)
+	}
+	for _, r := range prof.Rungs {
+		first := r.Capacity == 32
+		if first != (len(r.UnderDecodeS) == 0) || first != (len(r.UnderDecodeTokensPerS) == 0) {
+			t.Fatalf("rung %d: under_decode_s %v, tokens/s %v: want them for every rung but the first", r.Capacity, r.UnderDecodeS, r.UnderDecodeTokensPerS)
+		}
+		if !first && (r.UnderDecodeMedianS <= 0 || r.UnderDecodeTokensPerS[0] <= 0) {
+			t.Fatalf("rung %d: under-decode median %v, decode %v tok/s", r.Capacity, r.UnderDecodeMedianS, r.UnderDecodeTokensPerS)
+		}
+	}
+	if _, ok := prof.Fits[compilecost.UnderDecodeKind.String()]; !ok {
+		t.Fatalf("fits %v: none for the under-decode kind", prof.Fits)
+	}
+
+	js := filepath.Join(dir, "run.json")
+	if _, stderr, code := ovrun(t, nil, "run", "--model", tiny, "--attention", "static", "--graph-per-rung", "--ladder", ladder,
+		"--prompt-tokens", "8", "--decode-tokens", "480", "--precision", "f32", "--compile-cost", cost, "--json", js, "-q"); code != 0 {
+		t.Fatalf("ovrun run: exit %d: %s", code, stderr)
+	}
+	s := readSummary(t, js)
+	if len(s.Budgets) != 4 {
+		t.Fatalf("budgets %+v, want one per successor rung", s.Budgets)
+	}
+	corrected := 0
+	for _, b := range s.Budgets {
+		if b.Basis != compilecost.UnderDecodeKind.String() || b.ProfileS <= 0 || b.ActualS <= 0 {
+			t.Fatalf("budget %+v: want the under-decode figure and an actual compile", b)
+		}
+		if want := b.ProfileS * b.Correction; math.Abs(b.PredictedS-want) > 1e-9 {
+			t.Fatalf("budget %+v: predicted %v, want profile x correction %v", b, b.PredictedS, want)
+		}
+		if want := b.ActualS/b.PredictedS - 1; math.Abs(b.Error-want) > 1e-9 {
+			t.Fatalf("budget %+v: error %v, want %v", b, b.Error, want)
+		}
+		if b.Correction != 1 {
+			corrected++
+		}
+	}
+	if corrected == 0 {
+		t.Fatalf("budgets %+v: none corrected from the compiles before it", s.Budgets)
+	}
+	// The last rung launched once some below it had compiled: its
+	// correction is the median ratio of those (a prefix in launch order).
+	last := s.Budgets[len(s.Budgets)-1]
+	var ratios []float64
+	learnt := false
+	for _, b := range s.Budgets[:len(s.Budgets)-1] {
+		ratios = append(ratios, b.ActualS/b.ProfileS)
+		learnt = learnt || math.Abs(last.Correction-compilecost.Median(ratios)) < 1e-9
+	}
+	if !learnt {
+		t.Fatalf("last budget %+v: correction %v is the median of no prefix of %v", last, last.Correction, ratios)
+	}
+
+	// compile-once refuses an under-decode measurement it cannot make.
+	out, err := exec.Command(ovtrace, "compile-once", "--model", tiny, "--capacity", "64", "--under-decode").CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "--after CAPACITY:1") || strings.Count(strings.TrimSpace(string(out)), "\n") > 0 {
+		t.Fatalf("compile-once --under-decode without --after: %v\n%s", err, out)
+	}
+}
+
+func TestAttentionMismatch(t *testing.T) {
+	for _, c := range []struct {
+		profile string
+		run     []string
+		want    string
+	}{
+		{"", []string{"paged"}, ""}, // an older profile says nothing
+		{"static", []string{"static", "static"}, ""},
+		{"static, bounded", []string{"static", "bounded"}, ""},
+		{"static", []string{"paged"}, "measured static graphs and this run compiles paged ones"},
+		{"paged", []string{"static", "static"}, "ovtrace compile --attention static"},
+	} {
+		got := attentionMismatch("cost.json", &compilecost.Profile{Attention: c.profile}, c.run)
+		if (c.want == "") != (got == "") || !strings.Contains(got, c.want) {
+			t.Errorf("profile %q, run %v: %q, want %q", c.profile, c.run, got, c.want)
+		}
+	}
+}

@@ -75,6 +75,7 @@ func printSummary(w io.Writer, s *runtime.Summary) {
 		fmt.Fprintf(tw, "%d\t%.2f\t%s\t%s\t%.3f\t%.3f\t%s\t%.1f\t\n", r.Capacity, r.CompileS, when, ready, r.WaitS, r.MigrateS, steps, r.TokensPerS)
 	}
 	tw.Flush()
+	printBudgets(w, s.Budgets)
 	for _, b := range s.Boundaries {
 		if b.Verified {
 			fmt.Fprintf(w, "boundary %d->%d at step %d: top-1 %v, cosine %.7f\n", b.From, b.To, b.Step, b.Top1OK, b.Cosine)
@@ -86,6 +87,32 @@ func printSummary(w io.Writer, s *runtime.Summary) {
 	if s.Error != "" {
 		fmt.Fprintln(w, "error:", s.Error)
 	}
+}
+
+// printBudgets is the --compile-cost budgets: per rung the profile's
+// figure and its basis, the correction learnt from earlier compiles, the
+// prediction, the actual compile and the prediction's error.
+func printBudgets(w io.Writer, budgets []runtime.Budget) {
+	if len(budgets) == 0 {
+		return
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "budget	basis	profile s	correction	predicted s	actual s	error	window s	")
+	for _, b := range budgets {
+		basis := b.Basis
+		if b.Reused {
+			basis = "reused"
+		}
+		actual, errPct := "-", "-"
+		if b.ActualS > 0 {
+			actual = fmt.Sprintf("%.2f", b.ActualS)
+			if b.PredictedS > 0 {
+				errPct = fmt.Sprintf("%+.0f%%", 100*b.Error)
+			}
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%.2f\t%.2f\t%.2f\t%s\t%s\t%.2f\t\n", b.Capacity, basis, b.ProfileS, b.Correction, b.PredictedS, actual, errPct, b.WindowS)
+	}
+	tw.Flush()
 }
 
 // mib formats bytes in MiB, or KiB below one MiB.

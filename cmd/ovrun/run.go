@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 	"github.com/ovtoolkit/ovrun/engine"
 	"github.com/ovtoolkit/ovrun/internal/cliutil"
 	"github.com/ovtoolkit/ovrun/internal/hugepages"
+	"github.com/ovtoolkit/ovrun/model"
 	"github.com/ovtoolkit/ovrun/runtime"
 )
 
@@ -171,6 +173,13 @@ func runAction(c *cli.Context) error {
 		if note := hugePagesMismatch(p, cfg.CompileCost, hugepages.On()); note != "" {
 			fmt.Fprintln(c.App.ErrWriter, "ovrun: note:", note)
 		}
+		var forms []string
+		for _, capacity := range ladder {
+			forms = append(forms, string(comp.Spec(model.GraphSpec{Capacity: capacity, Chunk: 1}).Attention))
+		}
+		if note := attentionMismatch(p, cfg.CompileCost, forms); note != "" {
+			fmt.Fprintln(c.App.ErrWriter, "ovrun: note:", note)
+		}
 	}
 	prog := newProgress(quietFlag.Get(c))
 	cfg.Progress = prog.update
@@ -209,6 +218,25 @@ func runAction(c *cli.Context) error {
 // may use, in ranges that run forwards.
 func parseCPUList(c *cli.Context, flag *cli.StringFlag) ([]int, error) {
 	return runtime.ParseCPUList(flag.Name, flag.Get(c))
+}
+
+// attentionMismatch is a note where the compile-cost profile at path
+// measured graphs of another attention form than this run's decode graphs
+// (forms, one per rung): a static graph compiles differently from a paged
+// one, so the budgets would predict the wrong graphs. "" when they match or
+// the profile does not say.
+func attentionMismatch(path string, p *compilecost.Profile, forms []string) string {
+	if p.Attention == "" {
+		return ""
+	}
+	measured := strings.Split(p.Attention, ", ")
+	for _, f := range forms {
+		if !slices.Contains(measured, f) {
+			return fmt.Sprintf("%s measured %s graphs and this run compiles %s ones: its budgets predict other graphs (measure with ovtrace compile --attention %s)",
+				path, p.Attention, f, f)
+		}
+	}
+	return ""
 }
 
 // hugePagesMismatch is a note where the compile-cost profile at path was

@@ -13,6 +13,7 @@ import (
 	"github.com/ovtoolkit/ovrun/internal/abtest"
 	"github.com/ovtoolkit/ovrun/internal/cliutil"
 	"github.com/ovtoolkit/ovrun/ladder"
+	"github.com/ovtoolkit/ovrun/model"
 )
 
 // Flags shared by the commands that compile.
@@ -23,12 +24,13 @@ var (
 	deviceFlag    = cliutil.DeviceFlag()
 	precisionFlag = cliutil.PrecisionFlag()
 	propFlag      = cliutil.PropFlag()
+	attentionFlag = &cli.StringFlag{Name: "attention", Value: string(model.AttentionAuto), Usage: "`FORM` of attention of the measured graphs, as ovrun's --attention: auto (what ovrun compiles on this device: paged on the CPU with ovrun's extension), static (every shape fixed, as an NPU needs: measure this for ovrun --attention static or --graph-per-rung budgets), bounded or paged"}
 	jsonFlag      = &cli.StringFlag{Name: "json", Usage: "write the machine-readable result to `FILE`"}
 	quietFlag     = cliutil.QuietFlag()
 )
 
 func compileFlags() []cli.Flag {
-	return []cli.Flag{modelFlag, chunkFlag, deviceFlag, precisionFlag, propFlag}
+	return []cli.Flag{modelFlag, chunkFlag, deviceFlag, precisionFlag, propFlag, attentionFlag}
 }
 
 // maxCapacity is the largest capacity accepted.
@@ -62,6 +64,13 @@ func onceConfig(c *cli.Context, capacity int) (abtest.OnceConfig, error) {
 	var err error
 	if cfg.Precision, err = cliutil.ParsePrecision(precisionFlag.Get(c)); err != nil {
 		return cfg, err
+	}
+	a, err := model.ParseAttention(attentionFlag.Get(c))
+	if err != nil {
+		return cfg, fmt.Errorf("--attention: %w", err)
+	}
+	if a != model.AttentionAuto {
+		cfg.Attention = a
 	}
 	cfg.Props, err = cliutil.ParseProps(propFlag.Get(c))
 	return cfg, err

@@ -25,6 +25,7 @@ var (
 	compilePrefillChunkFlag = &cli.IntFlag{Name: "prefill-chunk", Value: runtime.DefaultPrefillChunk, Usage: "also measure the prefill graph of `N` tokens per call at every capacity of at least N (0: decode graphs only; when not given, 512 where the graphs attend paged, as ovrun's do)"}
 	measureImportFlag       = &cli.BoolFlag{Name: "import", Value: true, Usage: "also export every decode graph compiled first and import it back in the same process, timing both: what a compiled-rung cache (ovrun --cache-dir) hit costs instead of the compile"}
 	successorsFlag          = &cli.BoolFlag{Name: "successors", Value: true, Usage: "also measure every graph compiled after its predecessor in the same process (the runtime's order), not only first in a fresh process"}
+	underDecodeFlag         = &cli.BoolFlag{Name: "under-decode", Usage: "also measure every decode rung but the first as ovrun compiles it in the background: on the runtime's compile thread at --compile-nice, while the rung below decodes on the same cores (what ovrun run --compile-cost then budgets with)"}
 )
 
 var compileCommand = &cli.Command{
@@ -44,7 +45,16 @@ graph the runtime compiles before it, held in the same process (a decode
 rung after the rung below it, the first rung after its prefill graph, a
 prefill graph after its capacity's decode graph). The two differ: an NPU
 pays one-time set-up in the first compile, a CPU pays for faulting in fresh
-memory in later ones.
+memory in later ones. With --under-decode it also measures each decode rung
+but the first as ovrun compiles it in production: through the runtime, on
+its background compile thread at --compile-nice, while the rung below
+decodes on the same cores (under_decode_s[], with the decode rate meanwhile
+in under_decode_tokens_per_s[]); ovrun's budgets then use those figures and
+correct them online from each compile that finishes. --attention static
+measures the graphs of ovrun --attention static (the NPU's form):
+
+   ovtrace compile --model SmolLM2-135M-Instruct.Q4_1.gguf --attention static --ladder 64,128,256,512 --reps 3 --under-decode --json cost.json
+   ovrun run --model SmolLM2-135M-Instruct.Q4_1.gguf --attention static --ladder 64,128,256,512 --compile-cost cost.json --json run.json
 
 --json writes the compile-cost profile (cost.json: model, device,
 openvino_version, huge_pages, rungs[{capacity, compile_s[], compile_cpu_s[], median_s,
@@ -66,6 +76,8 @@ for the rungs that are cached.`,
 		repsFlag,
 		compilePrefillChunkFlag,
 		successorsFlag,
+		underDecodeFlag,
+		compileNiceFlag,
 		measureImportFlag,
 		jsonFlag, quietFlag,
 	),
@@ -85,6 +97,12 @@ func compileKinds(c *cli.Context) ([]compilecost.Kind, error) {
 	var kinds []compilecost.Kind
 	if successorsFlag.Get(c) {
 		kinds = append(kinds, compilecost.Kind{Graph: compilecost.GraphDecode, Chunk: 1, Successor: true})
+	}
+	if underDecodeFlag.Get(c) {
+		if err := runtime.CheckNice(compileNiceFlag.Name, compileNiceFlag.Get(c)); err != nil {
+			return nil, err
+		}
+		kinds = append(kinds, compilecost.UnderDecodeKind)
 	}
 	if chunk > 1 {
 		kinds = append(kinds, compilecost.Kind{Graph: compilecost.GraphPrefill, Chunk: chunk})
@@ -154,6 +172,7 @@ func compileAction(c *cli.Context) error {
 		run := func(ctx context.Context, capacity int, k compilecost.Kind, after []model.GraphSpec) (*abtest.Measurement, error) {
 			once := cfg
 			once.Capacity, once.Chunk, once.After = capacity, k.Chunk, after
+			once.UnderDecode, once.CompileNice = k.UnderDecode, compileNiceFlag.Get(c)
 			return runOnce(ctx, once, abtest.Variant{})
 		}
 		err = abtest.SweepKinds(c.Context, sweep, prof, kinds, chunk, run, func(p abtest.KindsSweepProgress) {

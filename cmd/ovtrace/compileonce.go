@@ -15,6 +15,7 @@ import (
 
 	"github.com/ovtoolkit/ovrun/internal/abtest"
 	"github.com/ovtoolkit/ovrun/internal/childproc"
+	"github.com/ovtoolkit/ovrun/runtime"
 )
 
 const compileOnceName = "compile-once"
@@ -28,6 +29,8 @@ var (
 	exportHashFlag   = &cli.BoolFlag{Name: "export-hash", Usage: "after measuring, export the compiled model and print the SHA-256 of its bytes"}
 	importFlag       = &cli.BoolFlag{Name: "import", Usage: "after measuring, export the compiled model and import it back, timing both (import_s, export_s)"}
 	afterFlag        = &cli.StringFlag{Name: "after", Usage: "compile these graphs first, untimed (`CAPACITY:CHUNK`, comma-separated): the measured compile is a successor"}
+	onceUnderDecode  = &cli.BoolFlag{Name: "under-decode", Usage: "with --after CAPACITY:1, compile the measured graph as ovrun compiles its next rung: through the runtime, on its background compile thread at --compile-nice, while the --after decode graph decodes on this process's main thread"}
+	compileNiceFlag  = &cli.IntFlag{Name: "compile-nice", Value: runtime.MaxNice, Usage: "with --under-decode, the nice value `N` of the compile thread (ovrun's background compiles: 19)"}
 )
 
 var compileOnceCommand = &cli.Command{
@@ -41,6 +44,8 @@ var compileOnceCommand = &cli.Command{
 		exportHashFlag,
 		importFlag,
 		afterFlag,
+		onceUnderDecode,
+		compileNiceFlag,
 	),
 	Action: func(c *cli.Context) error {
 		cfg, err := onceConfig(c, capacityFlag.Get(c))
@@ -57,6 +62,15 @@ var compileOnceCommand = &cli.Command{
 		cfg.Import = importFlag.Get(c)
 		if cfg.After, err = abtest.ParseSpecs(afterFlag.Get(c), maxCapacity); err != nil {
 			return fmt.Errorf("--after: %w", err)
+		}
+		if cfg.UnderDecode = onceUnderDecode.Get(c); cfg.UnderDecode {
+			if len(cfg.After) != 1 || cfg.After[0].Chunk != 1 || cfg.Chunk != 1 {
+				return fmt.Errorf("--under-decode measures a decode graph after one decode graph: want --chunk 1 and --after CAPACITY:1")
+			}
+			if err := runtime.CheckNice(compileNiceFlag.Name, compileNiceFlag.Get(c)); err != nil {
+				return err
+			}
+			cfg.CompileNice = compileNiceFlag.Get(c)
 		}
 		m, err := abtest.MeasureCompile(c.Context, cfg)
 		if err != nil {
@@ -78,6 +92,12 @@ func onceArgs(cfg abtest.OnceConfig, v abtest.Variant) []string {
 		"--chunk", fmt.Sprint(max(cfg.Chunk, 1)), "--device", cmp.Or(cfg.Device, "CPU")}
 	if cfg.Precision != "" {
 		args = append(args, "--precision", cfg.Precision)
+	}
+	if cfg.Attention != "" {
+		args = append(args, "--attention", string(cfg.Attention))
+	}
+	if cfg.UnderDecode {
+		args = append(args, "--under-decode", "--compile-nice", fmt.Sprint(cfg.CompileNice))
 	}
 	props := maps.Clone(cfg.Props)
 	if props == nil {

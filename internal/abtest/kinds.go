@@ -18,7 +18,8 @@ type KindCompileFunc func(ctx context.Context, capacity int, k compilecost.Kind,
 
 // Predecessors are the graphs the runtime has compiled, and holds, when it
 // compiles kind k at ladder[i] as a successor: for a decode graph the rung
-// below it, or for the first rung the prefill graph of chunk prefillChunk
+// below it (also for an under-decode compile, which it decodes beside), or
+// for the first rung the prefill graph of chunk prefillChunk
 // (--prefill graph compiles it first; none when prefillChunk <= 1 or above
 // the capacity); for a
 // prefill graph the decode graph of its capacity (--prefill auto compiles
@@ -26,6 +27,10 @@ type KindCompileFunc func(ctx context.Context, capacity int, k compilecost.Kind,
 func Predecessors(ladder []int, i int, k compilecost.Kind, prefillChunk int) []model.GraphSpec {
 	switch {
 	case !k.Successor:
+		return nil
+	case k.UnderDecode && i > 0:
+		return []model.GraphSpec{{Capacity: ladder[i-1], Chunk: 1}}
+	case k.UnderDecode: // the first rung compiles before anything decodes
 		return nil
 	case k.Graph == compilecost.GraphPrefill:
 		return []model.GraphSpec{{Capacity: ladder[i], Chunk: 1}}
@@ -140,6 +145,12 @@ func addKind(p *compilecost.Profile, capacity int, k compilecost.Kind, m *Measur
 		p.Rungs = append(p.Rungs[:i], append([]compilecost.Rung{{Capacity: capacity}}, p.Rungs[i:]...)...)
 	}
 	r := &p.Rungs[i]
+	if k.UnderDecode {
+		r.UnderDecodeS = append(r.UnderDecodeS, m.CompileS)
+		r.UnderDecodeMedianS = compilecost.Median(r.UnderDecodeS)
+		r.UnderDecodeTokensPerS = append(r.UnderDecodeTokensPerS, m.UnderDecodeTokensPerS)
+		return
+	}
 	if k.Graph == compilecost.GraphDecode {
 		r.SuccessorS = append(r.SuccessorS, m.CompileS)
 		r.SuccessorMedianS = compilecost.Median(r.SuccessorS)

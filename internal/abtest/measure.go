@@ -33,6 +33,15 @@ type OnceConfig struct {
 	Device string
 	// Precision, when set, is INFERENCE_PRECISION_HINT unless Props sets it.
 	Precision string
+	// Attention, when set, is the graphs' form of attention (else auto:
+	// what ovrun compiles on the device).
+	Attention model.Attention
+	// UnderDecode measures the compile as the runtime makes a background
+	// one (runtime.MeasureCompileUnderDecode): After is then one decode
+	// graph, which decodes while the measured graph compiles on the
+	// runtime's compile thread at nice CompileNice.
+	UnderDecode bool
+	CompileNice int
 	// Props are further compile properties.
 	Props map[string]string
 	// DumpLogits, when set, names a .npy file that receives, after the
@@ -114,6 +123,9 @@ type Measurement struct {
 	ExportSHA256 string  `json:"export_sha256,omitempty"`
 	ExportBytes  int64   `json:"export_bytes,omitempty"`
 	ExportS      float64 `json:"export_s,omitempty"`
+	// UnderDecodeTokensPerS is the decode rate of the After graph while
+	// the measured one compiled (OnceConfig.UnderDecode).
+	UnderDecodeTokensPerS float64 `json:"under_decode_tokens_per_s,omitempty"`
 	// ImportS is the wall time of importing the exported model
 	// (OnceConfig.Import): what a compiled-rung cache hit costs instead of
 	// CompileS.
@@ -164,7 +176,11 @@ func MeasureCompile(ctx context.Context, cfg OnceConfig) (*Measurement, error) {
 	ver, _ := ov.Version()
 	m := &Measurement{Model: cfg.Model, Device: cfg.Device, Capacity: cfg.Capacity, Chunk: cfg.Chunk,
 		After: FormatSpecs(cfg.After), OpenVINOVersion: ver, HugePages: hugepages.On(), Library: ov.LibraryPath()}
-	if err := measure(ctx, ck, cfg, m); err != nil {
+	measureIt := measure
+	if cfg.UnderDecode {
+		measureIt = measureUnderDecode
+	}
+	if err := measureIt(ctx, ck, cfg, m); err != nil {
 		return nil, err
 	}
 	if cfg.DumpLogits != "" {
@@ -174,6 +190,45 @@ func MeasureCompile(ctx context.Context, cfg OnceConfig) (*Measurement, error) {
 		m.Logits = cfg.DumpLogits
 	}
 	return m, nil
+}
+
+// options are the compiler options of cfg's graphs.
+func (cfg OnceConfig) options() ovexec.Options {
+	return ovexec.Options{Device: cfg.Device, Precision: cfg.Precision, Properties: cfg.Props, Attention: cfg.Attention}
+}
+
+// measureUnderDecode compiles the graph through the runtime as a ladder
+// compiles its next rung in the background, beside the decode loop of the
+// After graph (runtime.MeasureCompileUnderDecode): CompileS is the
+// compile's wall time as the ladder times it (IR build included, as the
+// runtime's actual compile times are), UnderDecodeTokensPerS the decode
+// rate meanwhile.
+func measureUnderDecode(ctx context.Context, ck *model.Checkpoint, cfg OnceConfig, m *Measurement) error {
+	comp, err := ovexec.NewCompiler(ck, cfg.options())
+	if err != nil {
+		return err
+	}
+	defer comp.Close()
+	w := comp.Weights()
+	m.Layers, m.WeightBytes = w.Config().NumHiddenLayers, w.StepBytes()
+	for _, p := range comp.Properties() {
+		m.Properties = append(m.Properties, p.Key+"="+p.Value)
+	}
+	spec := comp.Spec(model.GraphSpec{Capacity: cfg.Capacity, Chunk: 1})
+	m.Attention, m.KVPrecision = string(spec.Attention), spec.KVPrecision
+	cpu0 := cpuSeconds()
+	m.CompileStartMonoS = monotonicSeconds()
+	u, err := runtime.MeasureCompileUnderDecode(ctx, comp, comp.KVShape(), cfg.After[0].Capacity, spec,
+		runtime.BackgroundOptions{Nice: cfg.CompileNice})
+	m.CompileEndMonoS = monotonicSeconds()
+	m.CompileCPUS = cpuSeconds() - cpu0 // the decode loop's too
+	m.PeakRSSBytes = runtime.PeakRSS()
+	if err != nil {
+		return fmt.Errorf("compile graph %s beside decoding at %d: %w", spec.Name(), cfg.After[0].Capacity, err)
+	}
+	m.CompileS, m.UnderDecodeTokensPerS = u.CompileS, u.TokensPerS
+	m.PrecisionEffective = comp.EffectivePrecision()
+	return nil
 }
 
 // measure drives ov directly rather than through ovexec.Compiler, whose
@@ -188,7 +243,7 @@ func measure(ctx context.Context, ck *model.Checkpoint, cfg OnceConfig, m *Measu
 	defer func() { err = errors.Join(err, core.Close()) }()
 	// Compile the graphs ovrun compiles on this device, with the
 	// properties it compiles them with (ovexec.Form).
-	form, err := ovexec.NewForm(core, ck.Config, ovexec.Options{Device: cfg.Device, Precision: cfg.Precision, Properties: cfg.Props})
+	form, err := ovexec.NewForm(core, ck.Config, cfg.options())
 	if err != nil {
 		return err
 	}
@@ -366,7 +421,7 @@ func exportHash(cm *ov.CompiledModel) (string, int64, error) {
 // dumpLogits compiles the decode graph through the runtime (as ovrun does)
 // and writes the logits after a seeded prompt and after one decode step.
 func dumpLogits(ctx context.Context, ck *model.Checkpoint, cfg OnceConfig) error {
-	comp, err := ovexec.NewCompiler(ck, ovexec.Options{Device: cfg.Device, Precision: cfg.Precision, Properties: cfg.Props})
+	comp, err := ovexec.NewCompiler(ck, cfg.options())
 	if err != nil {
 		return err
 	}
