@@ -10,8 +10,8 @@ import (
 // launched, and what actually happened.
 type Budget struct {
 	Capacity   int     `json:"capacity"`
-	PredictedS float64 `json:"predicted_s"`          // T_compile predicted at launch: ProfileS x Correction
-	Measured   bool    `json:"measured"`             // the profile measured this capacity (not the fit)
+	PredictedS float64 `json:"predicted_s"` // T_compile predicted at launch: ProfileS x Correction
+	Measured   bool    `json:"measured"`    // the profile measured this capacity (not the fit)
 	// ProfileS is the profile's figure; Basis names it: "import", or the
 	// compile kind ("decode.under_decode" where the profile measured
 	// compiles beside decoding, else "decode.successor" or
@@ -23,12 +23,12 @@ type Budget struct {
 	Correction float64 `json:"correction"`
 	// Error is the prediction's relative error once the rung is ready:
 	// ActualS/PredictedS - 1 (0.25: the compile took 25% longer).
-	Error float64 `json:"error"`
-	WindowS    float64 `json:"window_s"`             // predicted T_decode of the tokens before its boundary
-	Lookahead  int     `json:"lookahead"`            // rungs ahead of the decoding one at launch
-	ActualS    float64 `json:"actual_s"`             // compile time observed
-	OverrunS   float64 `json:"overrun_s"`            // ActualS - PredictedS when positive
-	MissedS    float64 `json:"deadline_missed_by_s"` // predicted miss at launch, when positive
+	Error     float64 `json:"error"`
+	WindowS   float64 `json:"window_s"`             // predicted T_decode of the tokens before its boundary
+	Lookahead int     `json:"lookahead"`            // rungs ahead of the decoding one at launch
+	ActualS   float64 `json:"actual_s"`             // compile time observed
+	OverrunS  float64 `json:"overrun_s"`            // ActualS - PredictedS when positive
+	MissedS   float64 `json:"deadline_missed_by_s"` // predicted miss at launch, when positive
 
 	// Imported: the rung was in the compiled-rung cache at launch, so
 	// PredictedS is the profile's import, not its compile.
