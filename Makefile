@@ -100,7 +100,7 @@ RACE_PKGS := ./engine ./serve
 unit: build patches $(JAEGER)
 	@mkdir -p $(CACHE)
 	@$(MAKE) --no-print-directory profilers || echo "profilers: could not install perf/valgrind; the profiler tests will skip"
-	export OVRUN_JAEGER=$(abspath $(JAEGER)); { go test -count=1 ./... && go test -race -count=1 $(RACE_PKGS); } 2>&1 | tee $(CACHE)/test.log; status=$${PIPESTATUS[0]}; \
+	export OVRUN_JAEGER=$(abspath $(JAEGER)); { go test -count=1 -timeout 25m ./... && go test -race -count=1 $(RACE_PKGS); } 2>&1 | tee $(CACHE)/test.log; status=$${PIPESTATUS[0]}; \
 	echo "== Go test summary =="; grep -E '^(ok|FAIL|--- FAIL|panic)' $(CACHE)/test.log || true; exit $$status
 
 # Every fuzz target, PACKAGE:TARGET, each run for $(FUZZTIME) (about two

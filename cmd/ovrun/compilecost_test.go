@@ -2,7 +2,9 @@ package main
 
 import (
 	"encoding/json"
+	"io"
 	"math"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -292,6 +294,58 @@ func TestAttentionMismatch(t *testing.T) {
 		got := attentionMismatch("cost.json", &compilecost.Profile{Attention: c.profile}, c.run)
 		if (c.want == "") != (got == "") || !strings.Contains(got, c.want) {
 			t.Errorf("profile %q, run %v: %q, want %q", c.profile, c.run, got, c.want)
+		}
+	}
+}
+
+// TestServeCompileCost: ovrun serve --compile-cost budgets the shared
+// ladder's background compiles (static graphs, a graph per rung, as on the
+// NPU) and shows profile, prediction, actual and error per rung in
+// /metrics; with batching it says that the batched engine compiles by its
+// own rules.
+func TestServeCompileCost(t *testing.T) {
+	g := testenv.SmolLM2(t)
+	dir := t.TempDir()
+	cost := filepath.Join(dir, "cost.json")
+	prof := &compilecost.Profile{Model: "smollm2", Device: "CPU", Attention: "static", Rungs: []compilecost.Rung{
+		{Capacity: 64, CompileS: []float64{0.5}}, {Capacity: 128, CompileS: []float64{0.6}, UnderDecodeS: []float64{0.9}},
+	}}
+	if err := prof.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	prof.FillDerived()
+	if err := prof.Save(cost); err != nil {
+		t.Fatal(err)
+	}
+	if _, stderr, code := ovrun(t, nil, "serve", "--model", g, "--addr", "127.0.0.1:0", "--compile-cost", cost); code == 0 || !strings.Contains(stderr, "--batching off") {
+		t.Fatalf("serve --compile-cost with batching: exit %d: %s", code, stderr)
+	}
+	_, base, _ := startServe(t, nil, "--model", g, "--precision", "f32", "--attention", "static", "--batching", "off",
+		"--ladder", "64,128", "--compile-cost", cost)
+	body := `{"prompt":"Once upon a time","max_tokens":100,"temperature":0}`
+	resp, err := http.Post(base+"/v1/completions", "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("completion: %d", resp.StatusCode)
+	}
+	resp, err = http.Get(base + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{
+		`ovrun_compile_budget_seconds{capacity="128",figure="profile"} 0.9`,
+		`ovrun_compile_budget_seconds{capacity="128",figure="actual"}`,
+		`ovrun_compile_budget_error_ratio{capacity="128"}`,
+		`ovrun_compile_budget_overruns_total{kind="missed"}`,
+	} {
+		if !strings.Contains(string(m), want) {
+			t.Errorf("/metrics lacks %q", want)
 		}
 	}
 }

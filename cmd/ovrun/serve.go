@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/urfave/cli/v2"
 
+	"github.com/ovtoolkit/ovrun/compilecost"
 	"github.com/ovtoolkit/ovrun/engine"
 	"github.com/ovtoolkit/ovrun/internal/cliutil"
 	"github.com/ovtoolkit/ovrun/model"
@@ -102,7 +103,7 @@ On SIGTERM or Ctrl-C, queued requests get 503, sequences decoding have
 		Flags: append(append(compileFlags(),
 			addrFlag, serveLadderFlag, servePolicyFlag, maxSeqsFlag, queueFlag, timeoutFlag, defaultMaxFlag,
 			modelNameFlag, graceFlag, maxBodyFlag, readTimeoutFlag, writeTimeFlag, idleTimeoutFlag, maxConnsFlag,
-			allowedHosts, allowOrigin, apiKeyFlag, controlInContentFlag, prefillChunkFlag, prefillFlag, quietFlag,
+			allowedHosts, allowOrigin, apiKeyFlag, controlInContentFlag, prefillChunkFlag, prefillFlag, compileCostFlag, quietFlag,
 		), append(batchFlags, traceFlags...)...),
 		Action: serveAction,
 	}
@@ -155,6 +156,15 @@ func serveAction(c *cli.Context) error {
 			return err
 		}
 	}
+	var profile *compilecost.Profile
+	if p := compileCostFlag.Get(c); p != "" {
+		if batching {
+			return fmt.Errorf("--compile-cost budgets the ladder of sequences decoding apart: give --batching off (the batched engine compiles ahead by its own rules, docs/design.md §9)")
+		}
+		if profile, err = compilecost.Load(p); err != nil {
+			return err
+		}
+	}
 	name := modelNameFlag.Get(c)
 	if name == "" {
 		name = strings.TrimSuffix(filepath.Base(modelFlag.Get(c)), ".gguf")
@@ -187,7 +197,7 @@ func serveAction(c *cli.Context) error {
 			what = fmt.Sprintf("continuous batching on static graphs: %d sequences, one token each a step", bcfg.MaxSeqs)
 		}
 	} else {
-		l, err := runtime.NewCompiledLadder(ectx, comp, runtime.LadderConfig{Ladder: ladder, Policy: policy,
+		l, err := runtime.NewCompiledLadder(ectx, comp, runtime.LadderConfig{Ladder: ladder, Policy: policy, CompileCost: profile,
 			Shape: comp.KVShape(), PrefillChunk: prefillChunk(c, comp), Prefill: prefill, KeepRungs: true,
 			Background: runtime.BackgroundOptions{Nice: defaultCompileNice}})
 		if err != nil {
@@ -199,6 +209,9 @@ func serveAction(c *cli.Context) error {
 		start, shape := time.Now(), comp.KVShape()
 		metrics := newEngineMetrics()
 		metrics.compilesOf = func() []runtime.CompileRecord { return l.Compiles(start) }
+		if profile != nil {
+			metrics.budgetsOf = l.Budgets
+		}
 		seq := engine.NewSequential(l, engine.SequentialConfig{
 			Progress: func(prompt int) (func(runtime.Progress), func()) { return metrics.sequence(shape, prompt) },
 			OnSummary: func(s *runtime.Summary, origin time.Time) {

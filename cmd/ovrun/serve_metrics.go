@@ -14,8 +14,12 @@ import (
 // and outcome, and boundary waits. The server adds its request series.
 type engineMetrics struct {
 	compilesOf   func() []runtime.CompileRecord // the ladder's compiles so far
+	budgetsOf    func() []runtime.Budget        // its compile budgets (--compile-cost)
 	compilesDesc *prometheus.Desc
 	compileDesc  *prometheus.Desc
+	budgetDesc   *prometheus.Desc
+	budgetErr    *prometheus.Desc
+	overruns     *prometheus.Desc
 	boundaryWait prometheus.Histogram
 	kvReserved   prometheus.Gauge
 	kvLive       prometheus.Gauge
@@ -33,6 +37,12 @@ func newEngineMetrics() *engineMetrics {
 			"Graph compiles of the shared ladder by kind, rung capacity and outcome.", []string{"kind", "capacity", "outcome"}, nil),
 		compileDesc: prometheus.NewDesc("ovrun_compile_seconds_total",
 			"Seconds the shared ladder spent compiling, by kind.", []string{"kind"}, nil),
+		budgetDesc: prometheus.NewDesc("ovrun_compile_budget_seconds",
+			"Per rung with --compile-cost: the profile's figure, the prediction (profile x the correction learnt from earlier compiles) and the actual compile.", []string{"capacity", "figure"}, nil),
+		budgetErr: prometheus.NewDesc("ovrun_compile_budget_error_ratio",
+			"Per compiled rung with --compile-cost: actual / predicted - 1.", []string{"capacity"}, nil),
+		overruns: prometheus.NewDesc("ovrun_compile_budget_overruns_total",
+			"Rungs whose compile took longer than predicted (missed: its predicted compile exceeded the decode window at launch).", []string{"kind"}, nil),
 		boundaryWait: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "ovrun_boundary_wait_seconds",
 			Help: "Time a sequence waited at a rung boundary for the next rung's graph.", Buckets: prometheus.ExponentialBuckets(0.001, 4, 10)}),
 		kvReserved: prometheus.NewGauge(prometheus.GaugeOpts{Name: "ovrun_kv_reserved_bytes",
@@ -46,6 +56,9 @@ func newEngineMetrics() *engineMetrics {
 func (m *engineMetrics) Describe(ch chan<- *prometheus.Desc) {
 	ch <- m.compilesDesc
 	ch <- m.compileDesc
+	ch <- m.budgetDesc
+	ch <- m.budgetErr
+	ch <- m.overruns
 	for _, c := range m.collectors() {
 		c.Describe(ch)
 	}
@@ -57,6 +70,7 @@ func (m *engineMetrics) Collect(ch chan<- prometheus.Metric) {
 	for _, c := range m.collectors() {
 		c.Collect(ch)
 	}
+	m.collectBudgets(ch)
 	if m.compilesOf == nil {
 		return
 	}
@@ -72,6 +86,33 @@ func (m *engineMetrics) Collect(ch chan<- prometheus.Metric) {
 	for k, v := range secs {
 		ch <- prometheus.MustNewConstMetric(m.compileDesc, prometheus.CounterValue, v, k)
 	}
+}
+
+// collectBudgets reports the ladder's compile budgets, when it has them.
+func (m *engineMetrics) collectBudgets(ch chan<- prometheus.Metric) {
+	if m.budgetsOf == nil {
+		return
+	}
+	over, missed := 0.0, 0.0
+	for _, b := range m.budgetsOf() {
+		c := fmt.Sprint(b.Capacity)
+		ch <- prometheus.MustNewConstMetric(m.budgetDesc, prometheus.GaugeValue, b.ProfileS, c, "profile")
+		ch <- prometheus.MustNewConstMetric(m.budgetDesc, prometheus.GaugeValue, b.PredictedS, c, "predicted")
+		if b.ActualS > 0 {
+			ch <- prometheus.MustNewConstMetric(m.budgetDesc, prometheus.GaugeValue, b.ActualS, c, "actual")
+			if b.PredictedS > 0 {
+				ch <- prometheus.MustNewConstMetric(m.budgetErr, prometheus.GaugeValue, b.Error, c)
+			}
+		}
+		if b.OverrunS > 0 {
+			over++
+		}
+		if b.MissedS > 0 {
+			missed++
+		}
+	}
+	ch <- prometheus.MustNewConstMetric(m.overruns, prometheus.CounterValue, over, "actual")
+	ch <- prometheus.MustNewConstMetric(m.overruns, prometheus.CounterValue, missed, "missed")
 }
 
 func (m *engineMetrics) collectors() []prometheus.Collector {
