@@ -213,7 +213,7 @@ func serveAction(c *cli.Context) error {
 			metrics.budgetsOf = l.Budgets
 		}
 		seq := engine.NewSequential(l, engine.SequentialConfig{
-			Progress: func(prompt int) (func(runtime.Progress), func()) { return metrics.sequence(shape, prompt) },
+			Progress: func(promptTokens int) (func(runtime.Progress), func()) { return metrics.sequence(shape, promptTokens) },
 			OnSummary: func(s *runtime.Summary, origin time.Time) {
 				metrics.record(s)
 				obs.emit(s, origin)
