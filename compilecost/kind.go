@@ -343,3 +343,22 @@ func (p Profile) predictDecode(k Kind, capacity int) (seconds float64, measured 
 	s, _ := p.PredictKind(k, capacity)
 	return s, false
 }
+
+// Overlapped is the wall time of a background compile that decoding
+// overlaps for the first overlap seconds: while the rung below decodes it
+// progresses at its under-decode pace (all of it in under seconds), and
+// once decoding stops (the sequence waits at the boundary, or the run
+// ends) at its solo pace (solo seconds for all of it). A compile that the
+// window outlasts takes under; one that starts with nothing decoding,
+// solo. A non-positive under or solo leaves the other figure.
+func Overlapped(under, solo, overlap float64) float64 {
+	switch {
+	case under <= 0:
+		return solo
+	case solo <= 0 || overlap >= under:
+		return under
+	case overlap <= 0:
+		return solo
+	}
+	return overlap + (1-overlap/under)*solo
+}

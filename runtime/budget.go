@@ -72,11 +72,20 @@ type prediction struct {
 
 // predict is the time until capacity's graph is ready: 0 for a reused
 // graph, else PredictReady's times the correction learnt for its basis.
-func (b *Budgeted) predict(capacity int) prediction {
+// A compile measured under decode runs at that pace only while the rung
+// below decodes: with overlap >= 0, the seconds of decoding it is expected
+// to have beside it, the figure is compilecost.Overlapped of the
+// under-decode and solo (successor) figures; overlap < 0 (not known yet)
+// keeps the under-decode figure.
+func (b *Budgeted) predict(capacity int, overlap float64) prediction {
 	if b.Reused != nil && b.Reused(capacity) {
 		return prediction{correction: 1, reused: true}
 	}
 	s, measured, basis := b.profile.PredictReady(capacity, b.Cached != nil && b.Cached(capacity))
+	if basis == compilecost.UnderDecodeKind.String() && overlap >= 0 {
+		solo, _ := b.profile.PredictSuccessor(capacity)
+		s = compilecost.Overlapped(s, solo, overlap)
+	}
 	c := b.Correction(basis)
 	return prediction{seconds: s * c, profile: s, correction: c, measured: measured, basis: basis}
 }
@@ -102,7 +111,7 @@ func NewBudgeted(profile *compilecost.Profile) *Budgeted {
 func (b *Budgeted) Bound(l Launcher, i int) {
 	if next := i + 1; next < l.Rungs() && !l.Launched(next) {
 		l.Launch(next)
-		b.open(l.Capacity(next), 1, 0)
+		b.open(l.Capacity(next), 1, 0, -1)
 	}
 }
 
@@ -117,6 +126,10 @@ func (b *Budgeted) Stepped(l Launcher, cur int, st float64, pos int) {
 	if next := cur + 1; next < l.Rungs() {
 		if bu := b.byCap[l.Capacity(next)]; bu != nil && bu.WindowS == 0 {
 			bu.WindowS = float64(l.Capacity(cur)-pos) * st
+			if bu.ActualS == 0 { // still compiling: predicted again, now that its overlap is known
+				p := b.predict(bu.Capacity, bu.WindowS)
+				bu.PredictedS, bu.ProfileS, bu.Correction = p.seconds, p.profile, p.correction
+			}
 			bu.MissedS = max(0, bu.PredictedS-bu.WindowS)
 			if miss := bu.MissedS; miss > 0 {
 				l.Note("rung %d: predicted compile %.2f s exceeds the %.2f s left to its boundary; expect a wait of about %.2f s", bu.Capacity, bu.PredictedS, bu.WindowS, miss)
@@ -132,19 +145,20 @@ func (b *Budgeted) Stepped(l Launcher, cur int, st float64, pos int) {
 		caps[i] = l.Capacity(i)
 	}
 	nextCap := caps[cur+1]
-	nextPred := b.predict(nextCap).seconds
-	pred := b.predict(caps[two]).seconds
+	nextPred := b.predict(nextCap, float64(nextCap-pos)*st).seconds
+	window := ladder.TwoAheadWindow(caps, cur, st)
+	pred := b.predict(caps[two], window).seconds
 	// One ahead, rung two would start when the next rung begins decoding and
 	// would have that rung's whole window.
 	if !ladder.LaunchTwoAhead(caps, cur, st, pred) {
 		return
 	}
-	window := ladder.TwoAheadWindow(caps, cur, st)
 	// Launched now it queues behind the next rung's compile and gets this
-	// rung's remaining window as well.
+	// rung's remaining window as well; once it starts, the next rung
+	// decodes beside it.
 	earlyWindow := float64(nextCap-pos)*st - nextPred
 	l.Note("rung %d: predicted compile %.2f s exceeds rung %d's %.2f s decode window; launching it two ahead now", l.Capacity(two), pred, nextCap, window)
-	b.open(l.Capacity(two), 2, earlyWindow)
+	b.open(l.Capacity(two), 2, earlyWindow, window)
 	l.Launch(two)
 }
 
@@ -171,9 +185,10 @@ func (b *Budgeted) Compiled(l Launcher, i int, seconds float64) {
 }
 
 // open records the budget of a rung launched lookahead rungs ahead with a
-// predicted decode window (0: not known yet).
-func (b *Budgeted) open(capacity, lookahead int, window float64) {
-	p := b.predict(capacity)
+// predicted decode window (0: not known yet) and the decoding expected
+// beside its compile (overlap, -1: not known yet).
+func (b *Budgeted) open(capacity, lookahead int, window, overlap float64) {
+	p := b.predict(capacity, overlap)
 	bu := &Budget{Capacity: capacity, PredictedS: p.seconds, Measured: p.measured, WindowS: window, Lookahead: lookahead,
 		Imported: p.basis == compilecost.BasisImport, Reused: p.reused, ProfileS: p.profile, Basis: p.basis, Correction: p.correction}
 	if miss := p.seconds - window; window != 0 && miss > 0 {

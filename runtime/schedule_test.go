@@ -182,3 +182,28 @@ func TestBudgetsCorrectOnline(t *testing.T) {
 		t.Fatalf("imports learnt %v from compiles", c)
 	}
 }
+
+// TestBudgetOverlapsDecode: a rung measured under decode is predicted at
+// its under-decode pace for the part of its compile the rung below decodes
+// beside it, and at its solo pace after: once the rate is known, the
+// one-ahead successor's prediction becomes Overlapped(under, solo, window).
+func TestBudgetOverlapsDecode(t *testing.T) {
+	prof := &compilecost.Profile{Model: "m", Device: "CPU", Rungs: []compilecost.Rung{
+		{Capacity: 32, CompileS: []float64{1}},
+		{Capacity: 64, CompileS: []float64{1}, SuccessorS: []float64{2}, UnderDecodeS: []float64{6}},
+	}}
+	b := NewBudgeted(prof)
+	l := &fakeLauncher{caps: []int{32, 64}}
+	b.Bound(l, 0)
+	if bu := b.Budgets()[0]; bu.PredictedS != 6 {
+		t.Fatalf("before the rate is known: %+v, want the under-decode 6 s", bu)
+	}
+	b.Stepped(l, 0, 0.1, 2) // 30 steps of 0.1 s left: 3 s beside decoding
+	bu := b.Budgets()[0]
+	if want := 3 + 0.5*2.0; bu.PredictedS != want || bu.ProfileS != want || bu.WindowS != 3 {
+		t.Fatalf("after: %+v, want %v (half beside decoding, half alone)", bu, want)
+	}
+	if bu.MissedS != 1 {
+		t.Fatalf("missed by %v, want 1 s", bu.MissedS)
+	}
+}

@@ -339,7 +339,8 @@ func TestServeCompileCost(t *testing.T) {
 	m, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
 	for _, want := range []string{
-		`ovrun_compile_budget_seconds{capacity="128",figure="profile"} 0.9`,
+		`ovrun_compile_budget_seconds{capacity="128",figure="profile"}`,
+		`ovrun_compile_budget_seconds{capacity="128",figure="predicted"}`,
 		`ovrun_compile_budget_seconds{capacity="128",figure="actual"}`,
 		`ovrun_compile_budget_error_ratio{capacity="128"}`,
 		`ovrun_compile_budget_overruns_total{kind="missed"}`,
