@@ -191,14 +191,14 @@ func TestUnderDecodeKind(t *testing.T) {
 
 func TestOverlapped(t *testing.T) {
 	for _, c := range []struct{ under, solo, overlap, want float64 }{
-		{6, 2, 0, 2},       // nothing decodes: the solo pace throughout
-		{6, 2, 6, 6},       // decoding outlasts the compile
-		{6, 2, 10, 6},      //
-		{6, 2, 3, 3 + 1},   // half done beside decoding, the other half alone
-		{6, 2, 0.6, 2.4},   // a tenth beside decoding
-		{0, 2, 1, 2},       // no under-decode figure
-		{6, 0, 1, 6},       // no solo figure
-		{6, 2, -1, 2},      // a window already past
+		{6, 2, 0, 2},     // nothing decodes: the solo pace throughout
+		{6, 2, 6, 6},     // decoding outlasts the compile
+		{6, 2, 10, 6},    //
+		{6, 2, 3, 3 + 1}, // half done beside decoding, the other half alone
+		{6, 2, 0.6, 2.4}, // a tenth beside decoding
+		{0, 2, 1, 2},     // no under-decode figure
+		{6, 0, 1, 6},     // no solo figure
+		{6, 2, -1, 2},    // a window already past
 	} {
 		if got := Overlapped(c.under, c.solo, c.overlap); math.Abs(got-c.want) > 1e-9 {
 			t.Errorf("Overlapped(%v, %v, %v) = %v, want %v", c.under, c.solo, c.overlap, got, c.want)
