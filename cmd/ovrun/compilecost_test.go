@@ -27,10 +27,7 @@ import (
 func TestCompileCostEndToEnd(t *testing.T) {
 	tiny := testenv.Synth(t, "tiny", "F32")
 	dir := t.TempDir()
-	ovtrace := filepath.Join(dir, "ovtrace")
-	if out, err := exec.Command("go", "build", "-o", ovtrace, "../ovtrace").CombinedOutput(); err != nil {
-		t.Fatalf("build ovtrace: %v\n%s", err, out)
-	}
+	ovtrace := buildOvtrace(t, dir)
 	ladder := "32,64,128,256"
 	cost := filepath.Join(dir, "cost.json")
 	if out, err := exec.Command(ovtrace, "compile", "--model", tiny, "--ladder", ladder, "--reps", "1",
@@ -159,6 +156,16 @@ func TestCompileCostEndToEnd(t *testing.T) {
 	}
 }
 
+// buildOvtrace builds the ovtrace binary into dir.
+func buildOvtrace(t *testing.T, dir string) string {
+	t.Helper()
+	ovtrace := filepath.Join(dir, "ovtrace")
+	if out, err := exec.Command("go", "build", "-o", ovtrace, "../ovtrace").CombinedOutput(); err != nil {
+		t.Fatalf("build ovtrace: %v\n%s", err, out)
+	}
+	return ovtrace
+}
+
 func readSummary(t *testing.T, path string) *runtime.Summary {
 	t.Helper()
 	b, err := os.ReadFile(path)
@@ -202,10 +209,7 @@ func TestHugePagesMismatch(t *testing.T) {
 func TestCompileCostUnderDecode(t *testing.T) {
 	tiny := testenv.Synth(t, "tiny", "F32")
 	dir := t.TempDir()
-	ovtrace := filepath.Join(dir, "ovtrace")
-	if out, err := exec.Command("go", "build", "-o", ovtrace, "../ovtrace").CombinedOutput(); err != nil {
-		t.Fatalf("build ovtrace: %v\n%s", err, out)
-	}
+	ovtrace := buildOvtrace(t, dir)
 	ladder := "32,64,128,256,512"
 	cost := filepath.Join(dir, "cost.json")
 	if out, err := exec.Command(ovtrace, "compile", "--model", tiny, "--attention", "static", "--ladder", ladder, "--reps", "1",
