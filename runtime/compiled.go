@@ -38,6 +38,9 @@ type LadderConfig struct {
 	// the sequences to come instead of freeing the rungs no open sequence
 	// needs: a server's next request starts on the first rung again.
 	KeepRungs bool
+	// RungIdle, with KeepRungs, frees a rung other than the first that no
+	// sequence has used for this long (idle.go); 0 keeps every rung.
+	RungIdle time.Duration
 	// Note, when set, receives every note the ladder makes (a policy
 	// fallback, a compile retry, a budget decision) as it makes it, with the
 	// ladder's lock held; Notes lists them afterwards.
@@ -69,6 +72,10 @@ type CompiledLadder struct {
 	seqs    map[*Sequence]int
 	records []compileAttempt
 	notes   []string
+
+	released int           // idle rungs freed (idle.go)
+	idleStop chan struct{} // closed by Close: the idle loop ends
+	idleDone chan struct{} // closed when the idle loop has ended
 }
 
 // rung is one graph of the ladder: a rung's decode graph, or a prefill graph.
@@ -82,8 +89,9 @@ type rung struct {
 	bound *KV
 
 	// Guarded by the ladder's mu.
-	job   *compileJob // the latest compile; nil before the first and once freed
-	users int         // prefill graphs: sequences prefilling with it
+	job      *compileJob // the latest compile; nil before the first and once freed
+	users    int         // prefill graphs: sequences prefilling with it
+	lastUsed time.Time   // when a sequence was last on it (idle.go)
 }
 
 // compileAttempt is one compile as the ladder recorded it.
@@ -135,6 +143,10 @@ func NewCompiledLadder(ctx context.Context, comp Compiler, cfg LadderConfig) (*C
 		l.rungs = append(l.rungs, &rung{index: i, spec: DecodeSpec(c, mode, cfg.PrefillChunk)})
 	}
 	l.work = newCompileWorker(ctx, comp, cfg.Background, cfg.Clock)
+	if cfg.KeepRungs && cfg.RungIdle > 0 {
+		l.idleStop, l.idleDone = make(chan struct{}), make(chan struct{})
+		go l.idleLoop(ctx)
+	}
 	return l, nil
 }
 
@@ -197,6 +209,11 @@ func (l *CompiledLadder) ThreadError() error { return l.work.threadError() }
 // at once), records the ones no sequence reached and frees every compiled
 // graph. Sequences must be finished first.
 func (l *CompiledLadder) Close() error {
+	if l.idleStop != nil {
+		close(l.idleStop)
+		<-l.idleDone
+		l.idleStop = nil
+	}
 	err := l.work.close()
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -451,6 +468,7 @@ func (l *CompiledLadder) register(q *Sequence, first int) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.seqs[q] = first
+	l.touch(first)
 }
 
 // unregister removes a finished sequence. The rungs it used stay compiled
@@ -458,6 +476,9 @@ func (l *CompiledLadder) register(q *Sequence, first int) {
 func (l *CompiledLadder) unregister(q *Sequence) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if cur, ok := l.seqs[q]; ok {
+		l.touch(cur)
+	}
 	delete(l.seqs, q)
 }
 
@@ -468,6 +489,7 @@ func (l *CompiledLadder) move(q *Sequence, to int) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.seqs[q] = to
+	l.touch(to)
 	if l.cfg.KeepRungs {
 		return nil
 	}

@@ -19,6 +19,9 @@ import (
 	"github.com/ovtoolkit/ovrun/serve"
 )
 
+// rungIdleFlag frees the shared ladder's idle rungs (runtime/idle.go).
+var rungIdleFlag = &cli.DurationFlag{Name: "rung-idle", Usage: "with --batching off, free a rung (not the first) that no request has used for `DURATION` (its compiled graph's memory returned; ovrun_rungs in /metrics), compiled again, or imported with --cache-dir, one ahead of the next request that grows toward it; 0 keeps every rung"}
+
 var (
 	addrFlag             = &cli.StringFlag{Name: "addr", Value: "127.0.0.1:8080", Usage: "listen on `HOST:PORT` (port 0: any free port, printed at start)"}
 	serveLadderFlag      = &cli.StringFlag{Name: "ladder", Value: "256,512,1024,2048", Usage: "ascending context `CAPACITIES` every sequence grows through"}
@@ -103,7 +106,7 @@ On SIGTERM or Ctrl-C, queued requests get 503, sequences decoding have
 		Flags: append(append(compileFlags(),
 			addrFlag, serveLadderFlag, servePolicyFlag, maxSeqsFlag, queueFlag, timeoutFlag, defaultMaxFlag,
 			modelNameFlag, graceFlag, maxBodyFlag, readTimeoutFlag, writeTimeFlag, idleTimeoutFlag, maxConnsFlag,
-			allowedHosts, allowOrigin, apiKeyFlag, controlInContentFlag, prefillChunkFlag, prefillFlag, compileCostFlag, quietFlag,
+			allowedHosts, allowOrigin, apiKeyFlag, controlInContentFlag, prefillChunkFlag, prefillFlag, compileCostFlag, rungIdleFlag, quietFlag,
 		), append(batchFlags, traceFlags...)...),
 		Action: serveAction,
 	}
@@ -156,6 +159,12 @@ func serveAction(c *cli.Context) error {
 			return err
 		}
 	}
+	if rungIdleFlag.Get(c) < 0 {
+		return fmt.Errorf("--rung-idle %v: want 0 (keep every rung) or a duration", rungIdleFlag.Get(c))
+	}
+	if batching && rungIdleFlag.Get(c) > 0 {
+		return fmt.Errorf("--rung-idle frees the rungs of sequences decoding apart: give --batching off (the batched engine's rungs share one pool and, on the CPU, one compiled graph)")
+	}
 	var profile *compilecost.Profile
 	if p := compileCostFlag.Get(c); p != "" {
 		if batching {
@@ -197,7 +206,7 @@ func serveAction(c *cli.Context) error {
 			what = fmt.Sprintf("continuous batching on static graphs: %d sequences, one token each a step", bcfg.MaxSeqs)
 		}
 	} else {
-		l, err := runtime.NewCompiledLadder(ectx, comp, runtime.LadderConfig{Ladder: ladder, Policy: policy, CompileCost: profile,
+		l, err := runtime.NewCompiledLadder(ectx, comp, runtime.LadderConfig{Ladder: ladder, Policy: policy, CompileCost: profile, RungIdle: rungIdleFlag.Get(c),
 			Shape: comp.KVShape(), PrefillChunk: prefillChunk(c, comp), Prefill: prefill, KeepRungs: true,
 			Background: runtime.BackgroundOptions{Nice: defaultCompileNice}})
 		if err != nil {
@@ -212,6 +221,7 @@ func serveAction(c *cli.Context) error {
 		if profile != nil {
 			metrics.budgetsOf = l.Budgets
 		}
+		metrics.rungsOf = l.RungCounts
 		seq := engine.NewSequential(l, engine.SequentialConfig{
 			Progress: func(promptTokens int) (func(runtime.Progress), func()) { return metrics.sequence(shape, promptTokens) },
 			OnSummary: func(s *runtime.Summary, origin time.Time) {

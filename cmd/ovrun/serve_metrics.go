@@ -15,6 +15,9 @@ import (
 type engineMetrics struct {
 	compilesOf   func() []runtime.CompileRecord // the ladder's compiles so far
 	budgetsOf    func() []runtime.Budget        // its compile budgets (--compile-cost)
+	rungsOf      func() (compiled, released int)
+	rungsDesc    *prometheus.Desc
+	releasesDesc *prometheus.Desc
 	compilesDesc *prometheus.Desc
 	compileDesc  *prometheus.Desc
 	budgetDesc   *prometheus.Desc
@@ -39,6 +42,10 @@ func newEngineMetrics() *engineMetrics {
 			"Seconds the shared ladder spent compiling, by kind.", []string{"kind"}, nil),
 		budgetDesc: prometheus.NewDesc("ovrun_compile_budget_seconds",
 			"Per rung with --compile-cost: the profile's figure, the prediction (profile x the correction learnt from earlier compiles) and the actual compile.", []string{"capacity", "figure"}, nil),
+		rungsDesc: prometheus.NewDesc("ovrun_rungs",
+			"Rungs of the shared ladder whose graphs are compiled now.", nil, nil),
+		releasesDesc: prometheus.NewDesc("ovrun_rung_releases_total",
+			"Rungs freed after --rung-idle without a request.", nil, nil),
 		budgetErr: prometheus.NewDesc("ovrun_compile_budget_error_ratio",
 			"Per compiled rung with --compile-cost: actual / predicted - 1.", []string{"capacity"}, nil),
 		overruns: prometheus.NewDesc("ovrun_compile_budget_overruns_total",
@@ -57,6 +64,8 @@ func (m *engineMetrics) Describe(ch chan<- *prometheus.Desc) {
 	ch <- m.compilesDesc
 	ch <- m.compileDesc
 	ch <- m.budgetDesc
+	ch <- m.rungsDesc
+	ch <- m.releasesDesc
 	ch <- m.budgetErr
 	ch <- m.overruns
 	for _, c := range m.collectors() {
@@ -71,6 +80,11 @@ func (m *engineMetrics) Collect(ch chan<- prometheus.Metric) {
 		c.Collect(ch)
 	}
 	m.collectBudgets(ch)
+	if m.rungsOf != nil {
+		compiled, released := m.rungsOf()
+		ch <- prometheus.MustNewConstMetric(m.rungsDesc, prometheus.GaugeValue, float64(compiled))
+		ch <- prometheus.MustNewConstMetric(m.releasesDesc, prometheus.CounterValue, float64(released))
+	}
 	if m.compilesOf == nil {
 		return
 	}
