@@ -63,6 +63,22 @@ func checkDrained(t *testing.T, b *Batched) {
 	}
 }
 
+// stepsSeen waits (a second at most) until OnStep has recorded, into
+// *steps under mu, every step b's Stats counts, and returns a copy: the
+// OnStep of a request's last step runs after its Generate returned.
+func stepsSeen(t *testing.T, b *Batched, mu *sync.Mutex, steps *[]StepInfo) []StepInfo {
+	t.Helper()
+	want := b.Stats().Steps
+	for deadline := time.Now().Add(time.Second); ; time.Sleep(time.Millisecond) {
+		mu.Lock()
+		got := slices.Clone(*steps)
+		mu.Unlock()
+		if int64(len(got)) >= want || time.Now().After(deadline) {
+			return got
+		}
+	}
+}
+
 // collect runs r on b and returns the tokens it emitted.
 func collectBatched(ctx context.Context, b *Batched, r Request) ([]int64, Finish, error) {
 	var out []int64
@@ -177,7 +193,7 @@ func TestBatchedMatchesAlone(t *testing.T) {
 			}
 			var tokens, most int
 			var rungs []int
-			for _, s := range steps {
+			for _, s := range stepsSeen(t, b, &mu, &steps) {
 				tokens += s.Tokens
 				most = max(most, s.Seqs)
 				if s.Seqs > cfg.MaxSeqs || s.Tokens > cfg.MaxBatchTokens || len(s.SeqIDs) != s.Seqs || len(s.Contexts) != s.Seqs {
@@ -187,8 +203,8 @@ func TestBatchedMatchesAlone(t *testing.T) {
 					rungs = append(rungs, s.Rung)
 				}
 			}
-			if int64(len(steps)) != st.Steps || int64(tokens) != st.StepTokens {
-				t.Fatalf("OnStep saw %d steps of %d tokens, stats say %d of %d", len(steps), tokens, st.Steps, st.StepTokens)
+			if n := len(stepsSeen(t, b, &mu, &steps)); int64(n) != st.Steps || int64(tokens) != st.StepTokens {
+				t.Fatalf("OnStep saw %d steps of %d tokens, stats say %d of %d", n, tokens, st.Steps, st.StepTokens)
 			}
 			// The first step carries the first rung's worth of one prompt
 			// and more: every sequence queued together starts at 0.

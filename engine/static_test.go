@@ -139,9 +139,7 @@ func TestStaticMatchesAlone(t *testing.T) {
 				t.Fatalf("%d sequences ran on batch sizes %v only", n, ready)
 			}
 			var rungs []int
-			mu.Lock() // the last OnStep may run after the last Generate returned
-			defer mu.Unlock()
-			for _, s := range steps {
+			for _, s := range stepsSeen(t, b, &mu, &steps) {
 				if s.Seqs != s.Tokens || s.Seqs > cfg.MaxSeqs || len(s.SeqIDs) != s.Seqs {
 					t.Fatalf("step %+v: want one token per sequence, at most %d", s, cfg.MaxSeqs)
 				}
@@ -164,11 +162,11 @@ func TestStaticMatchesAlone(t *testing.T) {
 func TestStaticCompileAhead(t *testing.T) {
 	f := newFakeCompiler(staticShape(), testVocab)
 	cfg := staticConfig(4, 16, 32)
-	var seen [][2]int // (rung, sequences) of every step
 	var mu sync.Mutex
+	var steps []StepInfo
 	cfg.OnStep = func(s StepInfo) {
 		mu.Lock()
-		seen = append(seen, [2]int{s.Rung, s.Seqs})
+		steps = append(steps, s)
 		mu.Unlock()
 	}
 	b := newTestEngine(t, f, cfg)
@@ -199,12 +197,9 @@ func TestStaticCompileAhead(t *testing.T) {
 	if got[0] != "batch-static-c16-s1" {
 		t.Fatalf("first compile %s, want the first rung for one sequence", got[0])
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	for i := 0; len(seen) < int(b.Stats().Steps) && i < 1000; i++ { // the last OnStep runs after Generate returns
-		mu.Unlock()
-		time.Sleep(time.Millisecond)
-		mu.Lock()
+	var seen [][2]int // (rung, sequences) of every step
+	for _, s := range stepsSeen(t, b, &mu, &steps) {
+		seen = append(seen, [2]int{s.Rung, s.Seqs})
 	}
 	if len(seen) != 4+20-1 { // the prompt a token a step, then 19 decode steps
 		t.Fatalf("%d steps, want %d: %v", len(seen), 4+20-1, seen)
