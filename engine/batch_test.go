@@ -63,16 +63,28 @@ func checkDrained(t *testing.T, b *Batched) {
 	}
 }
 
-// stepsSeen waits (a second at most) until OnStep has recorded, into
-// *steps under mu, every step b's Stats counts, and returns a copy: the
-// OnStep of a request's last step runs after its Generate returned.
-func stepsSeen(t *testing.T, b *Batched, mu *sync.Mutex, steps *[]StepInfo) []StepInfo {
+// stepLog keeps every step an engine's OnStep reports.
+type stepLog struct {
+	mu    sync.Mutex
+	steps []StepInfo
+}
+
+func (l *stepLog) record(s StepInfo) {
+	l.mu.Lock()
+	l.steps = append(l.steps, s)
+	l.mu.Unlock()
+}
+
+// seen waits (a second at most) until the log holds every step b's Stats
+// counts, and returns a copy: the OnStep of a request's last step runs
+// after its Generate returned.
+func (l *stepLog) seen(t *testing.T, b *Batched) []StepInfo {
 	t.Helper()
 	want := b.Stats().Steps
 	for deadline := time.Now().Add(time.Second); ; time.Sleep(time.Millisecond) {
-		mu.Lock()
-		got := slices.Clone(*steps)
-		mu.Unlock()
+		l.mu.Lock()
+		got := slices.Clone(l.steps)
+		l.mu.Unlock()
 		if int64(len(got)) >= want || time.Now().After(deadline) {
 			return got
 		}
@@ -120,13 +132,8 @@ func TestBatchedMatchesAlone(t *testing.T) {
 			f.stepDelay = 20 * time.Microsecond
 			cfg := testConfig(32, 64, 128, 256)
 			cfg.MaxSeqs, cfg.MaxBatchTokens = 16, 40
-			var mu sync.Mutex
-			var steps []StepInfo
-			cfg.OnStep = func(s StepInfo) {
-				mu.Lock()
-				steps = append(steps, s)
-				mu.Unlock()
-			}
+			var log stepLog
+			cfg.OnStep = log.record
 			// Half the requests are queued before the first graph is
 			// compiled, so they start in one batch; the rest join later.
 			f.gate[32] = make(chan struct{})
@@ -193,7 +200,7 @@ func TestBatchedMatchesAlone(t *testing.T) {
 			}
 			var tokens, most int
 			var rungs []int
-			for _, s := range stepsSeen(t, b, &mu, &steps) {
+			for _, s := range log.seen(t, b) {
 				tokens += s.Tokens
 				most = max(most, s.Seqs)
 				if s.Seqs > cfg.MaxSeqs || s.Tokens > cfg.MaxBatchTokens || len(s.SeqIDs) != s.Seqs || len(s.Contexts) != s.Seqs {
@@ -203,7 +210,7 @@ func TestBatchedMatchesAlone(t *testing.T) {
 					rungs = append(rungs, s.Rung)
 				}
 			}
-			if n := len(stepsSeen(t, b, &mu, &steps)); int64(n) != st.Steps || int64(tokens) != st.StepTokens {
+			if n := len(log.seen(t, b)); int64(n) != st.Steps || int64(tokens) != st.StepTokens {
 				t.Fatalf("OnStep saw %d steps of %d tokens, stats say %d of %d", n, tokens, st.Steps, st.StepTokens)
 			}
 			// The first step carries the first rung's worth of one prompt

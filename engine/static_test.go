@@ -57,13 +57,8 @@ func TestStaticMatchesAlone(t *testing.T) {
 			f := newFakeCompiler(staticShape(), testVocab)
 			f.compileDelay = 2 * time.Millisecond
 			cfg := staticConfig(16, 16, 32, 64, 128)
-			var mu sync.Mutex
-			var steps []StepInfo
-			cfg.OnStep = func(s StepInfo) {
-				mu.Lock()
-				steps = append(steps, s)
-				mu.Unlock()
-			}
+			var log stepLog
+			cfg.OnStep = log.record
 			b := newTestEngine(t, f, cfg)
 			reqs := make([]Request, n)
 			joins := make([]int64, n)
@@ -139,7 +134,7 @@ func TestStaticMatchesAlone(t *testing.T) {
 				t.Fatalf("%d sequences ran on batch sizes %v only", n, ready)
 			}
 			var rungs []int
-			for _, s := range stepsSeen(t, b, &mu, &steps) {
+			for _, s := range log.seen(t, b) {
 				if s.Seqs != s.Tokens || s.Seqs > cfg.MaxSeqs || len(s.SeqIDs) != s.Seqs {
 					t.Fatalf("step %+v: want one token per sequence, at most %d", s, cfg.MaxSeqs)
 				}
@@ -162,13 +157,8 @@ func TestStaticMatchesAlone(t *testing.T) {
 func TestStaticCompileAhead(t *testing.T) {
 	f := newFakeCompiler(staticShape(), testVocab)
 	cfg := staticConfig(4, 16, 32)
-	var mu sync.Mutex
-	var steps []StepInfo
-	cfg.OnStep = func(s StepInfo) {
-		mu.Lock()
-		steps = append(steps, s)
-		mu.Unlock()
-	}
+	var log stepLog
+	cfg.OnStep = log.record
 	b := newTestEngine(t, f, cfg)
 	if err := b.Warm(context.Background()); err != nil {
 		t.Fatal(err)
@@ -198,7 +188,7 @@ func TestStaticCompileAhead(t *testing.T) {
 		t.Fatalf("first compile %s, want the first rung for one sequence", got[0])
 	}
 	var seen [][2]int // (rung, sequences) of every step
-	for _, s := range stepsSeen(t, b, &mu, &steps) {
+	for _, s := range log.seen(t, b) {
 		seen = append(seen, [2]int{s.Rung, s.Seqs})
 	}
 	if len(seen) != 4+20-1 { // the prompt a token a step, then 19 decode steps
