@@ -135,7 +135,9 @@ func EmitSpans(ctx context.Context, tracer trace.Tracer, s *Summary, processStar
 		root.AddEvent(EventBudget, at(t), trace.WithAttributes(tracing.AttrCapacity.Int(b.Capacity),
 			attribute.Float64("ovrun.budget.predicted_s", b.PredictedS), attribute.Float64("ovrun.budget.actual_s", b.ActualS),
 			attribute.Float64("ovrun.budget.overrun_s", b.OverrunS), attribute.Float64("ovrun.budget.window_s", b.WindowS),
-			attribute.Float64("ovrun.budget.deadline_missed_by_s", b.MissedS), attribute.Int("ovrun.budget.lookahead", b.Lookahead)))
+			attribute.Float64("ovrun.budget.deadline_missed_by_s", b.MissedS), attribute.Int("ovrun.budget.lookahead", b.Lookahead),
+			attribute.String("ovrun.budget.basis", b.Basis), attribute.Float64("ovrun.budget.profile_s", b.ProfileS),
+			attribute.Float64("ovrun.budget.correction", b.Correction), attribute.Float64("ovrun.budget.error", b.Error)))
 	}
 	for _, k := range kvEvents(s.KVTimeline, tracing.MaxKVEvents) {
 		root.AddEvent(tracing.EventKV, at(k.TS), trace.WithAttributes(

@@ -348,6 +348,7 @@ func TestServeCompileCost(t *testing.T) {
 		`ovrun_compile_budget_seconds{capacity="128",figure="actual"}`,
 		`ovrun_compile_budget_error_ratio{capacity="128"}`,
 		`ovrun_compile_budget_overruns_total{kind="missed"}`,
+		`ovrun_compile_launches_total{reason="one_ahead"} 1`,
 	} {
 		if !strings.Contains(string(m), want) {
 			t.Errorf("/metrics lacks %q", want)

@@ -22,6 +22,7 @@ type engineMetrics struct {
 	compileDesc  *prometheus.Desc
 	budgetDesc   *prometheus.Desc
 	budgetErr    *prometheus.Desc
+	launchesDesc *prometheus.Desc
 	overruns     *prometheus.Desc
 	boundaryWait prometheus.Histogram
 	kvReserved   prometheus.Gauge
@@ -46,6 +47,8 @@ func newEngineMetrics() *engineMetrics {
 			"Rungs of the shared ladder whose graphs are compiled now.", nil, nil),
 		releasesDesc: prometheus.NewDesc("ovrun_rung_releases_total",
 			"Rungs freed after --rung-idle without a request.", nil, nil),
+		launchesDesc: prometheus.NewDesc("ovrun_compile_launches_total",
+			"Budgeted background compiles by why they were launched: one ahead (the rung below was bound) or two ahead (the profile predicted one ahead would miss its deadline).", []string{"reason"}, nil),
 		budgetErr: prometheus.NewDesc("ovrun_compile_budget_error_ratio",
 			"Per compiled rung with --compile-cost: actual / predicted - 1.", []string{"capacity"}, nil),
 		overruns: prometheus.NewDesc("ovrun_compile_budget_overruns_total",
@@ -67,6 +70,7 @@ func (m *engineMetrics) Describe(ch chan<- *prometheus.Desc) {
 	ch <- m.rungsDesc
 	ch <- m.releasesDesc
 	ch <- m.budgetErr
+	ch <- m.launchesDesc
 	ch <- m.overruns
 	for _, c := range m.collectors() {
 		c.Describe(ch)
@@ -108,7 +112,13 @@ func (m *engineMetrics) collectBudgets(ch chan<- prometheus.Metric) {
 		return
 	}
 	over, missed := 0.0, 0.0
+	launches := map[string]float64{"one_ahead": 0, "two_ahead": 0}
 	for _, b := range m.budgetsOf() {
+		if b.Lookahead >= 2 {
+			launches["two_ahead"]++
+		} else {
+			launches["one_ahead"]++
+		}
 		c := fmt.Sprint(b.Capacity)
 		ch <- prometheus.MustNewConstMetric(m.budgetDesc, prometheus.GaugeValue, b.ProfileS, c, "profile")
 		ch <- prometheus.MustNewConstMetric(m.budgetDesc, prometheus.GaugeValue, b.PredictedS, c, "predicted")
@@ -127,6 +137,9 @@ func (m *engineMetrics) collectBudgets(ch chan<- prometheus.Metric) {
 	}
 	ch <- prometheus.MustNewConstMetric(m.overruns, prometheus.CounterValue, over, "actual")
 	ch <- prometheus.MustNewConstMetric(m.overruns, prometheus.CounterValue, missed, "missed")
+	for reason, n := range launches {
+		ch <- prometheus.MustNewConstMetric(m.launchesDesc, prometheus.CounterValue, n, reason)
+	}
 }
 
 func (m *engineMetrics) collectors() []prometheus.Collector {
