@@ -59,7 +59,7 @@ measures the graphs of ovrun --attention static (the NPU's form):
 --json writes the compile-cost profile (cost.json: model, device,
 openvino_version, huge_pages, rungs[{capacity, compile_s[], compile_cpu_s[], median_s,
 ir_build_s[], peak_rss_bytes, import_s[], export_s[], successor_s[], successor_median_s,
-prefill[{chunk, first_s[], first_median_s, successor_s[],
+under_decode_s[], under_decode_median_s, under_decode_tokens_per_s[], prefill[{chunk, first_s[], first_median_s, successor_s[],
 successor_median_s, peak_rss_bytes}]}], fit{model, a, b, r2, max_rel_err, n}
 for the decode graph compiled first, fits{KIND: fit} for the others) that
 "ovrun run --compile-cost", "ovrun plan" and "ovtrace plan" read; readers of
