@@ -45,10 +45,14 @@ func TestCompileEndToEnd(t *testing.T) {
 			t.Errorf("rung %d: import_s %v, export_s %v; want two of each", i, r.ImportS, r.ExportS)
 		}
 	}
-	if p.Fit.Model != compilecost.FitLinear || p.Fit.N != 2 {
-		t.Errorf("fit = %+v, want the exact line through two rungs", p.Fit)
+	// Two rungs: the exact line through their medians, unless the larger
+	// one happened to compile faster (tiny compiles take ~0.08 s, well
+	// within the noise), where a fit never falls: a constant at their mean.
+	if rising := p.Rungs[1].MedianS >= p.Rungs[0].MedianS; p.Fit.N != 2 ||
+		(rising && p.Fit.Model != compilecost.FitLinear) || (!rising && p.Fit.Model != compilecost.FitConstant) {
+		t.Errorf("fit = %+v over medians %v and %v: want the line through both, or a constant where they fall", p.Fit, p.Rungs[0].MedianS, p.Rungs[1].MedianS)
 	}
-	if !strings.Contains(out, "fit: t = ") || !strings.Contains(out, "R²") {
+	if !strings.Contains(out, "fit: t = ") {
 		t.Errorf("table lacks the fit:\n%s", out)
 	}
 	// The other kinds: rung 64 after rung 32, the 64-token prefill graph of
