@@ -158,20 +158,17 @@ func (c *BatchConfig) check(comp runtime.Compiler) error {
 		return fmt.Errorf("batched engine: static graphs keep each sequence's cache in single slots, not blocks of %d", c.Shape.Block)
 	case static && c.PrefixCacheBlocks != 0:
 		return fmt.Errorf("batched engine: static graphs share no prefix cache (%d blocks asked for): a sequence's cache is one slot of its rung", c.PrefixCacheBlocks)
+	case c.Shape.Layers < 1 || c.Shape.KVHeads < 1 || c.Shape.HeadDim < 1:
+		return fmt.Errorf("batched engine: kv shape %d layers, %d heads of %d: want all positive", c.Shape.Layers, c.Shape.KVHeads, c.Shape.HeadDim)
 	case static:
 	case c.MaxBatchTokens < c.MaxSeqs:
 		return fmt.Errorf("batched engine: max batch tokens %d: want at least max sequences (%d), so that every decoding sequence advances every step", c.MaxBatchTokens, c.MaxSeqs)
 	case c.Shape.Block <= 1:
 		return fmt.Errorf("batched engine: kv block of %d tokens: a paged cache needs blocks of more than 1 (model.PagedBlock is %d)", c.Shape.Block, model.PagedBlock)
-	case c.Shape.Layers < 1 || c.Shape.KVHeads < 1 || c.Shape.HeadDim < 1:
-		return fmt.Errorf("batched engine: kv shape %d layers, %d heads of %d: want all positive", c.Shape.Layers, c.Shape.KVHeads, c.Shape.HeadDim)
 	case c.Attention != model.AttentionPaged:
 		return fmt.Errorf("batched engine: attention %q: batched graphs need %q or %q", c.Attention, model.AttentionPaged, model.AttentionStatic)
 	case c.PrefixCacheBlocks < 0:
 		return fmt.Errorf("batched engine: prefix cache of %d blocks: want 0 (none) or more", c.PrefixCacheBlocks)
-	}
-	if static && (c.Shape.Layers < 1 || c.Shape.KVHeads < 1 || c.Shape.HeadDim < 1) {
-		return fmt.Errorf("batched engine: kv shape %d layers, %d heads of %d: want all positive", c.Shape.Layers, c.Shape.KVHeads, c.Shape.HeadDim)
 	}
 	if err := ladder.Validate(c.Ladder); err != nil {
 		return fmt.Errorf("batched engine: %w", err)

@@ -171,8 +171,8 @@ func (b *Batched) plan(v rungView) []planned {
 				k, _ := b.cfg.Ladder.RungFor(s.past + 1)
 				if err := v.err[k]; err != nil {
 					b.end(s, "", fmt.Errorf("request %d needs a context of %d tokens: %w", s.id, s.past+1, err))
-				} else if v.state[k] == RungIdle {
-					b.want(k)
+				} else {
+					b.wantIdle(v, k)
 				}
 				continue // sits out until its rung is compiled
 			}
@@ -196,11 +196,11 @@ func (b *Batched) prefetch(s *seq, v rungView) {
 	}
 	ctx := len(s.tokens)
 	k, _ := b.cfg.Ladder.RungFor(ctx)
-	if v.maxReady < ctx && v.state[k] == RungIdle {
-		b.want(k)
+	if v.maxReady < ctx {
+		b.wantIdle(v, k)
 	}
-	if k+1 < len(b.cfg.Ladder) && 2*ctx > b.cfg.Ladder[k] && v.state[k+1] == RungIdle {
-		b.want(k + 1)
+	if k+1 < len(b.cfg.Ladder) && 2*ctx > b.cfg.Ladder[k] {
+		b.wantIdle(v, k+1)
 	}
 }
 

@@ -54,6 +54,15 @@ func (b *Batched) want(k int) {
 	}
 }
 
+// wantIdle queues rung (or static variant) k when the loop's view of
+// this iteration has it idle, and marks it queued in that view.
+func (b *Batched) wantIdle(v rungView, k int) {
+	if v.state[k] == RungIdle {
+		b.want(k)
+		v.state[k] = RungQueued
+	}
+}
+
 // compileWorker compiles queued rungs until the engine stops.
 func (b *Batched) compileWorker() {
 	defer b.wg.Done()

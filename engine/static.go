@@ -254,14 +254,6 @@ func (b *Batched) stepRung(v rungView, k int) bool {
 	return true
 }
 
-// wantIdle queues variant k when the loop's view has it idle.
-func (b *Batched) wantIdle(v rungView, k int) {
-	if v.state[k] == RungIdle {
-		b.want(k)
-		v.state[k] = RungQueued
-	}
-}
-
 // publish fills the static form's part of a snapshot: a sequence's cache
 // is one block of its rung's capacity.
 func (st *staticStore) publish(s *BatchStats) {
