@@ -121,13 +121,14 @@ func (b *Budgeted) Stepped(l Launcher, cur int, st float64, pos int) {
 		return
 	}
 	b.checked[cur] = true
-	// The one-ahead successor launched at this rung's start: its window is
-	// the rest of this rung.
+	// The one-ahead successor launched at this rung's start: its window,
+	// and the decoding beside its compile, is the rest of this rung.
+	rest := float64(l.Capacity(cur)-pos) * st
 	if next := cur + 1; next < l.Rungs() {
 		if bu := b.byCap[l.Capacity(next)]; bu != nil && bu.WindowS == 0 {
-			bu.WindowS = float64(l.Capacity(cur)-pos) * st
+			bu.WindowS = rest
 			if bu.ActualS == 0 { // still compiling: predicted again, now that its overlap is known
-				p := b.predict(bu.Capacity, bu.WindowS)
+				p := b.predict(bu.Capacity, rest)
 				bu.PredictedS, bu.ProfileS, bu.Correction = p.seconds, p.profile, p.correction
 			}
 			bu.MissedS = max(0, bu.PredictedS-bu.WindowS)
@@ -145,7 +146,7 @@ func (b *Budgeted) Stepped(l Launcher, cur int, st float64, pos int) {
 		caps[i] = l.Capacity(i)
 	}
 	nextCap := caps[cur+1]
-	nextPred := b.predict(nextCap, float64(nextCap-pos)*st).seconds
+	nextPred := b.predict(nextCap, rest).seconds
 	window := ladder.TwoAheadWindow(caps, cur, st)
 	pred := b.predict(caps[two], window).seconds
 	// One ahead, rung two would start when the next rung begins decoding and
