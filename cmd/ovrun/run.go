@@ -16,6 +16,7 @@ import (
 	"github.com/ovtoolkit/ovrun/internal/hugepages"
 	"github.com/ovtoolkit/ovrun/model"
 	"github.com/ovtoolkit/ovrun/runtime"
+	"github.com/ovtoolkit/ovrun/runtime/ovexec"
 )
 
 // processStart is the origin of every *_start_s offset in run summaries.
@@ -166,20 +167,8 @@ func runAction(c *cli.Context) error {
 		// A stream independent of the prompt's: seed+1.
 		cfg.Forced = runtime.SeededTokens(seedFlag.Get(c)+1, cfg.DecodeTokens, vocab)
 	}
-	if p := compileCostFlag.Get(c); p != "" {
-		if cfg.CompileCost, err = compilecost.Load(p); err != nil {
-			return fail(err)
-		}
-		if note := hugePagesMismatch(p, cfg.CompileCost, hugepages.On()); note != "" {
-			fmt.Fprintln(c.App.ErrWriter, "ovrun: note:", note)
-		}
-		var forms []string
-		for _, capacity := range ladder {
-			forms = append(forms, string(comp.Spec(model.GraphSpec{Capacity: capacity, Chunk: 1}).Attention))
-		}
-		if note := attentionMismatch(p, cfg.CompileCost, forms); note != "" {
-			fmt.Fprintln(c.App.ErrWriter, "ovrun: note:", note)
-		}
+	if cfg.CompileCost, err = loadCompileCost(c, comp, ladder); err != nil {
+		return fail(err)
 	}
 	prog := newProgress(quietFlag.Get(c))
 	cfg.Progress = prog.update
@@ -218,6 +207,30 @@ func runAction(c *cli.Context) error {
 // may use, in ranges that run forwards.
 func parseCPUList(c *cli.Context, flag *cli.StringFlag) ([]int, error) {
 	return runtime.ParseCPUList(flag.Name, flag.Get(c))
+}
+
+// loadCompileCost reads --compile-cost (nil without one) and notes on
+// stderr where the profile was measured otherwise than comp compiles the
+// ladder's graphs (huge pages, attention form): ovrun run and serve share it.
+func loadCompileCost(c *cli.Context, comp *ovexec.Compiler, ladder runtime.Ladder) (*compilecost.Profile, error) {
+	p := compileCostFlag.Get(c)
+	if p == "" {
+		return nil, nil
+	}
+	prof, err := compilecost.Load(p)
+	if err != nil {
+		return nil, err
+	}
+	var forms []string
+	for _, capacity := range ladder {
+		forms = append(forms, string(comp.Spec(model.GraphSpec{Capacity: capacity, Chunk: 1}).Attention))
+	}
+	for _, note := range []string{hugePagesMismatch(p, prof, hugepages.On()), attentionMismatch(p, prof, forms)} {
+		if note != "" {
+			fmt.Fprintln(c.App.ErrWriter, "ovrun: note:", note)
+		}
+	}
+	return prof, nil
 }
 
 // attentionMismatch is a note where the compile-cost profile at path

@@ -11,7 +11,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/urfave/cli/v2"
 
-	"github.com/ovtoolkit/ovrun/compilecost"
 	"github.com/ovtoolkit/ovrun/engine"
 	"github.com/ovtoolkit/ovrun/internal/cliutil"
 	"github.com/ovtoolkit/ovrun/model"
@@ -165,14 +164,12 @@ func serveAction(c *cli.Context) error {
 	if batching && rungIdleFlag.Get(c) > 0 {
 		return fmt.Errorf("--rung-idle frees the rungs of sequences decoding apart: give --batching off (the batched engine's rungs share one pool and, on the CPU, one compiled graph)")
 	}
-	var profile *compilecost.Profile
-	if p := compileCostFlag.Get(c); p != "" {
-		if batching {
-			return fmt.Errorf("--compile-cost budgets the ladder of sequences decoding apart: give --batching off (the batched engine compiles ahead by its own rules, docs/design.md §9)")
-		}
-		if profile, err = compilecost.Load(p); err != nil {
-			return err
-		}
+	if batching && compileCostFlag.Get(c) != "" {
+		return fmt.Errorf("--compile-cost budgets the ladder of sequences decoding apart: give --batching off (the batched engine compiles ahead by its own rules, docs/design.md §9)")
+	}
+	profile, err := loadCompileCost(c, comp, ladder)
+	if err != nil {
+		return err
 	}
 	name := modelNameFlag.Get(c)
 	if name == "" {
