@@ -33,15 +33,7 @@ func TestStaticBatchAgrees(t *testing.T) {
 	}
 	slots := []int32{2, 0, 3}
 	const lateStep = 9 // the third sequence joins here
-	alone := make([]*runtime.GenerateResult, len(prompts))
-	for i, p := range prompts {
-		res, err := runtime.Generate(context.Background(), comp, comp.KVShape(), runtime.GenerateConfig{
-			Capacity: capacity, PrefillChunk: 8, Prompt: p, MaxNewTokens: decode, KeepLogits: true})
-		if err != nil {
-			t.Fatal(err)
-		}
-		alone[i] = res
-	}
+	alone := generateAlone(t, comp, capacity, decode, prompts)
 
 	spec := model.GraphSpec{Capacity: capacity, Chunk: 1, Attention: model.AttentionStatic, Batch: B}
 	exe, err := comp.Compile(context.Background(), spec)

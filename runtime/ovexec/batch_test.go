@@ -25,15 +25,7 @@ func TestBatchedGraphAgrees(t *testing.T) {
 		runtime.SeededTokens(2, 40, ck.Config.VocabSize),
 		runtime.SeededTokens(3, 70, ck.Config.VocabSize), // past two blocks, chunked over four steps
 	}
-	alone := make([]*runtime.GenerateResult, len(prompts))
-	for i, p := range prompts {
-		res, err := runtime.Generate(context.Background(), comp, comp.KVShape(), runtime.GenerateConfig{
-			Capacity: capacity, PrefillChunk: 8, Prompt: p, MaxNewTokens: decode, KeepLogits: true})
-		if err != nil {
-			t.Fatal(err)
-		}
-		alone[i] = res
-	}
+	alone := generateAlone(t, comp, capacity, decode, prompts)
 
 	exe, err := comp.Compile(context.Background(), model.GraphSpec{Capacity: capacity, Chunk: 32, Attention: model.AttentionPaged, Shared: true, Batch: 4})
 	if err != nil {
@@ -113,6 +105,22 @@ func TestBatchedGraphAgrees(t *testing.T) {
 	if err == nil {
 		t.Error("StepBatch took a block outside the pool")
 	}
+}
+
+// generateAlone runs each prompt alone through comp's own graphs (decode
+// tokens, logits kept): the reference a batch must match.
+func generateAlone(t *testing.T, comp *Compiler, capacity, decode int, prompts [][]int64) []*runtime.GenerateResult {
+	t.Helper()
+	alone := make([]*runtime.GenerateResult, len(prompts))
+	for i, p := range prompts {
+		res, err := runtime.Generate(context.Background(), comp, comp.KVShape(), runtime.GenerateConfig{
+			Capacity: capacity, PrefillChunk: 8, Prompt: p, MaxNewTokens: decode, KeepLogits: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		alone[i] = res
+	}
+	return alone
 }
 
 // openSmolLM2 is a compiler of the real SmolLM2 GGUF at the CPU's default
