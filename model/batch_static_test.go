@@ -2,7 +2,6 @@ package model
 
 import (
 	"cmp"
-	"encoding/xml"
 	"fmt"
 	"strings"
 	"testing"
@@ -26,22 +25,7 @@ func TestStaticBatchShapes(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			var net struct {
-				Layers []struct {
-					Name string `xml:"name,attr"`
-					Type string `xml:"type,attr"`
-					Data struct {
-						Shape string `xml:"shape,attr"`
-					} `xml:"data"`
-					Outputs []struct {
-						Names string `xml:"names,attr"`
-						Dims  []int  `xml:"dim"`
-					} `xml:"output>port"`
-				} `xml:"layers>layer"`
-			}
-			if err := xml.Unmarshal(b, &net); err != nil {
-				t.Fatal(err)
-			}
+			net := parseIR(t, b)
 			readsInPlace(t, b, spec)
 			want := map[string]string{InputIDs: "1,4", PositionIDs: "1,4"}
 			for i := range ck.Config.NumHiddenLayers {
@@ -136,10 +120,7 @@ func TestStaticBatchSpecs(t *testing.T) {
 // by MatMuls: a step copies no cache.
 func readsInPlace(t *testing.T, ir []byte, spec GraphSpec) {
 	t.Helper()
-	var net irNet
-	if err := xml.Unmarshal(ir, &net); err != nil {
-		t.Fatal(err)
-	}
+	net := parseIR(t, ir)
 	typ, consumers := map[int]string{}, map[int][]int{}
 	var pasts []int
 	for _, l := range net.Layers {

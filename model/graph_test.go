@@ -8,12 +8,20 @@ import (
 	"testing"
 )
 
-// irNet is the part of an IR file the layout test reads.
+// irNet is the part of an IR file the tests read: each layer's id, name,
+// type, shape (Parameters) and output ports, and the edges.
 type irNet struct {
 	Layers []struct {
 		ID   int    `xml:"id,attr"`
 		Name string `xml:"name,attr"`
 		Type string `xml:"type,attr"`
+		Data struct {
+			Shape string `xml:"shape,attr"`
+		} `xml:"data"`
+		Outputs []struct {
+			Names string `xml:"names,attr"`
+			Dims  []int  `xml:"dim"`
+		} `xml:"output>port"`
 	} `xml:"layers>layer"`
 	Edges []struct {
 		From int `xml:"from-layer,attr"`
@@ -64,10 +72,7 @@ func TestDecodeReadsKVInPlace(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				var net irNet
-				if err := xml.Unmarshal(b, &net); err != nil {
-					t.Fatal(err)
-				}
+				net := parseIR(t, b)
 				typ, byName := map[int]string{}, map[string]int{}
 				consumers := map[int][]int{}
 				sdpa := 0
@@ -152,18 +157,7 @@ func TestPastInputShapes(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var net struct {
-			Layers []struct {
-				Name string `xml:"name,attr"`
-				Type string `xml:"type,attr"`
-				Data struct {
-					Shape string `xml:"shape,attr"`
-				} `xml:"data"`
-			} `xml:"layers>layer"`
-		}
-		if err := xml.Unmarshal(b, &net); err != nil {
-			t.Fatal(err)
-		}
+		net := parseIR(t, b)
 		want := "96," + rest
 		if spec.Attention == AttentionBounded {
 			want = "1..96," + rest
@@ -222,4 +216,14 @@ func TestParseAttention(t *testing.T) {
 	if _, err := BuildIR(w, GraphSpec{Capacity: 16, Chunk: 1, Attention: AttentionAuto}); err == nil {
 		t.Error("BuildIR with attention auto: no error (the compiler must resolve it)")
 	}
+}
+
+// parseIR reads an IR's layers.
+func parseIR(t *testing.T, ir []byte) irNet {
+	t.Helper()
+	var net irNet
+	if err := xml.Unmarshal(ir, &net); err != nil {
+		t.Fatal(err)
+	}
+	return net
 }

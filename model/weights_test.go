@@ -1,7 +1,6 @@
 package model
 
 import (
-	"encoding/xml"
 	"strings"
 	"testing"
 )
@@ -97,10 +96,7 @@ func TestFusedProjections(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			var net irNet
-			if err := xml.Unmarshal(b, &net); err != nil {
-				t.Fatal(err)
-			}
+			net := parseIR(t, b)
 			consts, types := map[string]int{}, map[int]string{}
 			for _, l := range net.Layers {
 				types[l.ID] = l.Type
