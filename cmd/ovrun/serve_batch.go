@@ -202,7 +202,6 @@ func (m *batchMetrics) Collect(ch chan<- prometheus.Metric) {
 		outcome  string
 	}
 	compiles := map[key]int{}
-	var keys []key
 	for _, r := range s.Rungs {
 		secs += r.Compile.Seconds()
 		k := key{r.Capacity, "ok"}
@@ -214,13 +213,10 @@ func (m *batchMetrics) Collect(ch chan<- prometheus.Metric) {
 		default:
 			continue
 		}
-		if _, ok := compiles[k]; !ok {
-			keys = append(keys, k)
-		}
 		compiles[k] += n
 	}
-	for _, k := range keys {
-		counter(m.compiles, float64(compiles[k]), "batch", fmt.Sprint(k.capacity), k.outcome)
+	for k, n := range compiles {
+		counter(m.compiles, float64(n), "batch", fmt.Sprint(k.capacity), k.outcome)
 	}
 	counter(m.compileS, secs, "batch")
 }
