@@ -499,11 +499,19 @@ func (l *CompiledLadder) move(q *Sequence, to int) error {
 		if r.job == nil || !r.job.ready() || l.needed(k) {
 			continue
 		}
-		l.observe(r, r.job) // a compile only a finished sequence waited for is still recorded
-		errs = append(errs, l.work.drop(r.job))
-		r.job = nil
+		errs = append(errs, l.free(r))
 	}
 	return errors.Join(errs...)
+}
+
+// free drops rung r's compiled graph (a rung freed is compiled again when
+// it is needed); l.mu is held. The compile is recorded first: one only a
+// finished sequence waited for still belongs in the record.
+func (l *CompiledLadder) free(r *rung) error {
+	l.observe(r, r.job)
+	err := l.work.drop(r.job)
+	r.job, r.lastUsed = nil, time.Time{}
+	return err
 }
 
 // needed reports whether an open sequence is on rung k or below; l.mu is held.

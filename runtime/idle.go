@@ -45,9 +45,7 @@ func (l *CompiledLadder) ReleaseIdle(now time.Time) ([]int, error) {
 		if now.Sub(r.lastUsed) < l.cfg.RungIdle {
 			continue
 		}
-		l.observe(r, r.job)
-		errs = append(errs, l.work.drop(r.job))
-		r.job, r.lastUsed = nil, time.Time{}
+		errs = append(errs, l.free(r))
 		l.released++
 		freed = append(freed, l.caps[k])
 	}
