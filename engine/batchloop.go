@@ -235,9 +235,12 @@ func (b *Batched) run(v rungView, carry []planned) {
 		k++
 	}
 	logits, start, dur, err := infer(v.exe[k], step, len(carry))
-	seqs := make([]*seq, len(carry))
-	for i, c := range carry {
-		seqs[i] = c.s
+	var seqs []*seq // what an OnStep reports (stepDone reads them only then)
+	if b.cfg.OnStep != nil {
+		seqs = make([]*seq, len(carry))
+		for i, c := range carry {
+			seqs[i] = c.s
+		}
 	}
 	info := b.stepDone(start, dur, b.cfg.Ladder[k], seqs, len(step.IDs), prefill, err)
 	if b.cfg.OnStep != nil {
