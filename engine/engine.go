@@ -43,6 +43,28 @@ type Engine interface {
 	Ready() bool
 }
 
+// Awaiter is an engine that can say, before a request takes a sequence
+// slot, whether the graph its prompt starts on is compiled, and wait for it
+// in the server's queue instead of in a slot. A server that finds its
+// engine implements it calls Await before admitting a request.
+type Awaiter interface {
+	// Await returns at once (waited false) when the graph a prompt of n
+	// tokens starts on is ready; otherwise it launches its compile unless
+	// one runs, calls expect with the predicted seconds until it is ready
+	// (-1: unknown), and waits for it or ctx. An error from expect is
+	// returned at once; the compile goes on.
+	Await(ctx context.Context, n int, expect func(seconds float64) error) (waited bool, err error)
+}
+
+// RungWait is a request's wait before admission for the graph its prompt
+// starts on, as the server measured it (Awaiter); it goes into the
+// request's trace.
+type RungWait struct {
+	Start     time.Time
+	Wait      time.Duration
+	ExpectedS float64 // -1: unknown
+}
+
 // Request is one generation.
 type Request struct {
 	Prompt    []int64 // at least one token
@@ -57,6 +79,9 @@ type Request struct {
 	// are kept. It runs on the engine's goroutine: it must not block for
 	// long (a batched engine's other sequences wait for it).
 	Emit func(id int64) bool
+	// RungWait, when set, is the request's wait for its first graph
+	// before it was admitted.
+	RungWait *RungWait
 }
 
 // Finish says how a generation ended.

@@ -63,6 +63,12 @@ func (e *Sequential) Warm(ctx context.Context) error {
 	return err
 }
 
+// Await waits for the rung a prompt of n tokens starts on (see Awaiter and
+// runtime.CompiledLadder.Await).
+func (e *Sequential) Await(ctx context.Context, n int, expect func(seconds float64) error) (bool, error) {
+	return e.l.Await(ctx, n, expect)
+}
+
 // Generate decodes r as one sequence.
 func (e *Sequential) Generate(ctx context.Context, r Request) (Finish, error) {
 	fin, _, err := e.GenerateSummary(ctx, r, time.Time{})
@@ -101,6 +107,11 @@ func (e *Sequential) GenerateSummary(ctx context.Context, r Request, origin time
 	}
 	err = q.Run(ctx)
 	sum := q.Finish(err)
+	if w := r.RungWait; w != nil {
+		first, _ := e.l.Rungs().RungFor(len(r.Prompt) + 1)
+		sum.RungWait = &runtime.RungWait{Capacity: e.l.Rungs()[first], StartS: w.Start.Sub(origin).Seconds(),
+			WaitS: w.Wait.Seconds(), ExpectedS: w.ExpectedS}
+	}
 	err = errors.Join(err, q.Close())
 	if e.cfg.OnSummary != nil {
 		e.cfg.OnSummary(sum, origin)
@@ -114,3 +125,5 @@ func (e *Sequential) GenerateSummary(ctx context.Context, r Request, origin time
 	e.ready.Store(true)
 	return fin, sum, nil
 }
+
+var _ Awaiter = (*Sequential)(nil)

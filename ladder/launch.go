@@ -32,3 +32,48 @@ func LaunchTwoAhead(caps []int, cur int, stepS, compileS float64) bool {
 func TwoAheadWindow(caps []int, cur int, stepS float64) float64 {
 	return float64(caps[cur+1]-caps[cur]) * stepS
 }
+
+// The deadline rule of a kept ladder (a server's, ovrun serve with a
+// compile-cost profile), which launches a rung when it is needed rather
+// than when the rung below is bound, so that rungs few requests reach cost
+// no compile until one is on its way:
+//
+//  1. After every decode step of any sequence, each rung above it that is
+//     not compiled or compiling has a deadline: the time left before that
+//     sequence writes the rung's first position, its remaining tokens on
+//     the rungs below at the live step time. Several growing sequences make
+//     one deadline per rung, the earliest, because every one of them is
+//     checked and the first that is due launches.
+//  2. A rung is due when that time falls to its predicted compile, plus
+//     the predicted remainder of the compiles queued before it, plus
+//     DeadlineMargin of both (Due). Launching it launches the rungs below
+//     it that are not launched yet, in ladder order: the sequence passes
+//     them first, and compiles run one at a time in launch order.
+//  3. A request whose prompt needs a rung that is not compiled launches it
+//     at admission and waits for it in the queue, not in a decode slot.
+
+// DeadlineMargin is the share of a predicted compile (and of the queue
+// before it) the deadline rule adds as slack: the runtime corrects its
+// predictions online to within about 20%, and a compile that finishes a
+// step early costs nothing while one a step late costs a boundary wait.
+const DeadlineMargin = 0.25
+
+// Due reports whether a compile predicted to take compileS, queued behind
+// compiles predicted to need aheadS more, must be launched now for a
+// sequence leftS seconds from needing it.
+func Due(leftS, aheadS, compileS float64) bool {
+	return leftS <= (aheadS+compileS)*(1+DeadlineMargin)
+}
+
+// Why a budgeted compile was launched: the reasons ovrun_compile_launches_total
+// counts and a budget records.
+const (
+	ReasonOneAhead  = "one_ahead" // the rung below was bound
+	ReasonTwoAhead  = "two_ahead" // one ahead was predicted to miss its deadline (LaunchTwoAhead)
+	ReasonDeadline  = "deadline"  // a sequence's time left fell to the predicted compile (Due)
+	ReasonAdmission = "admission" // a request's prompt needs the rung
+	ReasonBoundary  = "boundary"  // a sequence reached the rung before any rule launched it
+)
+
+// LaunchReasons lists the reasons, for series that report every one.
+var LaunchReasons = []string{ReasonOneAhead, ReasonTwoAhead, ReasonDeadline, ReasonAdmission, ReasonBoundary}

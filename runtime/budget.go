@@ -1,6 +1,9 @@
 package runtime
 
 import (
+	"maps"
+	"time"
+
 	"github.com/ovtoolkit/ovrun/compilecost"
 	"github.com/ovtoolkit/ovrun/ladder"
 )
@@ -29,6 +32,20 @@ type Budget struct {
 	ActualS   float64 `json:"actual_s"`             // compile time observed
 	OverrunS  float64 `json:"overrun_s"`            // ActualS - PredictedS when positive
 	MissedS   float64 `json:"deadline_missed_by_s"` // predicted miss at launch, when positive
+	// Reason is why the compile was launched (ladder.ReasonOneAhead ...).
+	Reason string `json:"reason"`
+	// WaitS is the longest a sequence (or, for an admission launch, a
+	// request) waited for this compile: for any other reason a missed
+	// deadline.
+	WaitS float64 `json:"wait_s,omitempty"`
+
+	// LaunchS and ReadyS are when the compile was launched and its graph
+	// ready (0: not yet), as offsets from a run's start (BudgetsAt).
+	LaunchS float64 `json:"launch_s"`
+	ReadyS  float64 `json:"ready_s,omitempty"`
+
+	launchSeq           int // launch order, for the queue before a compile
+	launchedAt, readyAt time.Time
 
 	// Imported: the rung was in the compiled-rung cache at launch, so
 	// PredictedS is the profile's import, not its compile.
@@ -39,19 +56,28 @@ type Budget struct {
 	Reused bool `json:"reused,omitempty"`
 }
 
-// Budgeted is the one-ahead schedule with per-rung budgets from a
-// compile-cost profile, following ladder's launch rule: once a rung's
-// decode rate is measured (ladder.RateSteps steps) it predicts each pending
-// successor's deadline, and when the rung after next cannot be compiled
-// within the next rung's decode window (ladder.LaunchTwoAhead) it launches
-// it at once, two ahead, so that it also gets the rest of this rung's
-// window.
+// Budgeted is the schedule with per-rung budgets from a compile-cost
+// profile. One ahead (ovrun run) it follows ladder's launch rule: once a
+// rung's decode rate is measured (ladder.RateSteps steps) it predicts each
+// pending successor's deadline, and when the rung after next cannot be
+// compiled within the next rung's decode window (ladder.LaunchTwoAhead) it
+// launches it at once, two ahead, so that it also gets the rest of this
+// rung's window. By deadline (a kept ladder: ovrun serve) it follows
+// ladder's deadline rule instead (ladder.Due): nothing is launched when a
+// rung is bound; after each step of any sequence, the rungs above it are
+// launched once the time left before it needs them falls to their
+// predicted compile plus a margin.
 type Budgeted struct {
-	OneAhead
-	profile *compilecost.Profile
-	byCap   map[int]*Budget
-	order   []int
-	checked map[int]bool // rungs whose two-ahead decision was made
+	profile  *compilecost.Profile
+	deadline bool
+	rate     map[int]float64 // by rung: the last step time measured there (deadline rule)
+	launches map[string]int  // by reason
+	misses   map[string]int  // by kind: see Misses
+	launched int             // budgets opened: the next one's launchSeq
+	now      func() time.Time
+	byCap    map[int]*Budget
+	order    []int
+	checked  map[int]bool // rungs whose two-ahead decision was made
 	// Cached, when set, says whether a capacity's decode graph is in the
 	// compiled-rung cache: its budget is then the profile's import time.
 	Cached func(capacity int) bool
@@ -103,20 +129,40 @@ func (b *Budgeted) Correction(basis string) float64 {
 
 // NewBudgeted is a budgeted one-ahead schedule over profile.
 func NewBudgeted(profile *compilecost.Profile) *Budgeted {
-	return &Budgeted{profile: profile, byCap: map[int]*Budget{}, checked: map[int]bool{}}
+	return &Budgeted{profile: profile, byCap: map[int]*Budget{}, checked: map[int]bool{}, launches: map[string]int{}, misses: map[string]int{}, now: time.Now}
 }
 
+// NewDeadlineBudgeted is a budgeted schedule over profile that launches by
+// deadline (see Budgeted).
+func NewDeadlineBudgeted(profile *compilecost.Profile) *Budgeted {
+	b := NewBudgeted(profile)
+	b.deadline, b.rate = true, map[int]float64{}
+	return b
+}
+
+// Foreground is the first rung: only it is compiled before a sequence decodes.
+func (b *Budgeted) Foreground(first, rungs int) int { return first }
+
 // Bound launches the successor one ahead and opens its budget; the window
-// is filled in by Stepped once the decode rate is known.
+// is filled in by Stepped once the decode rate is known. By deadline it
+// launches nothing.
 func (b *Budgeted) Bound(l Launcher, i int) {
+	if b.deadline {
+		return
+	}
 	if next := i + 1; next < l.Rungs() && !l.Launched(next) {
 		l.Launch(next)
-		b.open(l.Capacity(next), 1, 0, -1)
+		b.open(l.Capacity(next), 1, 0, -1, ladder.ReasonOneAhead)
 	}
 }
 
-// Stepped makes the deadline and two-ahead decisions once per rung.
+// Stepped makes the deadline and two-ahead decisions once per rung, or by
+// deadline the deadline rule's after every step.
 func (b *Budgeted) Stepped(l Launcher, cur int, st float64, pos int) {
+	if b.deadline {
+		b.dueLaunches(l, cur, st, pos)
+		return
+	}
 	if b.checked[cur] || st == 0 {
 		return
 	}
@@ -159,7 +205,7 @@ func (b *Budgeted) Stepped(l Launcher, cur int, st float64, pos int) {
 	// decodes beside it.
 	earlyWindow := float64(nextCap-pos)*st - nextPred
 	l.Note("rung %d: predicted compile %.2f s exceeds rung %d's %.2f s decode window; launching it two ahead now", l.Capacity(two), pred, nextCap, window)
-	b.open(l.Capacity(two), 2, earlyWindow, window)
+	b.open(l.Capacity(two), 2, earlyWindow, window, ladder.ReasonTwoAhead)
 	l.Launch(two)
 }
 
@@ -181,31 +227,155 @@ func (b *Budgeted) Compiled(l Launcher, i int, seconds float64) {
 	}
 	if o := seconds - bu.PredictedS; o > 0 && !bu.Reused { // a reused rung compiles nothing to budget
 		bu.OverrunS = o
+		b.misses[MissActual]++
 		l.Note("rung %d: compile took %.2f s, %.2f s over its %.2f s budget", bu.Capacity, bu.ActualS, bu.OverrunS, bu.PredictedS)
 	}
 }
 
+// dueLaunches is the deadline rule (ladder.Due) after a step of a
+// sequence on rung cur that writes position pos next, at st seconds a step
+// (0 until measured: the last rate measured on the rung by any sequence).
+func (b *Budgeted) dueLaunches(l Launcher, cur int, st float64, pos int) {
+	if st > 0 {
+		b.rate[cur] = st
+	} else if st = b.rate[cur]; st == 0 {
+		return
+	}
+	need := b.queued(l) // the compiles the next launch queues behind
+	var pending []int   // rungs below a due one that are not launched either
+	for j := cur + 1; j < l.Rungs(); j++ {
+		if l.Launched(j) {
+			continue
+		}
+		pending = append(pending, j)
+		// The sequence needs rung j when it writes rung j-1's last slot + 1.
+		left := float64(l.Capacity(j-1)-pos) * st
+		p := b.predict(l.Capacity(j), left).seconds
+		if !ladder.Due(left, need, p) {
+			need += p
+			continue
+		}
+		for _, k := range pending {
+			kl := float64(l.Capacity(k-1)-pos) * st
+			b.open(l.Capacity(k), k-cur, kl, kl, ladder.ReasonDeadline)
+			if bu := b.byCap[l.Capacity(k)]; kl <= 0 && bu.PredictedS > 0 { // due at the last step: open takes a 0 window for unknown
+				bu.MissedS = bu.PredictedS
+				b.misses[MissPredicted]++
+			}
+			l.Launch(k)
+			l.Note("rung %d: launched by deadline, %.2f s before a sequence on rung %d needs it (predicted compile %.2f s)", l.Capacity(k), kl, l.Capacity(cur), b.byCap[l.Capacity(k)].PredictedS)
+		}
+		need += p
+		pending = pending[:0]
+	}
+}
+
+// queued is the predicted remainder of the background compiles launched
+// and not finished: what a compile launched now waits for.
+func (b *Budgeted) queued(l Launcher) float64 {
+	var s float64
+	for i := range l.Rungs() {
+		q, elapsed := l.Queued(i)
+		if bu := b.byCap[l.Capacity(i)]; q && bu != nil {
+			s += max(0, bu.PredictedS-elapsed)
+		}
+	}
+	return s
+}
+
+// Launch opens the budget of a rung launched for a reason outside the
+// schedule's rules (ladder.ReasonAdmission, ladder.ReasonBoundary), which
+// the caller launches, and returns the predicted seconds until it is
+// ready: its compile and the queue before it.
+func (b *Budgeted) Launch(l Launcher, i int, reason string) float64 {
+	ahead := b.queued(l)
+	b.open(l.Capacity(i), 0, 0, -1, reason)
+	return ahead + b.byCap[l.Capacity(i)].PredictedS
+}
+
+// remaining is the predicted seconds until rung i, queued or compiling,
+// is ready: the remainder of its compile and of those queued before it.
+func (b *Budgeted) remaining(l Launcher, i int) float64 {
+	mine := b.byCap[l.Capacity(i)]
+	if mine == nil {
+		return -1
+	}
+	var s float64
+	for k := range l.Rungs() {
+		q, elapsed := l.Queued(k)
+		if bu := b.byCap[l.Capacity(k)]; q && bu != nil && bu.launchSeq <= mine.launchSeq {
+			s += max(0, bu.PredictedS-elapsed)
+		}
+	}
+	return s
+}
+
+// Waited records that a sequence or request waited seconds for rung i's
+// compile.
+func (b *Budgeted) Waited(l Launcher, i int, seconds float64) {
+	if bu := b.byCap[l.Capacity(i)]; bu != nil && seconds > 0 {
+		if bu.WaitS == 0 && bu.Reason != ladder.ReasonAdmission {
+			b.misses[MissWaited]++
+		}
+		bu.WaitS = max(bu.WaitS, seconds)
+	}
+}
+
+// The kinds of budget miss Misses counts.
+const (
+	MissActual    = "actual" // the compile took longer than predicted
+	MissPredicted = "missed" // predicted at launch to exceed the time left
+	MissWaited    = "waited" // a sequence reached the rung before it was ready
+)
+
+// Misses counts the budgets that went wrong, by kind, since the start
+// (relaunches of a rung included).
+func (b *Budgeted) Misses() map[string]int { return maps.Clone(b.misses) }
+
+// Launches counts the budgeted launches by reason, relaunches of a rung
+// freed and needed again included.
+func (b *Budgeted) Launches() map[string]int {
+	return maps.Clone(b.launches)
+}
+
 // open records the budget of a rung launched lookahead rungs ahead with a
 // predicted decode window (0: not known yet) and the decoding expected
-// beside its compile (overlap, -1: not known yet).
-func (b *Budgeted) open(capacity, lookahead int, window, overlap float64) {
+// beside its compile (overlap, -1: not known yet), for a reason.
+func (b *Budgeted) open(capacity, lookahead int, window, overlap float64, reason string) {
 	p := b.predict(capacity, overlap)
 	bu := &Budget{Capacity: capacity, PredictedS: p.seconds, Measured: p.measured, WindowS: window, Lookahead: lookahead,
-		Imported: p.basis == compilecost.BasisImport, Reused: p.reused, ProfileS: p.profile, Basis: p.basis, Correction: p.correction}
+		Imported: p.basis == compilecost.BasisImport, Reused: p.reused, ProfileS: p.profile, Basis: p.basis, Correction: p.correction,
+		Reason: reason, launchSeq: b.launched, launchedAt: b.now()}
+	b.launched++
 	if miss := p.seconds - window; window != 0 && miss > 0 {
 		bu.MissedS = miss
+		b.misses[MissPredicted]++
 	}
 	if b.byCap[capacity] == nil {
 		b.order = append(b.order, capacity)
 	}
 	b.byCap[capacity] = bu
+	b.launches[reason]++
 }
 
-// Budgets lists the budgets in launch order.
-func (b *Budgeted) Budgets() []Budget {
+// Ready records when rung i's graph was ready.
+func (b *Budgeted) Ready(l Launcher, i int, at time.Time) {
+	if bu := b.byCap[l.Capacity(i)]; bu != nil {
+		bu.readyAt = at
+	}
+}
+
+// Budgets lists the budgets in launch order, their times as offsets from
+// origin.
+func (b *Budgeted) Budgets(origin time.Time) []Budget {
 	out := make([]Budget, 0, len(b.order))
 	for _, c := range b.order {
-		out = append(out, *b.byCap[c])
+		bu := *b.byCap[c]
+		bu.LaunchS = bu.launchedAt.Sub(origin).Seconds()
+		if !bu.readyAt.IsZero() {
+			bu.ReadyS = bu.readyAt.Sub(origin).Seconds()
+		}
+		out = append(out, bu)
 	}
 	return out
 }

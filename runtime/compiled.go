@@ -129,11 +129,12 @@ func NewCompiledLadder(ctx context.Context, comp Compiler, cfg LadderConfig) (*C
 		l.notef("grow-remap: this device cannot bind views of host memory as graph inputs; fell back to copy-and-grow (grow-one-ahead's KV path)")
 		l.mu.Unlock()
 	}
-	sched, err := NewSchedule(l.row.Schedule, cfg.CompileCost)
+	sched, err := NewSchedule(l.row.Schedule, cfg.CompileCost, cfg.KeepRungs)
 	if err != nil {
 		return nil, err
 	}
 	if b, ok := sched.(*Budgeted); ok {
+		b.now = cfg.Clock
 		b.Cached = func(capacity int) bool { return cached(comp, DecodeSpec(capacity, mode, cfg.PrefillChunk)) }
 		b.Reused = func(capacity int) bool { return reuses(comp, DecodeSpec(capacity, mode, cfg.PrefillChunk)) }
 	}
@@ -191,12 +192,13 @@ func (l *CompiledLadder) Notes() []string {
 	return append([]string(nil), l.notes...)
 }
 
-// Budgets are the compile budgets of a budgeted schedule, nil otherwise.
-func (l *CompiledLadder) Budgets() []Budget {
+// Budgets are the compile budgets of a budgeted schedule, nil otherwise,
+// their times as offsets from origin.
+func (l *CompiledLadder) Budgets(origin time.Time) []Budget {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if b, ok := l.sched.(*Budgeted); ok {
-		return b.Budgets()
+		return b.Budgets(origin)
 	}
 	return nil
 }
@@ -262,6 +264,9 @@ func (l *CompiledLadder) observe(r *rung, j *compileJob) {
 	l.records = append(l.records, a)
 	if r.index >= 0 && j.background && j.err == nil {
 		l.sched.Compiled(launcher{l}, r.index, j.seconds())
+		if b, ok := l.sched.(*Budgeted); ok {
+			b.Ready(launcher{l}, r.index, j.end)
+		}
 	}
 }
 
@@ -292,6 +297,14 @@ func (l *CompiledLadder) enter(ctx context.Context, i int, retry bool, waiting f
 	r := l.rungs[i]
 	l.mu.Lock()
 	j := r.job
+	if j == nil && i > 0 && l.deadlines() != nil {
+		// Budgeted by deadline, a rung reached before any rule launched
+		// it (its rate not measured yet, or a rung freed and needed at
+		// once) still goes through the worker and its budget.
+		l.deadlines().Launch(launcher{l}, i, ladder.ReasonBoundary)
+		launcher{l}.Launch(i)
+		j = r.job
+	}
 	if j == nil {
 		j = l.startForeground(r, 1)
 		l.mu.Unlock()
@@ -307,7 +320,9 @@ func (l *CompiledLadder) enter(ctx context.Context, i int, retry bool, waiting f
 			if waiting != nil {
 				waiting()
 			}
+			t0 := l.cfg.Clock()
 			<-j.done
+			l.waited(i, l.cfg.Clock().Sub(t0))
 		}
 		l.mu.Lock()
 		l.observe(r, j)
@@ -320,6 +335,35 @@ func (l *CompiledLadder) enter(ctx context.Context, i int, retry bool, waiting f
 		return false, nil, compileFailed(j.err)
 	}
 	return ready, j.exe, nil
+}
+
+// deadlines is the schedule when it budgets by deadline, else nil; l.mu is held.
+func (l *CompiledLadder) deadlines() *Budgeted {
+	if b, ok := l.sched.(*Budgeted); ok && b.deadline {
+		return b
+	}
+	return nil
+}
+
+// waited records that a sequence or request waited d for rung i's compile.
+func (l *CompiledLadder) waited(i int, d time.Duration) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if b, ok := l.sched.(*Budgeted); ok {
+		b.Waited(launcher{l}, i, d.Seconds())
+	}
+}
+
+// BudgetCounts are the budgeted compiles launched so far by reason
+// (ladder.LaunchReasons) and the budgets missed by kind (MissActual ...);
+// nil without a compile-cost profile.
+func (l *CompiledLadder) BudgetCounts() (launches, misses map[string]int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if b, ok := l.sched.(*Budgeted); ok {
+		return b.Launches(), b.Misses()
+	}
+	return nil, nil
 }
 
 // retry compiles r again in the foreground after j failed, unless another
@@ -400,6 +444,11 @@ func (l *CompiledLadder) readyPrefill(capacity int) *rung {
 func (l *CompiledLadder) launchPrefill(capacity int) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.launchPrefillLocked(capacity)
+}
+
+// launchPrefillLocked is launchPrefill with l.mu held.
+func (l *CompiledLadder) launchPrefillLocked(capacity int) {
 	r := l.prefill[capacity]
 	if r == nil {
 		r = &rung{index: -1, spec: model.GraphSpec{Capacity: capacity, Chunk: l.cfg.PrefillChunk}}
@@ -576,6 +625,17 @@ func (a launcher) Rungs() int                      { return len(a.l.rungs) }
 func (a launcher) Capacity(i int) int              { return a.l.caps[i] }
 func (a launcher) Launched(i int) bool             { return a.l.rungs[i].job != nil }
 func (a launcher) Note(format string, args ...any) { a.l.notef(format, args...) }
+
+func (a launcher) Queued(i int) (bool, float64) {
+	j := a.l.rungs[i].job
+	if j == nil || !j.background || j.ready() {
+		return false, 0
+	}
+	if ns := j.startNS.Load(); ns != 0 {
+		return true, a.l.cfg.Clock().Sub(time.Unix(0, ns)).Seconds()
+	}
+	return true, 0
+}
 
 func (a launcher) Launch(i int) {
 	r := a.l.rungs[i]

@@ -37,18 +37,25 @@ type Launcher interface {
 	Launched(i int) bool
 	// Launch queues a background compile of rung i.
 	Launch(i int)
+	// Queued reports whether rung i's background compile is queued or
+	// running, and how long it has run (0 while queued).
+	Queued(i int) (queued bool, elapsedS float64)
 	// Note records a scheduling decision for the run's notes.
 	Note(format string, args ...any)
 }
 
 // NewSchedule makes the schedule a policy names; with a compile-cost
-// profile a one-ahead schedule becomes a Budgeted one.
-func NewSchedule(kind ladder.Schedule, profile *compilecost.Profile) (Schedule, error) {
+// profile a one-ahead schedule becomes a Budgeted one, launching by
+// deadline when byDeadline is set (a kept ladder).
+func NewSchedule(kind ladder.Schedule, profile *compilecost.Profile, byDeadline bool) (Schedule, error) {
 	switch kind {
 	case ladder.UpFront:
 		return UpFront{}, nil
 	case ladder.OneAhead:
-		if profile != nil {
+		switch {
+		case profile != nil && byDeadline:
+			return NewDeadlineBudgeted(profile), nil
+		case profile != nil:
 			return NewBudgeted(profile), nil
 		}
 		return OneAhead{}, nil

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/ovtoolkit/ovrun/compilecost"
 	"github.com/ovtoolkit/ovrun/ladder"
@@ -17,10 +18,11 @@ type fakeLauncher struct {
 	notes    []string
 }
 
-func (f *fakeLauncher) Rungs() int          { return len(f.caps) }
-func (f *fakeLauncher) Capacity(i int) int  { return f.caps[i] }
-func (f *fakeLauncher) Launched(i int) bool { return slices.Contains(f.launched, i) }
-func (f *fakeLauncher) Launch(i int)        { f.launched = append(f.launched, i) }
+func (f *fakeLauncher) Rungs() int                 { return len(f.caps) }
+func (f *fakeLauncher) Capacity(i int) int         { return f.caps[i] }
+func (f *fakeLauncher) Launched(i int) bool        { return slices.Contains(f.launched, i) }
+func (f *fakeLauncher) Launch(i int)               { f.launched = append(f.launched, i) }
+func (f *fakeLauncher) Queued(int) (bool, float64) { return false, 0 }
 func (f *fakeLauncher) Note(format string, args ...any) {
 	f.notes = append(f.notes, fmt.Sprintf(format, args...))
 }
@@ -37,7 +39,7 @@ func TestSchedules(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(string(tc.kind), func(t *testing.T) {
-			s, err := NewSchedule(tc.kind, nil)
+			s, err := NewSchedule(tc.kind, nil, false)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -55,10 +57,10 @@ func TestSchedules(t *testing.T) {
 			}
 		})
 	}
-	if _, err := NewSchedule("eventually", nil); err == nil {
+	if _, err := NewSchedule("eventually", nil, false); err == nil {
 		t.Error("an unknown schedule was made")
 	}
-	if s, _ := NewSchedule(ladder.OneAhead, &compilecost.Profile{}); fmt.Sprintf("%T", s) != "*runtime.Budgeted" {
+	if s, _ := NewSchedule(ladder.OneAhead, &compilecost.Profile{}, false); fmt.Sprintf("%T", s) != "*runtime.Budgeted" {
 		t.Errorf("one ahead with a compile-cost profile is %T, want *runtime.Budgeted", s)
 	}
 }
@@ -75,15 +77,15 @@ func TestBudgetedLaunchesTwoAhead(t *testing.T) {
 	l := &fakeLauncher{caps: []int{32, 64, 128}}
 	b.Bound(l, 0)
 	b.Stepped(l, 0, 0, 5) // no rate yet: nothing decided
-	if !slices.Equal(l.launched, []int{1}) || len(b.Budgets()) != 1 || b.Budgets()[0].WindowS != 0 {
-		t.Fatalf("after binding rung 0: launched %v, budgets %+v", l.launched, b.Budgets())
+	if !slices.Equal(l.launched, []int{1}) || len(b.Budgets(time.Time{})) != 1 || b.Budgets(time.Time{})[0].WindowS != 0 {
+		t.Fatalf("after binding rung 0: launched %v, budgets %+v", l.launched, b.Budgets(time.Time{}))
 	}
 	b.Stepped(l, 0, 0.001, 12)
 	b.Stepped(l, 0, 0.001, 13) // decided once per rung
 	if !slices.Equal(l.launched, []int{1, 2}) {
 		t.Fatalf("launched %v, want rung 2 two ahead", l.launched)
 	}
-	got := b.Budgets()
+	got := b.Budgets(time.Time{})
 	near := func(a, b float64) bool { return a-b < 1e-9 && b-a < 1e-9 }
 	if len(got) != 2 || got[0].Capacity != 64 || got[0].Lookahead != 1 || !near(got[0].WindowS, 0.020) || !near(got[0].MissedS, 0.030) {
 		t.Errorf("budget of 64 = %+v, want one ahead, a 20 ms window (positions 12..31) missed by 30 ms", got[0])
@@ -92,7 +94,7 @@ func TestBudgetedLaunchesTwoAhead(t *testing.T) {
 		t.Errorf("budget of 128 = %+v, want two ahead with the 52 ms to rung 64's end less rung 64's compile", got[1])
 	}
 	b.Compiled(l, 1, 0.08)
-	if bu := b.Budgets()[0]; !near(bu.ActualS, 0.08) || !near(bu.OverrunS, 0.03) {
+	if bu := b.Budgets(time.Time{})[0]; !near(bu.ActualS, 0.08) || !near(bu.OverrunS, 0.03) {
 		t.Errorf("after compiling in 80 ms: %+v", bu)
 	}
 	if len(l.notes) != 3 || !strings.Contains(l.notes[1], "launching it two ahead") || !strings.Contains(l.notes[2], "over its") {
@@ -113,7 +115,7 @@ func TestBudgetOfCachedRungIsItsImport(t *testing.T) {
 	l := &fakeLauncher{caps: []int{32, 64, 128}}
 	b.Bound(l, 0)
 	b.Bound(l, 1)
-	got := b.Budgets()
+	got := b.Budgets(time.Time{})
 	if len(got) != 2 || got[0].PredictedS != 0.5 || !got[0].Imported || got[1].PredictedS != 4 || got[1].Imported {
 		t.Fatalf("budgets %+v; want rung 64 at its 0.5 s import, rung 128 at its 4 s compile", got)
 	}
@@ -130,12 +132,12 @@ func TestBudgetOfReusedRungIsZero(t *testing.T) {
 	l := &fakeLauncher{caps: []int{32, 64, 128}}
 	b.Bound(l, 0)
 	b.Stepped(l, 0, 0.01, 8)
-	got := b.Budgets()
+	got := b.Budgets(time.Time{})
 	if len(got) != 1 || got[0].PredictedS != 0 || !got[0].Reused || got[0].MissedS != 0 {
 		t.Fatalf("budgets %+v; want only rung 64, reused, predicted 0", got)
 	}
 	b.Compiled(l, 1, 0.05) // a new infer request on the graph
-	if bu := b.Budgets()[0]; bu.ActualS != 0.05 || bu.OverrunS != 0 {
+	if bu := b.Budgets(time.Time{})[0]; bu.ActualS != 0.05 || bu.OverrunS != 0 {
 		t.Errorf("after the reuse took 50 ms: %+v, want no overrun", bu)
 	}
 	if len(l.notes) != 0 {
@@ -159,23 +161,23 @@ func TestBudgetsCorrectOnline(t *testing.T) {
 	l := &fakeLauncher{caps: []int{32, 64, 128, 256}}
 	near := func(a, b float64) bool { return a-b < 1e-9 && b-a < 1e-9 }
 	b.Bound(l, 0)
-	if bu := b.Budgets()[0]; bu.Basis != "decode.under_decode" || !near(bu.PredictedS, 0.4) || bu.Correction != 1 {
+	if bu := b.Budgets(time.Time{})[0]; bu.Basis != "decode.under_decode" || !near(bu.PredictedS, 0.4) || bu.Correction != 1 {
 		t.Fatalf("first budget %+v: want the under-decode 0.4 s, uncorrected", bu)
 	}
 	b.Compiled(l, 1, 1.0) // 2.5x the profile
-	if bu := b.Budgets()[0]; !near(bu.Error, 1.5) {
+	if bu := b.Budgets(time.Time{})[0]; !near(bu.Error, 1.5) {
 		t.Fatalf("error %v, want 1.5 (2.5x the prediction)", bu.Error)
 	}
 	b.Bound(l, 1)
-	if bu := b.Budgets()[1]; !near(bu.Correction, 2.5) || !near(bu.ProfileS, 0.6) || !near(bu.PredictedS, 1.5) {
+	if bu := b.Budgets(time.Time{})[1]; !near(bu.Correction, 2.5) || !near(bu.ProfileS, 0.6) || !near(bu.PredictedS, 1.5) {
 		t.Fatalf("second budget %+v: want 0.6 s x 2.5 = 1.5 s", bu)
 	}
 	b.Compiled(l, 2, 1.2) // 2x the profile: predicted 1.5, error -0.2
-	if bu := b.Budgets()[1]; !near(bu.Error, -0.2) {
+	if bu := b.Budgets(time.Time{})[1]; !near(bu.Error, -0.2) {
 		t.Fatalf("second error %v, want -0.2", bu.Error)
 	}
 	b.Bound(l, 2)
-	if bu := b.Budgets()[2]; !near(bu.Correction, 2.25) || !near(bu.PredictedS, 0.8*2.25) {
+	if bu := b.Budgets(time.Time{})[2]; !near(bu.Correction, 2.25) || !near(bu.PredictedS, 0.8*2.25) {
 		t.Fatalf("third budget %+v: want the median ratio 2.25", bu)
 	}
 	if c := b.Correction(compilecost.BasisImport); c != 1 {
@@ -195,11 +197,11 @@ func TestBudgetOverlapsDecode(t *testing.T) {
 	b := NewBudgeted(prof)
 	l := &fakeLauncher{caps: []int{32, 64}}
 	b.Bound(l, 0)
-	if bu := b.Budgets()[0]; bu.PredictedS != 6 {
+	if bu := b.Budgets(time.Time{})[0]; bu.PredictedS != 6 {
 		t.Fatalf("before the rate is known: %+v, want the under-decode 6 s", bu)
 	}
 	b.Stepped(l, 0, 0.1, 2) // 30 steps of 0.1 s left: 3 s beside decoding
-	bu := b.Budgets()[0]
+	bu := b.Budgets(time.Time{})[0]
 	if want := 3 + 0.5*2.0; bu.PredictedS != want || bu.ProfileS != want || bu.WindowS != 3 {
 		t.Fatalf("after: %+v, want %v (half beside decoding, half alone)", bu, want)
 	}

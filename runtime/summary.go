@@ -62,13 +62,16 @@ type Summary struct {
 	// first rung against the prompt; 0 where it did not.
 	SharedStepPenalty float64 `json:"shared_step_penalty,omitempty"`
 
-	Rungs       []RungSummary     `json:"rungs"`
-	Compiles    []CompileRecord   `json:"compiles"`
-	KVTimeline  []KVSample        `json:"kv_timeline"`
-	Boundaries  []BoundarySummary `json:"boundaries"`
-	Budgets     []Budget          `json:"budgets,omitempty"` // with --compile-cost
-	Predictions []int64           `json:"predictions"`
-	Notes       []string          `json:"notes,omitempty"`
+	Rungs      []RungSummary     `json:"rungs"`
+	Compiles   []CompileRecord   `json:"compiles"`
+	KVTimeline []KVSample        `json:"kv_timeline"`
+	Boundaries []BoundarySummary `json:"boundaries"`
+	Budgets    []Budget          `json:"budgets,omitempty"` // with --compile-cost
+	// RungWait is the request's wait in a server's queue for the rung its
+	// prompt starts on, nil where it waited for none.
+	RungWait    *RungWait `json:"rung_wait,omitempty"`
+	Predictions []int64   `json:"predictions"`
+	Notes       []string  `json:"notes,omitempty"`
 	// Text is the generated text (predictions decoded, a final
 	// end-of-generation token left out) of a run given a text prompt.
 	Text string `json:"text,omitempty"`
@@ -159,4 +162,15 @@ func (c CompileRecord) Outcome() string {
 		return tracing.OutcomeStopped
 	}
 	return tracing.OutcomeOK
+}
+
+// RungWait is a request's wait in a server's queue for the rung its prompt
+// starts on, compiling when it arrived (runtime.CompiledLadder.Await).
+type RungWait struct {
+	Capacity int     `json:"capacity"`
+	StartS   float64 `json:"start_s"` // offset from the run's start
+	WaitS    float64 `json:"wait_s"`
+	// ExpectedS is the predicted wait when it began; -1 without a
+	// compile-cost profile.
+	ExpectedS float64 `json:"expected_s"`
 }

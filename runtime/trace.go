@@ -139,6 +139,27 @@ func EmitSpans(ctx context.Context, tracer trace.Tracer, s *Summary, processStar
 			attribute.String("ovrun.budget.basis", b.Basis), attribute.Float64("ovrun.budget.profile_s", b.ProfileS),
 			attribute.Float64("ovrun.budget.correction", b.Correction), attribute.Float64("ovrun.budget.error", b.Error)))
 	}
+	// Budgeted compiles that ran while this run did (a server's request
+	// sees the compiles launched for it and for the requests beside it).
+	for _, b := range s.Budgets {
+		stop := b.ReadyS
+		if stop == 0 {
+			stop = end
+		}
+		if stop < s.RunStartS || b.LaunchS > end {
+			continue
+		}
+		child(tracing.SpanBudget, b.LaunchS, stop, "", tracing.AttrCapacity.Int(b.Capacity),
+			tracing.AttrBudgetReason.String(b.Reason), tracing.AttrBudgetPredictedS.Float64(b.PredictedS),
+			tracing.AttrBudgetActualS.Float64(b.ActualS), tracing.AttrBudgetProfileS.Float64(b.ProfileS),
+			tracing.AttrBudgetCorrection.Float64(b.Correction), tracing.AttrBudgetError.Float64(b.Error),
+			tracing.AttrBudgetWindowS.Float64(b.WindowS), tracing.AttrBudgetMissedS.Float64(b.MissedS),
+			tracing.AttrBudgetWaitS.Float64(b.WaitS), tracing.AttrBudgetBasis.String(b.Basis))
+	}
+	if w := s.RungWait; w != nil {
+		child(tracing.SpanRungWait, w.StartS, w.StartS+w.WaitS, "", tracing.AttrCapacity.Int(w.Capacity),
+			tracing.AttrWaitS.Float64(w.WaitS), tracing.AttrExpectedS.Float64(w.ExpectedS))
+	}
 	for _, k := range kvEvents(s.KVTimeline, tracing.MaxKVEvents) {
 		root.AddEvent(tracing.EventKV, at(k.TS), trace.WithAttributes(
 			tracing.AttrKVReservedBytes.Int64(k.ReservedBytes), tracing.AttrKVLiveBytes.Int64(k.LiveBytes)))

@@ -12,6 +12,11 @@ type metrics struct {
 	tpot         prometheus.Histogram
 	active       prometheus.Gauge
 	queued       prometheus.Gauge
+	// Admission that knows the ladder (engine.Awaiter).
+	rungWaiting  prometheus.Gauge
+	rungWait     prometheus.Histogram
+	rungExpected prometheus.Histogram
+	rungRefused  prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -30,7 +35,16 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Sequences decoding now."}),
 		queued: prometheus.NewGauge(prometheus.GaugeOpts{Name: "ovrun_queued_requests",
 			Help: "Requests waiting for a sequence slot."}),
+		rungWaiting: prometheus.NewGauge(prometheus.GaugeOpts{Name: "ovrun_rung_waiting_requests",
+			Help: "Requests waiting in the queue for the rung their prompt starts on to compile."}),
+		rungWait: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "ovrun_rung_wait_seconds",
+			Help: "Time a request waited in the queue for the rung its prompt starts on.", Buckets: prometheus.ExponentialBuckets(0.01, 2, 14)}),
+		rungExpected: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "ovrun_rung_wait_expected_seconds",
+			Help: "The wait predicted (--compile-cost) when a request began waiting for the rung its prompt starts on.", Buckets: prometheus.ExponentialBuckets(0.01, 2, 14)}),
+		rungRefused: prometheus.NewCounter(prometheus.CounterOpts{Name: "ovrun_rung_wait_refused_total",
+			Help: "Requests answered 503 with a Retry-After because the rung their prompt needs would be ready only after their deadline."}),
 	}
-	reg.MustRegister(m.requests, m.tokens, m.queueSeconds, m.ttft, m.tpot, m.active, m.queued)
+	reg.MustRegister(m.requests, m.tokens, m.queueSeconds, m.ttft, m.tpot, m.active, m.queued,
+		m.rungWaiting, m.rungWait, m.rungExpected, m.rungRefused)
 	return m
 }

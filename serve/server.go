@@ -8,7 +8,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -315,6 +317,60 @@ func (s *Server) admit(ctx context.Context, w http.ResponseWriter, endpoint stri
 	return func() { <-s.slots; s.m.active.Dec() }, true
 }
 
+// lateRung refuses a request whose first graph would be ready only after
+// its deadline.
+type lateRung struct{ expected, left float64 }
+
+func (e lateRung) Error() string {
+	return fmt.Sprintf("the graph this prompt needs is compiling and is expected in %.1f s, after this request's deadline (%.1f s left); retry then", e.expected, e.left)
+}
+
+// awaitRung waits, before admission, for the graph the prompt starts on
+// when the engine can say it is still compiling (engine.Awaiter): in the
+// queue, not in a sequence slot. A request whose deadline comes before the
+// predicted ready time gets 503 with that time as its Retry-After. It
+// answers the request itself when it cannot go on.
+func (s *Server) awaitRung(ctx context.Context, w http.ResponseWriter, endpoint string, n int) (*engine.RungWait, bool) {
+	a, ok := s.cfg.Engine.(engine.Awaiter)
+	if !ok {
+		return nil, true
+	}
+	rw := &engine.RungWait{Start: time.Now(), ExpectedS: -1}
+	waiting := false
+	waited, err := a.Await(ctx, n, func(expected float64) error {
+		rw.ExpectedS = expected
+		if expected >= 0 {
+			s.m.rungExpected.Observe(expected)
+			if dl, ok := ctx.Deadline(); ok && time.Until(dl).Seconds() < expected {
+				return lateRung{expected, time.Until(dl).Seconds()}
+			}
+		}
+		waiting = true
+		s.m.rungWaiting.Inc()
+		return nil
+	})
+	if waiting {
+		s.m.rungWaiting.Dec()
+	}
+	if !waited {
+		return nil, true
+	}
+	rw.Wait = time.Since(rw.Start)
+	var late lateRung
+	switch {
+	case errors.As(err, &late):
+		s.m.rungRefused.Inc()
+		w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(late.expected))))
+		s.fail(w, endpoint, http.StatusServiceUnavailable, late.Error())
+		return nil, false
+	case err != nil:
+		s.fail(w, endpoint, http.StatusServiceUnavailable, "gave up waiting for the graph this prompt needs: "+err.Error())
+		return nil, false
+	}
+	s.m.rungWait.Observe(rw.Wait.Seconds())
+	return rw, true
+}
+
 // errShutdown ends the sequences still decoding when Shutdown's grace ends.
 var errShutdown = errors.New("the server is shutting down")
 
@@ -334,12 +390,6 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, j job) {
 		s.fail(w, j.endpoint, http.StatusServiceUnavailable, "the model is still compiling its first rung; retry shortly")
 		return
 	}
-	release, ok := s.admit(ctx, w, j.endpoint)
-	if !ok {
-		return
-	}
-	defer release()
-	s.m.queueSeconds.Observe(time.Since(j.start).Seconds())
 	prompt, err := j.prompt(ctx)
 	if err != nil {
 		s.fail(w, j.endpoint, http.StatusBadRequest, err.Error())
@@ -349,6 +399,16 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, j job) {
 		s.fail(w, j.endpoint, http.StatusBadRequest, fmt.Sprintf("prompt of %d tokens leaves no room to generate: the largest context is %d tokens", len(prompt), s.cfg.Engine.MaxContext()))
 		return
 	}
+	rw, ok := s.awaitRung(ctx, w, j.endpoint, len(prompt))
+	if !ok {
+		return
+	}
+	release, ok := s.admit(ctx, w, j.endpoint)
+	if !ok {
+		return
+	}
+	defer release()
+	s.m.queueSeconds.Observe(time.Since(j.start).Seconds())
 
 	id := newID(j.isChat)
 	out := newTextOut(s.cfg.Tokenizer, j.opts.Stop)
@@ -380,7 +440,7 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, j job) {
 		return more && (sse == nil || sse.err == nil)
 	}
 	fin, err := s.cfg.Engine.Generate(ctx, engine.Request{Prompt: prompt, MaxTokens: j.opts.MaxTokens, Sampling: j.opts.Sampling,
-		IsEOG: s.isEOG, Emit: emit})
+		IsEOG: s.isEOG, Emit: emit, RungWait: rw})
 	s.m.tokens.WithLabelValues("prompt").Add(float64(len(prompt)))
 	s.m.tokens.WithLabelValues("completion").Add(float64(fin.Tokens))
 	if err != nil {

@@ -393,3 +393,97 @@ func TestLoadTest(t *testing.T) {
 		}
 	}
 }
+
+// awaitingEngine is a fakeEngine whose long prompts (20 tokens or more)
+// start on a graph that compiles for compile at the first such request.
+type awaitingEngine struct {
+	*fakeEngine
+	compile time.Duration
+	once    sync.Once
+	ready   chan struct{}
+}
+
+func (a *awaitingEngine) Await(ctx context.Context, n int, expect func(float64) error) (bool, error) {
+	select {
+	case <-a.ready:
+		return false, nil
+	default:
+	}
+	if n < 20 {
+		return false, nil
+	}
+	a.once.Do(func() { time.AfterFunc(a.compile, func() { close(a.ready) }) })
+	if err := expect(a.compile.Seconds()); err != nil {
+		return true, err
+	}
+	select {
+	case <-a.ready:
+		return true, nil
+	case <-ctx.Done():
+		return true, ctx.Err()
+	}
+}
+
+// A request whose prompt needs a graph still compiling waits for it in the
+// queue, not in a sequence slot: a short request sent meanwhile is answered
+// first through the one slot. One whose deadline comes before the expected
+// ready time gets 503 with that time as Retry-After.
+func TestAdmissionWaitsForThePromptsGraph(t *testing.T) {
+	loadSmol(t)
+	long := strings.Repeat("tell me more about the capital of France ", 4)
+	start := func(timeout time.Duration) (*httptest.Server, *awaitingEngine) {
+		eng := &awaitingEngine{fakeEngine: &fakeEngine{tok: smolTok, maxCtx: 256}, compile: 400 * time.Millisecond, ready: make(chan struct{})}
+		eng.fakeEngine.ready.Store(true)
+		s, err := New(Config{Engine: eng, Tokenizer: smolTok, Template: smolTpl, ModelName: "smollm2",
+			MaxSeqs: 1, MaxQueue: 4, DefaultMaxTokens: 64, Timeout: timeout})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ts := httptest.NewServer(s.Handler())
+		t.Cleanup(func() {
+			ts.Close()
+			http.DefaultClient.CloseIdleConnections()
+			<-eng.ready
+		})
+		return ts, eng
+	}
+
+	ts, eng := start(0)
+	longDone := make(chan time.Time, 1)
+	go func() {
+		resp, body := post(t, ts.URL+"/v1/completions", map[string]any{"prompt": long})
+		if resp.StatusCode != 200 {
+			t.Errorf("long prompt: %d %s", resp.StatusCode, body)
+		}
+		longDone <- time.Now()
+	}()
+	time.Sleep(50 * time.Millisecond)
+	if resp, body := post(t, ts.URL+"/v1/completions", map[string]any{"prompt": "hi"}); resp.StatusCode != 200 {
+		t.Fatalf("short prompt: %d %s", resp.StatusCode, body)
+	}
+	shortDone := time.Now()
+	if d := <-longDone; d.Before(shortDone) {
+		t.Error("the long prompt was answered before the short one: it held the slot while its graph compiled")
+	}
+	if w := eng.last.Load().RungWait; w == nil || w.ExpectedS != 0.4 || w.Wait < 300*time.Millisecond {
+		t.Errorf("the long request, generated last, carries the rung wait %+v", w)
+	}
+	r, err := http.Get(ts.URL + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(r.Body)
+	r.Body.Close()
+	metrics := string(b)
+	for _, want := range []string{"ovrun_rung_wait_seconds_count 1", "ovrun_rung_wait_expected_seconds_count 1", "ovrun_rung_waiting_requests 0"} {
+		if !strings.Contains(metrics, want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
+
+	ts, _ = start(100 * time.Millisecond)
+	resp, body := post(t, ts.URL+"/v1/completions", map[string]any{"prompt": long})
+	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") != "1" || !strings.Contains(string(body), "expected in 0.4 s") {
+		t.Errorf("past its deadline: %d Retry-After %q %s", resp.StatusCode, resp.Header.Get("Retry-After"), body)
+	}
+}

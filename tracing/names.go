@@ -23,6 +23,12 @@ const (
 	SpanDecode       = "decode"        // the decode steps of one rung window
 	SpanMigrate      = "migrate"       // moving live KV into the next rung
 	SpanBoundaryWait = "boundary.wait" // a step waiting at a boundary for its graph
+	// SpanBudget is a budgeted compile (--compile-cost) from its launch to
+	// its graph being ready, in every trace whose run it overlaps;
+	// SpanRungWait a request waiting in the queue for the rung its prompt
+	// starts on (ovrun serve's admission).
+	SpanBudget   = "compile.budget"
+	SpanRungWait = "rung.wait"
 
 	// A batched server (continuous batching): one trace per request, its
 	// root SpanRequest, and one trace per step, SpanBatchStep, linked to
@@ -36,6 +42,19 @@ const EventKV = "kv"
 
 // Attribute keys. Durations are seconds, sizes bytes.
 const (
+	// compile.budget and rung.wait
+	AttrBudgetReason     = attribute.Key("ovrun.budget.reason")
+	AttrBudgetPredictedS = attribute.Key("ovrun.budget.predicted_s")
+	AttrBudgetActualS    = attribute.Key("ovrun.budget.actual_s")
+	AttrBudgetProfileS   = attribute.Key("ovrun.budget.profile_s")
+	AttrBudgetCorrection = attribute.Key("ovrun.budget.correction")
+	AttrBudgetError      = attribute.Key("ovrun.budget.error")
+	AttrBudgetWindowS    = attribute.Key("ovrun.budget.window_s")
+	AttrBudgetMissedS    = attribute.Key("ovrun.budget.deadline_missed_by_s")
+	AttrBudgetWaitS      = attribute.Key("ovrun.budget.wait_s")
+	AttrBudgetBasis      = attribute.Key("ovrun.budget.basis")
+	AttrExpectedS        = attribute.Key("ovrun.expected_s")
+
 	// run (root span)
 	AttrPolicy          = attribute.Key("ovrun.policy")
 	AttrModel           = attribute.Key("ovrun.model")

@@ -216,7 +216,8 @@ func serveAction(c *cli.Context) error {
 		metrics := newEngineMetrics()
 		metrics.compilesOf = func() []runtime.CompileRecord { return l.Compiles(start) }
 		if profile != nil {
-			metrics.budgetsOf = l.Budgets
+			metrics.budgetsOf = func() []runtime.Budget { return l.Budgets(start) }
+			metrics.countsOf = l.BudgetCounts
 		}
 		metrics.rungsOf = l.RungCounts
 		seq := engine.NewSequential(l, engine.SequentialConfig{

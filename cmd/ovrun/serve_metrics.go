@@ -6,6 +6,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/ovtoolkit/ovrun/ladder"
 	"github.com/ovtoolkit/ovrun/runtime"
 )
 
@@ -13,8 +14,9 @@ import (
 // reserved and live over the sequences decoding now, compiles by kind, rung
 // and outcome, and boundary waits. The server adds its request series.
 type engineMetrics struct {
-	compilesOf   func() []runtime.CompileRecord // the ladder's compiles so far
-	budgetsOf    func() []runtime.Budget        // its compile budgets (--compile-cost)
+	compilesOf   func() []runtime.CompileRecord           // the ladder's compiles so far
+	budgetsOf    func() []runtime.Budget                  // its compile budgets (--compile-cost)
+	countsOf     func() (launches, misses map[string]int) // its budgeted launches by reason, misses by kind
 	rungsOf      func() (compiled, released int)
 	rungsDesc    *prometheus.Desc
 	releasesDesc *prometheus.Desc
@@ -48,11 +50,11 @@ func newEngineMetrics() *engineMetrics {
 		releasesDesc: prometheus.NewDesc("ovrun_rung_releases_total",
 			"Rungs freed after --rung-idle without a request.", nil, nil),
 		launchesDesc: prometheus.NewDesc("ovrun_compile_launches_total",
-			"Budgeted background compiles by why they were launched: one ahead (the rung below was bound) or two ahead (the profile predicted one ahead would miss its deadline).", []string{"reason"}, nil),
+			"Budgeted background compiles by why they were launched: deadline (a sequence's time left fell to the predicted compile plus a margin), admission (a prompt needs the rung), boundary (a sequence reached it before any rule launched it), one_ahead or two_ahead (ovrun run's rules).", []string{"reason"}, nil),
 		budgetErr: prometheus.NewDesc("ovrun_compile_budget_error_ratio",
 			"Per compiled rung with --compile-cost: actual / predicted - 1.", []string{"capacity"}, nil),
 		overruns: prometheus.NewDesc("ovrun_compile_budget_overruns_total",
-			"Rungs whose compile took longer than predicted (missed: its predicted compile exceeded the decode window at launch).", []string{"kind"}, nil),
+			"Budgeted compiles that went wrong, by kind: actual (took longer than predicted), missed (predicted at launch to exceed the time left), waited (a sequence reached the rung before it was ready: a deadline missed in fact).", []string{"kind"}, nil),
 		boundaryWait: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "ovrun_boundary_wait_seconds",
 			Help: "Time a sequence waited at a rung boundary for the next rung's graph.", Buckets: prometheus.ExponentialBuckets(0.001, 4, 10)}),
 		kvReserved: prometheus.NewGauge(prometheus.GaugeOpts{Name: "ovrun_kv_reserved_bytes",
@@ -111,14 +113,7 @@ func (m *engineMetrics) collectBudgets(ch chan<- prometheus.Metric) {
 	if m.budgetsOf == nil {
 		return
 	}
-	over, missed := 0.0, 0.0
-	launches := map[string]float64{"one_ahead": 0, "two_ahead": 0}
 	for _, b := range m.budgetsOf() {
-		if b.Lookahead >= 2 {
-			launches["two_ahead"]++
-		} else {
-			launches["one_ahead"]++
-		}
 		c := fmt.Sprint(b.Capacity)
 		ch <- prometheus.MustNewConstMetric(m.budgetDesc, prometheus.GaugeValue, b.ProfileS, c, "profile")
 		ch <- prometheus.MustNewConstMetric(m.budgetDesc, prometheus.GaugeValue, b.PredictedS, c, "predicted")
@@ -128,17 +123,13 @@ func (m *engineMetrics) collectBudgets(ch chan<- prometheus.Metric) {
 				ch <- prometheus.MustNewConstMetric(m.budgetErr, prometheus.GaugeValue, b.Error, c)
 			}
 		}
-		if b.OverrunS > 0 {
-			over++
-		}
-		if b.MissedS > 0 {
-			missed++
-		}
 	}
-	ch <- prometheus.MustNewConstMetric(m.overruns, prometheus.CounterValue, over, "actual")
-	ch <- prometheus.MustNewConstMetric(m.overruns, prometheus.CounterValue, missed, "missed")
-	for reason, n := range launches {
-		ch <- prometheus.MustNewConstMetric(m.launchesDesc, prometheus.CounterValue, n, reason)
+	launches, misses := m.countsOf()
+	for _, kind := range []string{runtime.MissActual, runtime.MissPredicted, runtime.MissWaited} {
+		ch <- prometheus.MustNewConstMetric(m.overruns, prometheus.CounterValue, float64(misses[kind]), kind)
+	}
+	for _, reason := range ladder.LaunchReasons {
+		ch <- prometheus.MustNewConstMetric(m.launchesDesc, prometheus.CounterValue, float64(launches[reason]), reason)
 	}
 }
 
