@@ -8,7 +8,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -309,55 +311,107 @@ func TestAttentionMismatch(t *testing.T) {
 }
 
 // TestServeCompileCost: ovrun serve --compile-cost budgets the shared
-// ladder's background compiles (static graphs, a graph per rung, as on the
-// NPU) and shows profile, prediction, actual and error per rung in
-// /metrics; with batching it says that the batched engine compiles by its
-// own rules.
+// ladder's background compiles by deadline (static graphs, a graph per
+// rung, as on the NPU). A profile 40x too slow launches each rung as soon
+// as the decode rate is measured, long before it is needed; one 40x too
+// fast launches it a step or two before the boundary, so the request waits
+// and /metrics counts the missed deadline. The greedy answer is the same
+// with either profile and without one. With batching serve says that the
+// batched engine compiles by its own rules.
 func TestServeCompileCost(t *testing.T) {
 	g := testenv.SmolLM2(t)
 	dir := t.TempDir()
-	cost := filepath.Join(dir, "cost.json")
-	prof := &compilecost.Profile{Model: "smollm2", Device: "CPU", Attention: "static", Rungs: []compilecost.Rung{
-		{Capacity: 64, CompileS: []float64{0.5}}, {Capacity: 128, CompileS: []float64{0.6}, UnderDecodeS: []float64{0.9}},
-	}}
-	if err := prof.Validate(); err != nil {
-		t.Fatal(err)
+	profile := func(name string, s float64) string {
+		prof := &compilecost.Profile{Model: "smollm2", Device: "CPU", Attention: "static"}
+		for _, c := range []int{64, 128, 256} {
+			prof.Rungs = append(prof.Rungs, compilecost.Rung{Capacity: c, CompileS: []float64{s}, SuccessorS: []float64{s}, UnderDecodeS: []float64{s}})
+		}
+		if err := prof.Validate(); err != nil {
+			t.Fatal(err)
+		}
+		prof.FillDerived()
+		path := filepath.Join(dir, name+".json")
+		if err := prof.Save(path); err != nil {
+			t.Fatal(err)
+		}
+		return path
 	}
-	prof.FillDerived()
-	if err := prof.Save(cost); err != nil {
-		t.Fatal(err)
-	}
-	if _, stderr, code := ovrun(t, nil, "serve", "--model", g, "--addr", "127.0.0.1:0", "--compile-cost", cost); code == 0 || !strings.Contains(stderr, "--batching off") {
+	// SmolLM2's static rungs compile in about 2 s here.
+	slow, fast := profile("slow", 2*40), profile("fast", 2.0/40)
+	if _, stderr, code := ovrun(t, nil, "serve", "--model", g, "--addr", "127.0.0.1:0", "--compile-cost", slow); code == 0 || !strings.Contains(stderr, "--batching off") {
 		t.Fatalf("serve --compile-cost with batching: exit %d: %s", code, stderr)
 	}
-	_, base, _ := startServe(t, nil, "--model", g, "--precision", "f32", "--attention", "static", "--batching", "off",
-		"--ladder", "64,128", "--compile-cost", cost)
-	body := `{"prompt":"Once upon a time","max_tokens":100,"temperature":0}`
-	resp, err := http.Post(base+"/v1/completions", "application/json", strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
+	type served struct {
+		text    string
+		metrics string
 	}
-	io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode != 200 {
-		t.Fatalf("completion: %d", resp.StatusCode)
+	serveOnce := func(extra ...string) served {
+		cmd, base, _ := startServe(t, nil, append([]string{"--model", g, "--precision", "f32", "--attention", "static", "--batching", "off",
+			"--ladder", "64,128,256"}, extra...)...)
+		defer func() { cmd.Process.Kill(); cmd.Wait() }()
+		body := `{"prompt":"Once upon a time","max_tokens":200,"temperature":0}`
+		resp, err := http.Post(base+"/v1/completions", "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out struct {
+			Choices []struct {
+				Text string `json:"text"`
+			} `json:"choices"`
+		}
+		err = json.NewDecoder(resp.Body).Decode(&out)
+		resp.Body.Close()
+		if err != nil || resp.StatusCode != 200 || len(out.Choices) != 1 {
+			t.Fatalf("completion: %d %v", resp.StatusCode, err)
+		}
+		resp, err = http.Get(base + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		return served{out.Choices[0].Text, string(m)}
 	}
-	resp, err = http.Get(base + "/metrics")
-	if err != nil {
-		t.Fatal(err)
+	plain, early, late := serveOnce(), serveOnce("--compile-cost", slow), serveOnce("--compile-cost", fast)
+	if early.text != plain.text || late.text != plain.text {
+		t.Errorf("the greedy answer changed with the budgets:\nnone %q\nslow %q\nfast %q", plain.text, early.text, late.text)
 	}
-	m, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
 	for _, want := range []string{
-		`ovrun_compile_budget_seconds{capacity="128",figure="profile"}`,
-		`ovrun_compile_budget_seconds{capacity="128",figure="predicted"}`,
+		`ovrun_compile_budget_seconds{capacity="128",figure="profile"} 80`,
+		`ovrun_compile_budget_seconds{capacity="128",figure="predicted"} 80`,
 		`ovrun_compile_budget_seconds{capacity="128",figure="actual"}`,
 		`ovrun_compile_budget_error_ratio{capacity="128"}`,
-		`ovrun_compile_budget_overruns_total{kind="missed"}`,
-		`ovrun_compile_launches_total{reason="one_ahead"} 1`,
+		`ovrun_compile_launches_total{reason="deadline"} 2`,
 	} {
-		if !strings.Contains(string(m), want) {
-			t.Errorf("/metrics lacks %q", want)
+		if !strings.Contains(early.metrics, want) {
+			t.Errorf("/metrics with the slow profile lacks %q", want)
 		}
 	}
+	if !regexp.MustCompile(`ovrun_compile_budget_overruns_total\{kind="waited"\} [1-9]`).MatchString(late.metrics) {
+		t.Errorf("/metrics with the fast profile counts no missed deadline:\n%s", grepLines(late.metrics, "ovrun_compile_"))
+	}
+	window := func(m string) float64 {
+		re := regexp.MustCompile(`ovrun_compile_budget_seconds\{capacity="128",figure="window"\} (\S+)`)
+		v := re.FindStringSubmatch(m)
+		if v == nil {
+			t.Fatalf("no window of rung 128 in /metrics:\n%s", grepLines(m, "ovrun_compile_"))
+		}
+		f, _ := strconv.ParseFloat(v[1], 64)
+		return f
+	}
+	t.Logf("slow profile:\n%s\nfast profile:\n%s", grepLines(early.metrics, "ovrun_compile_"), grepLines(late.metrics, "ovrun_compile_"))
+	if we, wl := window(early.metrics), window(late.metrics); !(we > 5*wl) || we < 0.2 {
+		t.Errorf("rung 128 launched %.3f s before it was needed with the slow profile, %.3f s with the fast one", we, wl)
+	}
+}
+
+// grepLines keeps the lines of s that contain sub.
+func grepLines(s, sub string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, sub) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
 }

@@ -44,7 +44,7 @@ func newEngineMetrics() *engineMetrics {
 		compileDesc: prometheus.NewDesc("ovrun_compile_seconds_total",
 			"Seconds the shared ladder spent compiling, by kind.", []string{"kind"}, nil),
 		budgetDesc: prometheus.NewDesc("ovrun_compile_budget_seconds",
-			"Per rung with --compile-cost: the profile's figure, the prediction (profile x the correction learnt from earlier compiles) and the actual compile.", []string{"capacity", "figure"}, nil),
+			"Per rung with --compile-cost, its latest launch: the profile's figure, the prediction (profile x the correction learnt from earlier compiles), the window (time left before a sequence needed the rung, at launch) and the actual compile.", []string{"capacity", "figure"}, nil),
 		rungsDesc: prometheus.NewDesc("ovrun_rungs",
 			"Rungs of the shared ladder whose graphs are compiled now.", nil, nil),
 		releasesDesc: prometheus.NewDesc("ovrun_rung_releases_total",
@@ -117,6 +117,7 @@ func (m *engineMetrics) collectBudgets(ch chan<- prometheus.Metric) {
 		c := fmt.Sprint(b.Capacity)
 		ch <- prometheus.MustNewConstMetric(m.budgetDesc, prometheus.GaugeValue, b.ProfileS, c, "profile")
 		ch <- prometheus.MustNewConstMetric(m.budgetDesc, prometheus.GaugeValue, b.PredictedS, c, "predicted")
+		ch <- prometheus.MustNewConstMetric(m.budgetDesc, prometheus.GaugeValue, b.WindowS, c, "window")
 		if b.ActualS > 0 {
 			ch <- prometheus.MustNewConstMetric(m.budgetDesc, prometheus.GaugeValue, b.ActualS, c, "actual")
 			if b.PredictedS > 0 {
