@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/ovtoolkit/ovrun/compilecost"
 	"github.com/ovtoolkit/ovrun/ladder"
 	"github.com/ovtoolkit/ovrun/model"
 	"github.com/ovtoolkit/ovrun/runtime"
@@ -55,6 +56,15 @@ type BatchConfig struct {
 	// with the same tokens, least recently used out first; 0: no prefix
 	// cache.
 	PrefixCacheBlocks int
+	// CompileCost, with static graphs, budgets the variants' compiles and
+	// launches the next rung's by deadline (budget.go); nil keeps the
+	// half-rung rule (static.go).
+	CompileCost *compilecost.Profile
+	// RungIdle, with static graphs, frees a variant (not the first rung's
+	// for one sequence) that no step has run for this long while no
+	// sequence is on its rung or the rung below; it is compiled again when
+	// needed. 0 keeps every variant.
+	RungIdle time.Duration
 	// OnStep, when set, is called after every step on the engine's
 	// goroutine (metrics, traces); like Request.Emit it must not block.
 	OnStep func(StepInfo)
@@ -65,16 +75,17 @@ type BatchConfig struct {
 // plus the prefix cache's, so every admitted sequence can always grow to
 // the largest context: nothing is ever preempted or recomputed.
 type Batched struct {
-	cfg    BatchConfig
-	comp   runtime.Compiler
-	ctx    context.Context // ends with Close or NewBatched's ctx
-	cancel context.CancelCauseFunc
-	wg     sync.WaitGroup
-	wake   chan struct{} // the loop has work: a request, a cancel, a compile
-	work   chan struct{} // the compile worker has work
-	ids    atomic.Uint64
-	kv     *runtime.KV  // the paged form's block pool
-	static *staticStore // the static form's caches; nil for paged graphs
+	cfg     BatchConfig
+	comp    runtime.Compiler
+	ctx     context.Context // ends with Close or NewBatched's ctx
+	cancel  context.CancelCauseFunc
+	wg      sync.WaitGroup
+	wake    chan struct{} // the loop has work: a request, a cancel, a compile
+	work    chan struct{} // the compile worker has work
+	ids     atomic.Uint64
+	kv      *runtime.KV  // the paged form's block pool
+	static  *staticStore // the static form's caches; nil for paged graphs
+	budgets *budgets     // with CompileCost; guarded by mu
 
 	// bufMu guards bufs alone, so that measuring the committed pages (a
 	// pagemap read per mapping, milliseconds for a large pool) in Stats
@@ -82,11 +93,13 @@ type Batched struct {
 	bufMu sync.RWMutex
 	bufs  []*runtime.KVBuffer // the reservations; nil after Close
 
-	mu      sync.Mutex
-	queue   []*seq // waiting for a slot, FIFO
-	stopped bool   // the loop has ended: no more requests
-	rungs   []rung
-	snap    BatchStats // the loop's part, published after each iteration
+	mu          sync.Mutex
+	queue       []*seq // waiting for a slot, FIFO
+	stopped     bool   // the loop has ended: no more requests
+	rungs       []rung
+	snap        BatchStats // the loop's part, published after each iteration
+	released    int64      // variants freed after RungIdle
+	releaseErrs []error    // their graphs' Close errors, for Close
 
 	closeOnce sync.Once
 	closeErr  error
@@ -118,6 +131,7 @@ func NewBatched(ctx context.Context, comp runtime.Compiler, cfg BatchConfig) (*B
 			return nil, err
 		}
 		b.static, b.bufs, specs = st, st.buffers(), st.variants(&b.cfg)
+		st.used = make([]time.Time, len(specs))
 	} else {
 		bs := cfg.Shape.Block
 		perSeq := (cfg.Ladder.Max() + bs - 1) / bs
@@ -137,6 +151,9 @@ func NewBatched(ctx context.Context, comp runtime.Compiler, cfg BatchConfig) (*B
 	}
 	for _, spec := range specs {
 		b.rungs = append(b.rungs, rung{state: RungIdle, done: make(chan struct{}), spec: spec})
+	}
+	if cfg.CompileCost != nil {
+		b.budgets = newBudgets(cfg.CompileCost)
 	}
 	b.ctx, b.cancel = context.WithCancelCause(ctx)
 	b.publish()
@@ -167,6 +184,10 @@ func (c *BatchConfig) check(comp runtime.Compiler) error {
 		return fmt.Errorf("batched engine: kv block of %d tokens: a paged cache needs blocks of more than 1 (model.PagedBlock is %d)", c.Shape.Block, model.PagedBlock)
 	case c.Attention != model.AttentionPaged:
 		return fmt.Errorf("batched engine: attention %q: batched graphs need %q or %q", c.Attention, model.AttentionPaged, model.AttentionStatic)
+	case (c.CompileCost != nil || c.RungIdle != 0) && !static:
+		return errors.New("batched engine: compile budgets and idle release apply to static graphs (a variant per rung and batch size); paged graphs share one compiled graph")
+	case c.RungIdle < 0:
+		return fmt.Errorf("batched engine: rung idle %v: want 0 (keep every variant) or more", c.RungIdle)
 	case c.PrefixCacheBlocks < 0:
 		return fmt.Errorf("batched engine: prefix cache of %d blocks: want 0 (none) or more", c.PrefixCacheBlocks)
 	}
@@ -284,10 +305,12 @@ func (b *Batched) Stats() BatchStats {
 	defer b.mu.Unlock()
 	st := b.snap
 	st.Waiting = len(b.queue)
+	st.Released = b.released
 	st.KVReservedBytes, st.KVCommittedBytes = reserved, committed
 	st.Rungs = make([]RungStats, len(b.rungs))
 	for i, r := range b.rungs {
-		st.Rungs[i] = RungStats{Capacity: r.spec.Capacity, Batch: r.spec.Batch, State: r.state, Compile: r.dur, Tries: r.tries}
+		st.Rungs[i] = RungStats{Capacity: r.spec.Capacity, Batch: r.spec.Batch, State: r.state, Compile: r.dur, Tries: r.tries,
+			Compiles: r.compiles, CompileTotal: r.compileTotal}
 		if r.err != nil {
 			st.Rungs[i].Err = r.err.Error()
 		}
@@ -314,6 +337,7 @@ func (b *Batched) Close() error {
 				b.rungs[i].exe = nil
 			}
 		}
+		errs = append(errs, b.releaseErrs...)
 		b.bufMu.Lock()
 		for _, buf := range b.bufs {
 			errs = append(errs, buf.Free())

@@ -34,6 +34,12 @@ import (
 func (b *Batched) loop() {
 	defer b.wg.Done()
 	defer b.shutdown()
+	var sweep <-chan time.Time // idle variants are freed while nothing runs too
+	if b.cfg.RungIdle > 0 {
+		t := time.NewTicker(max(b.cfg.RungIdle/4, 10*time.Millisecond))
+		defer t.Stop()
+		sweep = t.C
+	}
 	for b.ctx.Err() == nil {
 		if b.iterate() {
 			continue
@@ -41,6 +47,7 @@ func (b *Batched) loop() {
 		select {
 		case <-b.ctx.Done():
 		case <-b.wake:
+		case <-sweep:
 		}
 	}
 }

@@ -33,7 +33,13 @@ type rung struct {
 	err   error                   // once failed
 	dur   time.Duration
 	tries int
-	done  chan struct{} // closed when the rung is ready or failed
+	done  chan struct{} // closed when the rung is ready or failed; made anew when a freed variant is queued again
+	// started is when its latest compile began (budgets' queue estimate).
+	started time.Time
+	// compiles and compileTotal count every compile since the start, a
+	// variant freed and compiled again included.
+	compiles     int
+	compileTotal time.Duration
 }
 
 // want queues rung k for the compile worker unless it is queued, compiled
@@ -80,11 +86,14 @@ func (b *Batched) compileWorker() {
 		b.mu.Lock()
 		r := &b.rungs[k]
 		r.dur, r.tries = dur, tries
+		r.compiles += tries
+		r.compileTotal += dur
 		if err != nil {
 			r.state, r.err = RungFailed, err
 		} else {
 			r.state, r.exe = RungReady, exe
 		}
+		b.compiled(k, dur, err != nil)
 		close(r.done)
 		b.mu.Unlock()
 		b.poke()
@@ -101,7 +110,7 @@ func (b *Batched) nextQueued() int {
 	defer b.mu.Unlock()
 	for k := range b.rungs {
 		if b.rungs[k].state == RungQueued {
-			b.rungs[k].state = RungCompiling
+			b.rungs[k].state, b.rungs[k].started = RungCompiling, time.Now()
 			return k
 		}
 	}

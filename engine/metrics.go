@@ -12,8 +12,9 @@ import (
 
 // BatchStats is a snapshot of a Batched engine.
 type BatchStats struct {
-	Running int // sequences admitted (prefilling or decoding)
-	Waiting int // requests queued for a sequence slot
+	Running  int   // sequences admitted (prefilling or decoding)
+	Released int64 // static variants freed after BatchConfig.RungIdle
+	Waiting  int   // requests queued for a sequence slot
 
 	// Blocks of the KV pool: Used (held by running sequences) + Cached
 	// (prefix cache, no sequence holds them) + Free = Total.
@@ -62,7 +63,11 @@ type RungStats struct {
 	State    string        // RungIdle, RungQueued, RungCompiling, RungReady or RungFailed
 	Compile  time.Duration // time spent compiling it, both tries when it was retried
 	Tries    int           // compile attempts
-	Err      string        // the compile error of a failed rung
+	// Compiles and CompileTotal count every attempt since the start: a
+	// variant freed after RungIdle and compiled again counts again.
+	Compiles     int
+	CompileTotal time.Duration
+	Err          string // the compile error of a failed rung
 }
 
 // StepInfo describes one inference of a batched engine. Its slices belong

@@ -4,7 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 
+	"github.com/ovtoolkit/ovrun/ladder"
 	"github.com/ovtoolkit/ovrun/model"
 	"github.com/ovtoolkit/ovrun/runtime"
 )
@@ -39,6 +41,13 @@ type staticStore struct {
 	shape   runtime.KVShape
 	batches []int // variant batch sizes: 1, 2, 4, ... MaxSeqs
 	rungs   []staticRung
+	// iterS is the last iteration's duration: the time between two
+	// positions of every running sequence (budget.go's live rate).
+	iterS float64
+	// used is when each variant last ran (or was first seen ready), and
+	// sweep when idle variants are looked for next (BatchConfig.RungIdle).
+	used  []time.Time
+	sweep time.Time
 }
 
 // staticRung is one capacity's caches: MaxSeqs caches of capacity slots
@@ -175,6 +184,7 @@ func (st *staticStore) copyRows(ka, a, kb, b, n int) {
 // variant that takes them. It reports whether any ran.
 func (b *Batched) stepStatic() bool {
 	st := b.static
+	t0 := time.Now()
 	v := b.view()
 	for _, s := range b.running {
 		if !s.over && s.past >= st.rungs[s.rung].capacity {
@@ -187,6 +197,10 @@ func (b *Batched) stepStatic() bool {
 			ran = true
 		}
 	}
+	if ran {
+		st.iterS = time.Since(t0).Seconds()
+	}
+	b.releaseIdle(v, time.Now())
 	return ran
 }
 
@@ -199,16 +213,20 @@ func (b *Batched) stepRung(v rungView, k int) bool {
 		return false
 	}
 	need := st.batchFor(n)
-	b.wantIdle(v, st.variant(k, need))
+	why := ladder.ReasonBoundary // its sequences came from the rung below ...
+	if slices.ContainsFunc(r.seqs, func(s *seq) bool { return s.made == 0 }) {
+		why = ladder.ReasonAdmission // ... or some were placed here with their prompt
+	}
+	b.launch(v, st.variant(k, need), why, 0)
 	if n < b.cfg.MaxSeqs && n == st.batches[need] { // full: the next to land here needs the next size
-		b.wantIdle(v, st.variant(k, st.batchFor(n+1)))
+		b.launch(v, st.variant(k, st.batchFor(n+1)), ladder.ReasonBatch, 0)
 	}
 	if k+1 < len(st.rungs) {
-		for _, s := range r.seqs {
-			if 2*len(s.tokens) > r.capacity {
-				b.wantIdle(v, st.variant(k+1, st.batchFor(len(st.rungs[k+1].seqs)+1)))
-				break
-			}
+		next := st.variant(k+1, st.batchFor(len(st.rungs[k+1].seqs)+1))
+		if b.budgets != nil {
+			b.dueNext(v, k, next)
+		} else if slices.ContainsFunc(r.seqs, func(s *seq) bool { return 2*len(s.tokens) > r.capacity }) {
+			b.wantIdle(v, next)
 		}
 	}
 	j := -1 // the smallest ready variant that takes all n, else the largest ready
@@ -219,6 +237,9 @@ func (b *Batched) stepRung(v rungView, k int) bool {
 				break
 			}
 		}
+	}
+	if j < need {
+		b.blockedOn(st.variant(k, need)) // some or all of them wait for it
 	}
 	if j < 0 {
 		if err := v.err[st.variant(k, need)]; err != nil {
@@ -239,6 +260,7 @@ func (b *Batched) stepRung(v rungView, k int) bool {
 			prefill++
 		}
 	}
+	st.used[st.variant(k, j)] = time.Now()
 	logits, start, dur, err := infer(v.exe[st.variant(k, j)], step, len(carry))
 	info := b.stepDone(start, dur, r.capacity, carry, len(carry), prefill, err)
 	for i, s := range carry {
@@ -252,6 +274,42 @@ func (b *Batched) stepRung(v rungView, k int) bool {
 		b.cfg.OnStep(info) // after the tokens are chosen and emitted
 	}
 	return true
+}
+
+// releaseIdle frees the variants no step has run for RungIdle (a variant
+// compiled and never run is idle from when the loop first sees it ready)
+// while no sequence is on their rung or the rung below, which may move up
+// any step. The first rung's variant for one sequence stays: it is what
+// the engine compiled before the server said it was ready. It looks at
+// most every RungIdle/4.
+func (b *Batched) releaseIdle(v rungView, now time.Time) {
+	st, idle := b.static, b.cfg.RungIdle
+	if idle <= 0 || now.Before(st.sweep) {
+		return
+	}
+	st.sweep = now.Add(max(idle/4, 10*time.Millisecond))
+	for i := 1; i < len(b.rungs); i++ {
+		if v.state[i] != RungReady {
+			continue
+		}
+		if st.used[i].IsZero() {
+			st.used[i] = now
+		}
+		k := i / len(st.batches)
+		if now.Sub(st.used[i]) < idle || len(st.rungs[k].seqs) > 0 || (k > 0 && len(st.rungs[k-1].seqs) > 0) {
+			continue
+		}
+		b.mu.Lock()
+		r := &b.rungs[i]
+		if err := r.exe.Close(); err != nil { // reported by Close: the engine goes on
+			b.releaseErrs = append(b.releaseErrs, fmt.Errorf("free idle graph %s: %w", r.spec.Name(), err))
+		}
+		r.exe, r.state, r.done = nil, RungIdle, make(chan struct{})
+		b.released++
+		b.mu.Unlock()
+		v.exe[i], v.state[i] = nil, RungIdle
+		st.used[i] = time.Time{}
+	}
 }
 
 // publish fills the static form's part of a snapshot: a sequence's cache

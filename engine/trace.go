@@ -27,10 +27,27 @@ type traced struct {
 	tr trace.Tracer
 }
 
+// Await is the inner engine's (Awaiter), or returns at once.
+func (t *traced) Await(ctx context.Context, n int, expect func(seconds float64) error) (bool, error) {
+	if a, ok := t.Engine.(Awaiter); ok {
+		return a.Await(ctx, n, expect)
+	}
+	return false, nil
+}
+
 func (t *traced) Generate(ctx context.Context, r Request) (Finish, error) {
-	ctx, span := t.tr.Start(ctx, tracing.SpanRequest, trace.WithNewRoot(),
-		trace.WithAttributes(tracing.AttrPromptTokens.Int(len(r.Prompt)), tracing.AttrDecodeTokens.Int(r.MaxTokens)))
+	opts := []trace.SpanStartOption{trace.WithNewRoot(),
+		trace.WithAttributes(tracing.AttrPromptTokens.Int(len(r.Prompt)), tracing.AttrDecodeTokens.Int(r.MaxTokens))}
+	if w := r.RungWait; w != nil { // the request began with its wait in the queue
+		opts = append(opts, trace.WithTimestamp(w.Start))
+	}
+	ctx, span := t.tr.Start(ctx, tracing.SpanRequest, opts...)
 	defer span.End()
+	if w := r.RungWait; w != nil {
+		_, ws := t.tr.Start(ctx, tracing.SpanRungWait, trace.WithTimestamp(w.Start),
+			trace.WithAttributes(tracing.AttrWaitS.Float64(w.Wait.Seconds()), tracing.AttrExpectedS.Float64(w.ExpectedS)))
+		ws.End(trace.WithTimestamp(w.Start.Add(w.Wait)))
+	}
 	fin, err := t.Engine.Generate(ctx, r)
 	span.SetAttributes(tracing.AttrDecodedTokens.Int(fin.Tokens), tracing.AttrCachedTokens.Int(fin.Cached),
 		tracing.AttrQueueS.Float64(fin.Queued.Seconds()), tracing.AttrTTFTS.Float64(fin.TTFT.Seconds()),
@@ -66,3 +83,5 @@ func StepSpans(tr trace.Tracer) func(StepInfo) {
 		span.End(trace.WithTimestamp(s.Start.Add(s.Dur)))
 	}
 }
+
+var _ Awaiter = (*traced)(nil)

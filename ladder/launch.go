@@ -68,12 +68,13 @@ func Due(leftS, aheadS, compileS float64) bool {
 // Why a budgeted compile was launched: the reasons ovrun_compile_launches_total
 // counts and a budget records.
 const (
-	ReasonOneAhead  = "one_ahead" // the rung below was bound
-	ReasonTwoAhead  = "two_ahead" // one ahead was predicted to miss its deadline (LaunchTwoAhead)
-	ReasonDeadline  = "deadline"  // a sequence's time left fell to the predicted compile (Due)
-	ReasonAdmission = "admission" // a request's prompt needs the rung
-	ReasonBoundary  = "boundary"  // a sequence reached the rung before any rule launched it
+	ReasonOneAhead  = "one_ahead"  // the rung below was bound
+	ReasonTwoAhead  = "two_ahead"  // one ahead was predicted to miss its deadline (LaunchTwoAhead)
+	ReasonDeadline  = "deadline"   // a sequence's time left fell to the predicted compile (Due)
+	ReasonAdmission = "admission"  // a request's prompt needs the rung
+	ReasonBoundary  = "boundary"   // a sequence reached the rung before any rule launched it
+	ReasonBatch     = "batch_size" // a batched rung is full: the next sequence to land needs the next batch size
 )
 
 // LaunchReasons lists the reasons, for series that report every one.
-var LaunchReasons = []string{ReasonOneAhead, ReasonTwoAhead, ReasonDeadline, ReasonAdmission, ReasonBoundary}
+var LaunchReasons = []string{ReasonOneAhead, ReasonTwoAhead, ReasonDeadline, ReasonAdmission, ReasonBoundary, ReasonBatch}

@@ -32,6 +32,9 @@ type Budget struct {
 	ActualS   float64 `json:"actual_s"`             // compile time observed
 	OverrunS  float64 `json:"overrun_s"`            // ActualS - PredictedS when positive
 	MissedS   float64 `json:"deadline_missed_by_s"` // predicted miss at launch, when positive
+	// Batch is the graph's batch size, for the batched engine's static
+	// variants (capacity x batch); 0 for a sequential ladder's rung.
+	Batch int `json:"batch,omitempty"`
 	// Reason is why the compile was launched (ladder.ReasonOneAhead ...).
 	Reason string `json:"reason"`
 	// WaitS is the longest a sequence (or, for an admission launch, a
@@ -68,7 +71,7 @@ type Budget struct {
 // launched once the time left before it needs them falls to their
 // predicted compile plus a margin.
 type Budgeted struct {
-	profile  *compilecost.Profile
+	*Predictor
 	deadline bool
 	rate     map[int]float64 // by rung: the last step time measured there (deadline rule)
 	launches map[string]int  // by reason
@@ -84,52 +87,23 @@ type Budgeted struct {
 	// Reused, when set, says whether a capacity's decode graph would reuse
 	// one compiled already (Reuser): its budget is then 0.
 	Reused func(capacity int) bool
-	// ratios are actual/profile of the finished compiles, per basis: the
-	// online correction (Correction).
-	ratios map[string][]float64
 }
 
-// prediction is what predict says of a rung.
-type prediction struct {
-	seconds, profile, correction float64
-	measured, reused             bool
-	basis                        string
-}
+// basisReused is predict's basis for a reused graph (none: nothing compiles).
+const basisReused = "reused"
 
 // predict is the time until capacity's graph is ready: 0 for a reused
-// graph, else PredictReady's times the correction learnt for its basis.
-// A compile measured under decode runs at that pace only while the rung
-// below decodes: with overlap >= 0, the seconds of decoding it is expected
-// to have beside it, the figure is compilecost.Overlapped of the
-// under-decode and solo (successor) figures; overlap < 0 (not known yet)
-// keeps the under-decode figure.
-func (b *Budgeted) predict(capacity int, overlap float64) prediction {
+// graph, else the Predictor's (see Predict).
+func (b *Budgeted) predict(capacity int, overlap float64) Prediction {
 	if b.Reused != nil && b.Reused(capacity) {
-		return prediction{correction: 1, reused: true}
+		return Prediction{Correction: 1, Basis: basisReused}
 	}
-	s, measured, basis := b.profile.PredictReady(capacity, b.Cached != nil && b.Cached(capacity))
-	if basis == compilecost.UnderDecodeKind.String() && overlap >= 0 {
-		solo, _ := b.profile.PredictSuccessor(capacity)
-		s = compilecost.Overlapped(s, solo, overlap)
-	}
-	c := b.Correction(basis)
-	return prediction{seconds: s * c, profile: s, correction: c, measured: measured, basis: basis}
-}
-
-// Correction is the factor the budgets apply to the profile's figures of
-// a basis: the median of actual/profile over the compiles of that basis
-// that have finished (robust to one outlier, a compile that met a page
-// fault storm), 1 before the first.
-func (b *Budgeted) Correction(basis string) float64 {
-	if r := b.ratios[basis]; len(r) > 0 {
-		return compilecost.Median(r)
-	}
-	return 1
+	return b.Predict(capacity, b.Cached != nil && b.Cached(capacity), overlap)
 }
 
 // NewBudgeted is a budgeted one-ahead schedule over profile.
 func NewBudgeted(profile *compilecost.Profile) *Budgeted {
-	return &Budgeted{profile: profile, byCap: map[int]*Budget{}, checked: map[int]bool{}, launches: map[string]int{}, misses: map[string]int{}, now: time.Now}
+	return &Budgeted{Predictor: NewPredictor(profile), byCap: map[int]*Budget{}, checked: map[int]bool{}, launches: map[string]int{}, misses: map[string]int{}, now: time.Now}
 }
 
 // NewDeadlineBudgeted is a budgeted schedule over profile that launches by
@@ -175,7 +149,7 @@ func (b *Budgeted) Stepped(l Launcher, cur int, st float64, pos int) {
 			bu.WindowS = rest
 			if bu.ActualS == 0 { // still compiling: predicted again, now that its overlap is known
 				p := b.predict(bu.Capacity, rest)
-				bu.PredictedS, bu.ProfileS, bu.Correction = p.seconds, p.profile, p.correction
+				bu.PredictedS, bu.ProfileS, bu.Correction = p.Seconds, p.ProfileS, p.Correction
 			}
 			bu.MissedS = max(0, bu.PredictedS-bu.WindowS)
 			if miss := bu.MissedS; miss > 0 {
@@ -192,9 +166,9 @@ func (b *Budgeted) Stepped(l Launcher, cur int, st float64, pos int) {
 		caps[i] = l.Capacity(i)
 	}
 	nextCap := caps[cur+1]
-	nextPred := b.predict(nextCap, rest).seconds
+	nextPred := b.predict(nextCap, rest).Seconds
 	window := ladder.TwoAheadWindow(caps, cur, st)
-	pred := b.predict(caps[two], window).seconds
+	pred := b.predict(caps[two], window).Seconds
 	// One ahead, rung two would start when the next rung begins decoding and
 	// would have that rung's whole window.
 	if !ladder.LaunchTwoAhead(caps, cur, st, pred) {
@@ -215,18 +189,10 @@ func (b *Budgeted) Compiled(l Launcher, i int, seconds float64) {
 	if bu == nil {
 		return
 	}
-	bu.ActualS = seconds
-	if bu.PredictedS > 0 {
-		bu.Error = seconds/bu.PredictedS - 1
+	if !bu.Reused {
+		b.Learn(bu.Basis, bu.ProfileS, seconds)
 	}
-	if bu.ProfileS > 0 && seconds > 0 && !bu.Reused {
-		if b.ratios == nil {
-			b.ratios = map[string][]float64{}
-		}
-		b.ratios[bu.Basis] = append(b.ratios[bu.Basis], seconds/bu.ProfileS)
-	}
-	if o := seconds - bu.PredictedS; o > 0 && !bu.Reused { // a reused rung compiles nothing to budget
-		bu.OverrunS = o
+	if bu.Finish(seconds) {
 		b.misses[MissActual]++
 		l.Note("rung %d: compile took %.2f s, %.2f s over its %.2f s budget", bu.Capacity, bu.ActualS, bu.OverrunS, bu.PredictedS)
 	}
@@ -250,7 +216,7 @@ func (b *Budgeted) dueLaunches(l Launcher, cur int, st float64, pos int) {
 		pending = append(pending, j)
 		// The sequence needs rung j when it writes rung j-1's last slot + 1.
 		left := float64(l.Capacity(j-1)-pos) * st
-		p := b.predict(l.Capacity(j), left).seconds
+		p := b.predict(l.Capacity(j), left).Seconds
 		if !ladder.Due(left, need, p) {
 			need += p
 			continue
@@ -343,14 +309,15 @@ func (b *Budgeted) Launches() map[string]int {
 // beside its compile (overlap, -1: not known yet), for a reason.
 func (b *Budgeted) open(capacity, lookahead int, window, overlap float64, reason string) {
 	p := b.predict(capacity, overlap)
-	bu := &Budget{Capacity: capacity, PredictedS: p.seconds, Measured: p.measured, WindowS: window, Lookahead: lookahead,
-		Imported: p.basis == compilecost.BasisImport, Reused: p.reused, ProfileS: p.profile, Basis: p.basis, Correction: p.correction,
-		Reason: reason, launchSeq: b.launched, launchedAt: b.now()}
-	b.launched++
-	if miss := p.seconds - window; window != 0 && miss > 0 {
-		bu.MissedS = miss
+	bu := NewBudget(capacity, p, window, reason)
+	bu.Lookahead, bu.Reused, bu.launchSeq, bu.launchedAt = lookahead, p.Basis == basisReused, b.launched, b.now()
+	if bu.Reused {
+		bu.Basis = ""
+	}
+	if bu.MissedS > 0 {
 		b.misses[MissPredicted]++
 	}
+	b.launched++
 	if b.byCap[capacity] == nil {
 		b.order = append(b.order, capacity)
 	}

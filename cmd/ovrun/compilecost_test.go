@@ -377,10 +377,10 @@ func TestServeCompileCost(t *testing.T) {
 		t.Errorf("the greedy answer changed with the budgets:\nnone %q\nslow %q\nfast %q", plain.text, early.text, late.text)
 	}
 	for _, want := range []string{
-		`ovrun_compile_budget_seconds{capacity="128",figure="profile"} 80`,
-		`ovrun_compile_budget_seconds{capacity="128",figure="predicted"} 80`,
-		`ovrun_compile_budget_seconds{capacity="128",figure="actual"}`,
-		`ovrun_compile_budget_error_ratio{capacity="128"}`,
+		`ovrun_compile_budget_seconds{batch="0",capacity="128",figure="profile"} 80`,
+		`ovrun_compile_budget_seconds{batch="0",capacity="128",figure="predicted"} 80`,
+		`ovrun_compile_budget_seconds{batch="0",capacity="128",figure="actual"}`,
+		`ovrun_compile_budget_error_ratio{batch="0",capacity="128"}`,
 		`ovrun_compile_launches_total{reason="deadline"} 2`,
 	} {
 		if !strings.Contains(early.metrics, want) {
@@ -391,7 +391,7 @@ func TestServeCompileCost(t *testing.T) {
 		t.Errorf("/metrics with the fast profile counts no missed deadline:\n%s", grepLines(late.metrics, "ovrun_compile_"))
 	}
 	window := func(m string) float64 {
-		re := regexp.MustCompile(`ovrun_compile_budget_seconds\{capacity="128",figure="window"\} (\S+)`)
+		re := regexp.MustCompile(`ovrun_compile_budget_seconds\{batch="0",capacity="128",figure="window"\} (\S+)`)
 		v := re.FindStringSubmatch(m)
 		if v == nil {
 			t.Fatalf("no window of rung 128 in /metrics:\n%s", grepLines(m, "ovrun_compile_"))

@@ -19,7 +19,7 @@ import (
 )
 
 // rungIdleFlag frees the shared ladder's idle rungs (runtime/idle.go).
-var rungIdleFlag = &cli.DurationFlag{Name: "rung-idle", Usage: "with --batching off, free a rung (not the first) that no request has used for `DURATION` (its compiled graph's memory returned; ovrun_rungs in /metrics), compiled again, or imported with --cache-dir, one ahead of the next request that grows toward it; 0 keeps every rung"}
+var rungIdleFlag = &cli.DurationFlag{Name: "rung-idle", Usage: "free a rung's graph (never the first rung's) that no request has used for `DURATION` (its memory returned; ovrun_rungs in /metrics); it is compiled again, or imported with --cache-dir, ahead of the next request that grows toward it (by deadline with --compile-cost). With --batching off or --attention static (each variant of a rung and batch size apart); 0 keeps every graph"}
 
 var (
 	addrFlag             = &cli.StringFlag{Name: "addr", Value: "127.0.0.1:8080", Usage: "listen on `HOST:PORT` (port 0: any free port, printed at start)"}
@@ -161,16 +161,18 @@ func serveAction(c *cli.Context) error {
 	if rungIdleFlag.Get(c) < 0 {
 		return fmt.Errorf("--rung-idle %v: want 0 (keep every rung) or a duration", rungIdleFlag.Get(c))
 	}
-	if batching && rungIdleFlag.Get(c) > 0 {
-		return fmt.Errorf("--rung-idle frees the rungs of sequences decoding apart: give --batching off (the batched engine's rungs share one pool and, on the CPU, one compiled graph)")
+	paged := batching && bcfg.Attention != model.AttentionStatic
+	if paged && rungIdleFlag.Get(c) > 0 {
+		return fmt.Errorf("--rung-idle frees graphs a rung or a static batch variant holds alone: give --batching off or --attention static (paged batching serves every rung from one pool and, on the CPU, one compiled graph)")
 	}
-	if batching && compileCostFlag.Get(c) != "" {
-		return fmt.Errorf("--compile-cost budgets the ladder of sequences decoding apart: give --batching off (the batched engine compiles ahead by its own rules, docs/design.md §9)")
+	if paged && compileCostFlag.Get(c) != "" {
+		return fmt.Errorf("--compile-cost budgets graphs compiled per rung: give --batching off or --attention static (paged batching compiles one graph for every rung, docs/design.md §9)")
 	}
 	profile, err := loadCompileCost(c, comp, ladder)
 	if err != nil {
 		return err
 	}
+	bcfg.CompileCost, bcfg.RungIdle = profile, rungIdleFlag.Get(c)
 	name := modelNameFlag.Get(c)
 	if name == "" {
 		name = strings.TrimSuffix(filepath.Base(modelFlag.Get(c)), ".gguf")
@@ -216,10 +218,10 @@ func serveAction(c *cli.Context) error {
 		metrics := newEngineMetrics()
 		metrics.compilesOf = func() []runtime.CompileRecord { return l.Compiles(start) }
 		if profile != nil {
-			metrics.budgetsOf = func() []runtime.Budget { return l.Budgets(start) }
-			metrics.countsOf = l.BudgetCounts
+			metrics.rungs.budgetsOf = func() []runtime.Budget { return l.Budgets(start) }
+			metrics.rungs.countsOf = l.BudgetCounts
 		}
-		metrics.rungsOf = l.RungCounts
+		metrics.rungs.rungsOf = l.RungCounts
 		seq := engine.NewSequential(l, engine.SequentialConfig{
 			Progress: func(promptTokens int) (func(runtime.Progress), func()) { return metrics.sequence(shape, promptTokens) },
 			OnSummary: func(s *runtime.Summary, origin time.Time) {

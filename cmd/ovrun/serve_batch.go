@@ -124,6 +124,7 @@ type batchMetrics struct {
 	evictions  *prometheus.Desc
 	compiles   *prometheus.Desc
 	compileS   *prometheus.Desc
+	rungs      *rungMetrics
 }
 
 func newBatchMetrics() *batchMetrics {
@@ -150,6 +151,7 @@ func newBatchMetrics() *batchMetrics {
 			"Graph compiles of the shared ladder by kind, rung capacity and outcome.", []string{"kind", "capacity", "outcome"}, nil),
 		compileS: prometheus.NewDesc("ovrun_compile_seconds_total",
 			"Seconds the shared ladder spent compiling, by kind.", []string{"kind"}, nil),
+		rungs: newRungMetrics(),
 	}
 }
 
@@ -167,6 +169,7 @@ func (m *batchMetrics) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{m.blocks, m.kvBytes, m.reserved, m.live, m.prefix, m.evictions, m.compiles, m.compileS} {
 		ch <- d
 	}
+	m.rungs.Describe(ch)
 }
 
 func (m *batchMetrics) Collect(ch chan<- prometheus.Metric) {
@@ -203,22 +206,21 @@ func (m *batchMetrics) Collect(ch chan<- prometheus.Metric) {
 	}
 	compiles := map[key]int{}
 	for _, r := range s.Rungs {
-		secs += r.Compile.Seconds()
-		k := key{r.Capacity, "ok"}
-		n := 1
-		switch r.State {
-		case engine.RungReady:
-		case engine.RungFailed:
-			k.outcome, n = "error", r.Tries
-		default:
-			continue
+		secs += r.CompileTotal.Seconds()
+		ok := r.Compiles
+		if r.State == engine.RungFailed {
+			compiles[key{r.Capacity, "error"}] += r.Tries
+			ok -= r.Tries
 		}
-		compiles[k] += n
+		if ok > 0 {
+			compiles[key{r.Capacity, "ok"}] += ok
+		}
 	}
 	for k, n := range compiles {
 		counter(m.compiles, float64(n), "batch", fmt.Sprint(k.capacity), k.outcome)
 	}
 	counter(m.compileS, secs, "batch")
+	m.rungs.Collect(ch)
 }
 
 // newBatchedEngine starts the batched engine of ovrun serve with its
@@ -236,6 +238,19 @@ func newBatchedEngine(ctx context.Context, comp *ovexec.Compiler, cfg engine.Bat
 		return nil, nil, err
 	}
 	m.stats, m.tokenBytes = b.Stats, cfg.Shape.TokenBytes()
+	m.rungs.rungsOf = func() (compiled, released int) {
+		s := b.Stats()
+		for _, r := range s.Rungs {
+			if r.State == engine.RungReady {
+				compiled++
+			}
+		}
+		return compiled, int(s.Released)
+	}
+	if cfg.CompileCost != nil {
+		m.rungs.budgetsOf = func() []runtime.Budget { return b.Budgets().Budgets }
+		m.rungs.countsOf = func() (map[string]int, map[string]int) { bs := b.Budgets(); return bs.Launches, bs.Misses }
+	}
 	reg.MustRegister(m)
 	var eng engine.Engine = b
 	if obs.tp != nil {

@@ -4,22 +4,41 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/ovtoolkit/ovrun/compilecost"
 	"github.com/ovtoolkit/ovrun/internal/testenv"
 )
 
-// TestServeRungIdle: with --rung-idle, a rung no request has used for that
-// long is freed (ovrun_rungs falls, ovrun_rung_releases_total rises), the
-// first rung is kept, and the next request that grows into the freed rung
-// gets it compiled again and the same answer.
+// TestServeRungIdle: with --rung-idle, a rung (or, batching static
+// graphs, a rung's variant) no request has used for that long is freed
+// (ovrun_rungs falls, ovrun_rung_releases_total rises), the first rung is
+// kept, and the next request that grows into the freed rung gets it
+// compiled again, by deadline under --compile-cost, and the same answer.
 func TestServeRungIdle(t *testing.T) {
 	g := testenv.SmolLM2(t)
-	_, base, _ := startServe(t, nil, "--model", g, "--precision", "f32", "--attention", "static", "--batching", "off",
-		"--ladder", "64,128", "--rung-idle", "1s")
+	cost := filepath.Join(t.TempDir(), "cost.json")
+	prof := &compilecost.Profile{Model: "smollm2", Device: "CPU", Attention: "static", Rungs: []compilecost.Rung{
+		{Capacity: 64, CompileS: []float64{2}}, {Capacity: 128, CompileS: []float64{2}}}}
+	prof.FillDerived()
+	if err := prof.Save(cost); err != nil {
+		t.Fatal(err)
+	}
+	for _, mode := range []struct{ name, kind string }{{"off", "decode"}, {"on", "batch"}} {
+		t.Run("batching "+mode.name, func(t *testing.T) {
+			serveRungIdle(t, mode.kind, "--model", g, "--precision", "f32", "--attention", "static", "--batching", mode.name,
+				"--max-seqs", "1", "--ladder", "64,128", "--rung-idle", "1s", "--compile-cost", cost)
+		})
+	}
+}
+
+func serveRungIdle(t *testing.T, kind string, args ...string) {
+	cmd, base, _ := startServe(t, nil, args...)
+	defer func() { cmd.Process.Kill(); cmd.Wait() }()
 	complete := func() string {
 		body := `{"prompt":"Once upon a time","max_tokens":90,"temperature":0}`
 		resp, err := http.Post(base+"/v1/completions", "application/json", strings.NewReader(body))
@@ -63,7 +82,10 @@ func TestServeRungIdle(t *testing.T) {
 	if again := complete(); again != first {
 		t.Fatalf("after rung 128 was compiled again: %q, before %q", again, first)
 	}
-	if n := metric(`ovrun_compiles_total{capacity="128",kind="decode",outcome="ok"}`); n != "2" {
+	if n := metric(`ovrun_compiles_total{capacity="128",kind="` + kind + `",outcome="ok"}`); n != "2" {
 		t.Fatalf("rung 128 compiled %s times, want 2", n)
+	}
+	if n := metric(`ovrun_compile_launches_total{reason="deadline"}`); n != "2" {
+		t.Fatalf("ovrun_compile_launches_total{reason=\"deadline\"} %s, want rung 128 twice", n)
 	}
 }
