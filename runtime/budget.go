@@ -179,7 +179,10 @@ func (b *Budgeted) Stepped(l Launcher, cur int, st float64, pos int) {
 	// decodes beside it.
 	earlyWindow := float64(nextCap-pos)*st - nextPred
 	l.Note("rung %d: predicted compile %.2f s exceeds rung %d's %.2f s decode window; launching it two ahead now", l.Capacity(two), pred, nextCap, window)
-	b.open(l.Capacity(two), 2, earlyWindow, window, ladder.ReasonTwoAhead)
+	// Its compile starts once the next rung's is done and runs beside
+	// decoding until the sequence reaches it: earlyWindow, not the next
+	// rung's whole window, is its overlap.
+	b.open(l.Capacity(two), 2, earlyWindow, max(0, earlyWindow), ladder.ReasonTwoAhead)
 	l.Launch(two)
 }
 
