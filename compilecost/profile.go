@@ -38,6 +38,11 @@ type Profile struct {
 	// those ovrun compiles with --attention and --kv-precision auto.
 	Attention   string `json:"attention,omitempty"`
 	KVPrecision string `json:"kv_precision,omitempty"`
+	// UnderDecodeBatch is the decode batch of the under-decode figures
+	// (ovtrace compile --under-decode-batch): measured on static batched
+	// variants for that many sequences, as a batched server compiles; 0
+	// (absent): one sequence, as ovrun run and serve --batching off.
+	UnderDecodeBatch int `json:"under_decode_batch,omitempty"`
 	// Layers and WeightBytes are the model's decoder layers and the bytes
 	// of weights its decode step reads (absent from older profiles): what
 	// SharedStepPenalty estimates a shared graph's slower steps from.
@@ -165,6 +170,9 @@ func (p *Profile) Validate() error {
 	}
 	if len(p.Rungs) == 0 {
 		return bad("no rungs")
+	}
+	if p.UnderDecodeBatch < 0 || p.UnderDecodeBatch > 1<<16 {
+		return bad("under_decode_batch %d: want 0..65536 sequences", p.UnderDecodeBatch)
 	}
 	for i, r := range p.Rungs {
 		if r.Capacity <= 0 {

@@ -49,7 +49,7 @@ func MeasureContention(ctx context.Context, comp Compiler, shape KVShape, cfg Co
 			return nil, err
 		}
 	}
-	step, done, err := decodeLoop(ctx, comp, shape, cfg.Capacity)
+	step, done, err := decodeLoop(ctx, comp, shape, cfg.Capacity, 1)
 	if err != nil {
 		return nil, err
 	}
@@ -105,31 +105,49 @@ type UnderDecode struct {
 // rung: on the background compile thread (with bg's affinity and nice
 // value) while the decode graph of decodeCapacity steps continuously on
 // this thread, cycling through the second half of its cache. The decode
-// graph is compiled and warmed up first, untimed.
-func MeasureCompileUnderDecode(ctx context.Context, comp Compiler, shape KVShape, decodeCapacity int, spec model.GraphSpec, bg BackgroundOptions) (*UnderDecode, error) {
+// graph is compiled and warmed up first, untimed. With batch > 1 the
+// decode graph is the static batched variant of decodeCapacity for batch
+// sequences, each stepping one token a step (a batched server's rung
+// below; spec is then normally the next rung's variant of the same batch).
+func MeasureCompileUnderDecode(ctx context.Context, comp Compiler, shape KVShape, decodeCapacity, batch int, spec model.GraphSpec, bg BackgroundOptions) (*UnderDecode, error) {
 	goruntime.LockOSThread()
 	defer goruntime.UnlockOSThread()
-	step, done, err := decodeLoop(ctx, comp, shape, decodeCapacity)
+	step, done, err := decodeLoop(ctx, comp, shape, decodeCapacity, batch)
 	if err != nil {
 		return nil, err
 	}
 	defer done()
-	return compileBeside(newCompileWorker(ctx, comp, bg, time.Now), spec, step)
+	u, err := compileBeside(newCompileWorker(ctx, comp, bg, time.Now), spec, step)
+	if err == nil {
+		u.TokensPerS *= float64(batch) // every step decodes a token of each sequence
+	}
+	return u, err
 }
 
 // decodeLoop compiles the decode graph of capacity, binds it a cache and
 // warms it up: step runs one decode step, cycling through the second half
 // of the cache so that every step attends over a realistic, constant
 // amount of past; done frees the graph and the cache.
-func decodeLoop(ctx context.Context, comp Compiler, shape KVShape, capacity int) (step func() error, done func(), err error) {
+func decodeLoop(ctx context.Context, comp Compiler, shape KVShape, capacity, batch int) (step func() error, done func(), err error) {
 	if capacity < 2 {
 		return nil, nil, fmt.Errorf("capacity must be at least 2, got %d", capacity)
 	}
-	exe, err := comp.Compile(ctx, model.GraphSpec{Capacity: capacity, Chunk: 1})
+	if batch < 1 || batch > 1024 {
+		return nil, nil, fmt.Errorf("decode batch %d: want 1..1024", batch)
+	}
+	spec := model.GraphSpec{Capacity: capacity, Chunk: 1}
+	if batch > 1 {
+		spec.Attention, spec.Batch = model.AttentionStatic, batch
+	}
+	exe, err := comp.Compile(ctx, spec)
 	if err != nil {
 		return nil, nil, err
 	}
-	buf, kv, err := AllocFullView(shape, capacity)
+	bx, batched := exe.(BatchExecutable)
+	if batch > 1 && !batched {
+		return nil, nil, errors.Join(fmt.Errorf("a decode batch of %d needs batched graphs; %T has no StepBatch", batch, exe), exe.Close())
+	}
+	buf, kv, err := AllocFullView(shape, batch*capacity)
 	if err != nil {
 		return nil, nil, errors.Join(err, exe.Close())
 	}
@@ -139,6 +157,7 @@ func decodeLoop(ctx context.Context, comp Compiler, shape KVShape, capacity int)
 		return nil, nil, err
 	}
 	pos := capacity / 2
+	var bs BatchStep
 	step = func() error {
 		if err := ctx.Err(); err != nil {
 			return err
@@ -146,7 +165,17 @@ func decodeLoop(ctx context.Context, comp Compiler, shape KVShape, capacity int)
 		if pos >= capacity {
 			pos = capacity / 2
 		}
-		_, err := exe.Step([]int64{1}, pos)
+		var err error
+		if batch > 1 {
+			bs.IDs, bs.Seqs = bs.IDs[:0], bs.Seqs[:0]
+			for b := range batch {
+				bs.IDs = append(bs.IDs, 1)
+				bs.Seqs = append(bs.Seqs, BatchSeq{Tokens: 1, Past: pos, Blocks: []int32{int32(b)}})
+			}
+			_, err = bx.StepBatch(&bs)
+		} else {
+			_, err = exe.Step([]int64{1}, pos)
+		}
 		pos++
 		return err
 	}

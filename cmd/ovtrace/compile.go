@@ -25,6 +25,7 @@ var (
 	compilePrefillChunkFlag = &cli.IntFlag{Name: "prefill-chunk", Value: runtime.DefaultPrefillChunk, Usage: "also measure the prefill graph of `N` tokens per call at every capacity of at least N (0: decode graphs only; when not given, 512 where the graphs attend paged, as ovrun's do)"}
 	measureImportFlag       = &cli.BoolFlag{Name: "import", Value: true, Usage: "also export every decode graph compiled first and import it back in the same process, timing both: what a compiled-rung cache (ovrun --cache-dir) hit costs instead of the compile"}
 	successorsFlag          = &cli.BoolFlag{Name: "successors", Value: true, Usage: "also measure every graph compiled after its predecessor in the same process (the runtime's order), not only first in a fresh process"}
+	underDecodeBatchFlag    = &cli.IntFlag{Name: "under-decode-batch", Value: 1, Usage: "with --under-decode and --attention static, measure as a batched server compiles (ovrun serve --attention static --batching on): the next rung's variant for `B` sequences, while the rung below's variant for B decodes beside it; recorded as under_decode_batch"}
 	underDecodeFlag         = &cli.BoolFlag{Name: "under-decode", Usage: "also measure every decode rung but the first as ovrun compiles it in the background: on the runtime's compile thread at --compile-nice, while the rung below decodes on the same cores (what ovrun run --compile-cost then budgets with)"}
 )
 
@@ -77,6 +78,7 @@ for the rungs that are cached.`,
 		compilePrefillChunkFlag,
 		successorsFlag,
 		underDecodeFlag,
+		underDecodeBatchFlag,
 		compileNiceFlag,
 		measureImportFlag,
 		jsonFlag, quietFlag,
@@ -145,6 +147,9 @@ func compileAction(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
+	if err := checkUnderDecodeBatch(underDecodeBatchFlag.Name, underDecodeBatchFlag.Get(c), underDecodeFlag.Get(c), string(cfg.Attention)); err != nil {
+		return err
+	}
 	if p := jsonFlag.Get(c); p != "" {
 		if err := safefile.Check(p); err != nil {
 			return fmt.Errorf("--json: %w", err)
@@ -173,6 +178,9 @@ func compileAction(c *cli.Context) error {
 			once := cfg
 			once.Capacity, once.Chunk, once.After = capacity, k.Chunk, after
 			once.UnderDecode, once.CompileNice = k.UnderDecode, compileNiceFlag.Get(c)
+			if k.UnderDecode {
+				once.Batch = underDecodeBatchFlag.Get(c)
+			}
 			return runOnce(ctx, once, abtest.Variant{})
 		}
 		err = abtest.SweepKinds(c.Context, sweep, prof, kinds, chunk, run, func(p abtest.KindsSweepProgress) {
@@ -181,6 +189,9 @@ func compileAction(c *cli.Context) error {
 		})
 	}
 	st.Clear()
+	if prof != nil && underDecodeBatchFlag.Get(c) > 1 {
+		prof.UnderDecodeBatch = underDecodeBatchFlag.Get(c)
+	}
 	if prof != nil {
 		if path := jsonFlag.Get(c); path != "" {
 			if serr := prof.Save(path); serr != nil {

@@ -30,6 +30,7 @@ var (
 	importFlag       = &cli.BoolFlag{Name: "import", Usage: "after measuring, export the compiled model and import it back, timing both (import_s, export_s)"}
 	afterFlag        = &cli.StringFlag{Name: "after", Usage: "compile these graphs first, untimed (`CAPACITY:CHUNK`, comma-separated): the measured compile is a successor"}
 	onceUnderDecode  = &cli.BoolFlag{Name: "under-decode", Usage: "with --after CAPACITY:1, compile the measured graph as ovrun compiles its next rung: through the runtime, on its background compile thread at --compile-nice, while the --after decode graph decodes on this process's main thread"}
+	onceBatch        = &cli.IntFlag{Name: "batch", Value: 1, Usage: "with --under-decode and --attention static, `B` sequences: the measured graph is the static batched variant for B, and the --after graph's variant for B decodes beside it"}
 	compileNiceFlag  = &cli.IntFlag{Name: "compile-nice", Value: runtime.MaxNice, Usage: "with --under-decode, the nice value `N` of the compile thread (ovrun's background compiles: 19)"}
 )
 
@@ -45,6 +46,7 @@ var compileOnceCommand = &cli.Command{
 		importFlag,
 		afterFlag,
 		onceUnderDecode,
+		onceBatch,
 		compileNiceFlag,
 	),
 	Action: func(c *cli.Context) error {
@@ -72,6 +74,12 @@ var compileOnceCommand = &cli.Command{
 			}
 			cfg.CompileNice = compileNiceFlag.Get(c)
 		}
+		if b := onceBatch.Get(c); b != 1 {
+			if err := checkUnderDecodeBatch(onceBatch.Name, b, cfg.UnderDecode, string(cfg.Attention)); err != nil {
+				return err
+			}
+			cfg.Batch = b
+		}
 		m, err := abtest.MeasureCompile(c.Context, cfg)
 		if err != nil {
 			return err
@@ -98,6 +106,9 @@ func onceArgs(cfg abtest.OnceConfig, v abtest.Variant) []string {
 	}
 	if cfg.UnderDecode {
 		args = append(args, "--under-decode", "--compile-nice", fmt.Sprint(cfg.CompileNice))
+	}
+	if cfg.Batch > 1 {
+		args = append(args, "--batch", fmt.Sprint(cfg.Batch))
 	}
 	props := maps.Clone(cfg.Props)
 	if props == nil {
@@ -163,4 +174,17 @@ func parseMeasurement(out []byte) (*abtest.Measurement, error) {
 		return nil, fmt.Errorf("compile-once %w", err)
 	}
 	return &m, nil
+}
+
+// checkUnderDecodeBatch refuses a decode batch the measurement cannot make.
+func checkUnderDecodeBatch(flag string, b int, underDecode bool, attention string) error {
+	switch {
+	case b < 1 || b > 256:
+		return fmt.Errorf("--%s %d: want 1..256 sequences", flag, b)
+	case b > 1 && !underDecode:
+		return fmt.Errorf("--%s %d applies to the compile under decode: give --under-decode", flag, b)
+	case b > 1 && attention != "static":
+		return fmt.Errorf("--%s %d measures static batched graphs (a batched server's form on static shapes): give --attention static", flag, b)
+	}
+	return nil
 }

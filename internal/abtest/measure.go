@@ -41,6 +41,11 @@ type OnceConfig struct {
 	// graph, which decodes while the measured graph compiles on the
 	// runtime's compile thread at nice CompileNice.
 	UnderDecode bool
+	// Batch, with UnderDecode and static graphs, measures a batched
+	// server's compile: the graph is the static batched variant for Batch
+	// sequences, and the After graph's variant for Batch sequences decodes
+	// beside it (0 or 1: one sequence).
+	Batch int
 	CompileNice int
 	// Props are further compile properties.
 	Props map[string]string
@@ -126,6 +131,9 @@ type Measurement struct {
 	// UnderDecodeTokensPerS is the decode rate of the After graph while
 	// the measured one compiled (OnceConfig.UnderDecode).
 	UnderDecodeTokensPerS float64 `json:"under_decode_tokens_per_s,omitempty"`
+	// Batch is the decode batch of an under-decode measurement (the
+	// measured graph is that batch's static variant); 0: one sequence.
+	Batch int `json:"batch,omitempty"`
 	// ImportS is the wall time of importing the exported model
 	// (OnceConfig.Import): what a compiled-rung cache hit costs instead of
 	// CompileS.
@@ -215,10 +223,18 @@ func measureUnderDecode(ctx context.Context, ck *model.Checkpoint, cfg OnceConfi
 		m.Properties = append(m.Properties, p.Key+"="+p.Value)
 	}
 	spec := comp.Spec(model.GraphSpec{Capacity: cfg.Capacity, Chunk: 1})
+	batch := max(cfg.Batch, 1)
+	if batch > 1 {
+		if spec.Attention != model.AttentionStatic {
+			return fmt.Errorf("a compile under a decode batch of %d measures static batched graphs: give --attention static (this graph is %s)", batch, spec.Attention)
+		}
+		spec.Batch = batch
+		m.Batch = batch
+	}
 	m.Attention, m.KVPrecision = string(spec.Attention), spec.KVPrecision
 	cpu0 := cpuSeconds()
 	m.CompileStartMonoS = monotonicSeconds()
-	u, err := runtime.MeasureCompileUnderDecode(ctx, comp, comp.KVShape(), cfg.After[0].Capacity, spec,
+	u, err := runtime.MeasureCompileUnderDecode(ctx, comp, comp.KVShape(), cfg.After[0].Capacity, batch, spec,
 		runtime.BackgroundOptions{Nice: cfg.CompileNice})
 	m.CompileEndMonoS = monotonicSeconds()
 	m.CompileCPUS = cpuSeconds() - cpu0 // the decode loop's too
