@@ -19,6 +19,8 @@ import (
 	"time"
 
 	"github.com/google/pprof/profile"
+
+	"github.com/ovtoolkit/ovrun/internal/testenv"
 )
 
 // ovtraceOut runs main in a child process and returns its standard output,
@@ -129,6 +131,26 @@ func TestTopAndDiffEscapeControlCharacters(t *testing.T) {
 		}
 		if args[1] != "--by" && !strings.Contains(out, `ov::f\x1b]2;owned\a\x00\x1b[2J`) {
 			t.Errorf("%v does not show the function escaped:\n%s", args, out)
+		}
+	}
+}
+
+// TestUnderDecodeBatchRefusals: --under-decode-batch is refused, in one
+// line and before any compile, where it cannot be measured.
+func TestUnderDecodeBatchRefusals(t *testing.T) {
+	model := testenv.SmolLM2(t) // never compiled: the flags are checked first
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--attention", "static", "--under-decode", "--under-decode-batch", "0"}, "want 1..256"},
+		{[]string{"--attention", "static", "--under-decode-batch", "4"}, "give --under-decode"},
+		{[]string{"--attention", "paged", "--under-decode", "--under-decode-batch", "4"}, "give --attention static"},
+	} {
+		args := append([]string{"compile", "--model", model, "--ladder", "64,128", "--prefill-chunk", "0"}, c.args...)
+		_, stderr, code := ovtraceOut(t, 30*time.Second, args...)
+		if code == 0 || !strings.Contains(stderr, c.want) || strings.Count(strings.TrimSpace(stderr), "\n") > 0 {
+			t.Errorf("%v: exit %d, %q; want one line saying %q", c.args, code, stderr, c.want)
 		}
 	}
 }
