@@ -54,20 +54,26 @@ func (b *Batched) launch(v rungView, i int, reason string, window float64) {
 	}
 	if b.budgets != nil {
 		b.mu.Lock()
-		b.openBudget(i, reason, window)
+		overlap := window // it compiles beside these sequences' steps until they need it
+		if window == 0 {
+			overlap = -1 // needed now: beside the other rungs' steps, for how long unknown
+		}
+		b.openBudget(i, reason, window, overlap)
 		b.mu.Unlock()
 	}
 	b.wantIdle(v, i)
 }
 
-// openBudget opens variant i's budget and returns its predicted seconds
-// until ready, the queue before it included; b.mu is held.
-func (b *Batched) openBudget(i int, reason string, window float64) float64 {
+// openBudget opens variant i's budget, with overlap seconds of decoding
+// expected beside its compile (-1: throughout; see runtime.Predictor),
+// and returns its predicted seconds until ready, the queue before it
+// included; b.mu is held.
+func (b *Batched) openBudget(i int, reason string, window, overlap float64) float64 {
 	bg := b.budgets
 	spec := b.rungs[i].spec
 	now := time.Now()
 	ahead := b.queuedS(now)
-	p := bg.pred.Predict(spec.Capacity, false, window)
+	p := bg.pred.Predict(spec.Capacity, false, overlap)
 	bu := runtime.NewBudget(spec.Capacity, p, window, reason)
 	bu.Batch, bu.LaunchS = spec.Batch, now.Sub(bg.start).Seconds()
 	if bu.MissedS > 0 || (reason == ladder.ReasonDeadline && window <= 0) {
@@ -219,7 +225,11 @@ func (b *Batched) Await(ctx context.Context, n int, expect func(seconds float64)
 		}
 		wait = b.rungs[first].done
 		if b.budgets != nil {
-			expected = b.openBudget(first, ladder.ReasonAdmission, 0)
+			overlap := -1.0 // beside the sequences decoding now ...
+			if b.snap.Running == 0 {
+				overlap = 0 // ... or alone on an idle server
+			}
+			expected = b.openBudget(first, ladder.ReasonAdmission, 0, overlap)
 		}
 	}
 	b.mu.Unlock()

@@ -256,9 +256,16 @@ func (b *Budgeted) queued(l Launcher) float64 {
 // schedule's rules (ladder.ReasonAdmission, ladder.ReasonBoundary), which
 // the caller launches, and returns the predicted seconds until it is
 // ready: its compile and the queue before it.
-func (b *Budgeted) Launch(l Launcher, i int, reason string) float64 {
+//
+// decoding says whether sequences decode beside the compile: without, it
+// is predicted at the solo pace (an idle server's admission).
+func (b *Budgeted) Launch(l Launcher, i int, reason string, decoding bool) float64 {
 	ahead := b.queued(l)
-	b.open(l.Capacity(i), 0, 0, -1, reason)
+	overlap := -1.0 // under decode throughout
+	if !decoding {
+		overlap = 0
+	}
+	b.open(l.Capacity(i), 0, 0, overlap, reason)
 	return ahead + b.byCap[l.Capacity(i)].PredictedS
 }
 

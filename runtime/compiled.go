@@ -301,7 +301,7 @@ func (l *CompiledLadder) enter(ctx context.Context, i int, retry bool, waiting f
 		// Budgeted by deadline, a rung reached before any rule launched
 		// it (its rate not measured yet, or a rung freed and needed at
 		// once) still goes through the worker and its budget.
-		l.deadlines().Launch(launcher{l}, i, ladder.ReasonBoundary)
+		l.deadlines().Launch(launcher{l}, i, ladder.ReasonBoundary, len(l.seqs) > 1) // others may decode beside it; this one waits
 		launcher{l}.Launch(i)
 		j = r.job
 	}
