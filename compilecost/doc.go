@@ -13,6 +13,13 @@
 // meets its deadline when the successor's compile time fits in the decode
 // window before the boundary (see Deadline and Deadlines).
 //
-// The package uses only the standard library and the ladder vocabulary; it
-// knows nothing of OpenVINO.
+// SimulateServe plans a server instead of one request: ovrun serve
+// --batching off on a kept ladder whose rungs launch by deadline
+// (ladder.Due), under a seeded load (internal/traffic: the requests ovrun
+// loadtest sends from the same seed), and predicts its boundary and
+// admission waits, compiles by launch reason, time to first token and
+// peak reserved KV.
+//
+// The package uses only the standard library, the ladder vocabulary and
+// the internal traffic and stats helpers; it knows nothing of OpenVINO.
 package compilecost

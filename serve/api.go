@@ -38,6 +38,9 @@ type samplingParams struct {
 	Stop                json.RawMessage `json:"stop"` // a string or an array of up to 4
 	Stream              bool            `json:"stream"`
 	N                   *int            `json:"n"`
+	// IgnoreEOS (llama.cpp's and vLLM's name) generates max_tokens in full:
+	// an end-of-generation token does not end the answer.
+	IgnoreEOS bool `json:"ignore_eos"`
 }
 
 // maxStops is the OpenAI API's limit on stop sequences; maxStopBytes
@@ -53,7 +56,7 @@ const (
 // (engine.DefaultTopK); a top_k of 0 or less keeps every token, as in
 // llama.cpp's server.
 func (p *samplingParams) options(defaultMax int) (Options, error) {
-	o := Options{MaxTokens: defaultMax, Sampling: engine.Sampling{Temperature: 1, TopP: 1}}
+	o := Options{MaxTokens: defaultMax, Sampling: engine.Sampling{Temperature: 1, TopP: 1}, IgnoreEOS: p.IgnoreEOS}
 	if p.N != nil && *p.N != 1 {
 		return o, errors.New("n: only 1 is supported")
 	}

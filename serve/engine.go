@@ -28,4 +28,8 @@ type Options struct {
 	MaxTokens int
 	engine.Sampling
 	Stop []string // stop sequences (handled by the server, not the engine)
+	// IgnoreEOS makes the end-of-generation tokens ordinary: the server
+	// gives the engine no IsEOG, so only MaxTokens (or the largest
+	// context) or a stop sequence ends the answer (ignore_eos).
+	IgnoreEOS bool
 }

@@ -1,10 +1,7 @@
 package serve
 
 import (
-	"bufio"
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -15,38 +12,82 @@ import (
 	"time"
 
 	"github.com/ovtoolkit/ovrun/internal/stats"
+	"github.com/ovtoolkit/ovrun/internal/traffic"
 )
 
-// LoadConfig is a bounded load test against a server on this machine: N
-// concurrent clients send Requests streamed chat completions in total, each
-// with a prompt and an answer length drawn from the mix.
+// LoadConfig is a bounded load test against a server on this machine.
+//
+// Closed loop (Rate 0): Clients clients send Requests requests in all, each
+// client its next as soon as its last is answered. Open loop (Rate > 0):
+// the requests arrive at Rate per second, a Poisson process, whatever the
+// server's answers (ovrun plan --serve's load, drawn from the same Seed).
+// Request i's answer length (max_tokens) is drawn from MaxTok; its prompt
+// is a chat message drawn from Prompts, or with PromptTokens a completion
+// prompt of exactly that many token ids drawn from the mix
+// (traffic.PromptIDs).
 type LoadConfig struct {
 	URL      string // base URL, e.g. http://127.0.0.1:8080
 	Clients  int
 	Requests int
+	Rate     float64       // requests per second, open loop; 0: closed loop of Clients
 	Timeout  time.Duration // the whole test
 	Prompts  []string      // user messages, drawn at random
-	MaxTok   []int         // max_tokens values, drawn at random
-	Seed     uint64
-	APIKey   string // sent as Authorization: Bearer; "": none
+	// PromptTokens, when set, replaces Prompts: prompt lengths in tokens.
+	PromptTokens []int
+	MaxTok       []int // max_tokens values, drawn at random
+	// IgnoreEOS asks for every answer in full (ignore_eos): exactly
+	// max_tokens tokens, unless the largest context ends it first.
+	IgnoreEOS bool
+	Seed      uint64
+	APIKey    string // sent as Authorization: Bearer; "": none
 }
 
-// LoadResult is what a load test measured.
+// LoadResult is what a load test measured. The fields from /metrics are
+// the server's counters' change over the test (ovrun serve's; a server
+// without them leaves them zero and Metrics false); each is named as the
+// field of ovrun plan --serve that predicts it (docs/planning-a-server.md).
 type LoadResult struct {
-	Clients        int     `json:"clients"`
-	Requests       int     `json:"requests"`
-	Errors         int     `json:"errors"`
-	ErrorSample    string  `json:"error_sample,omitempty"`
-	WallS          float64 `json:"wall_s"`
-	RequestsPerS   float64 `json:"requests_per_s"`
-	TokensPerS     float64 `json:"tokens_per_s"`
-	Tokens         int     `json:"tokens"`
+	Clients  int     `json:"clients"`
+	Rate     float64 `json:"rate"`
+	Requests int     `json:"requests"`
+	Errors   int     `json:"errors"`
+	// Refused counts the errors that were 429: the server's queue was full.
+	Refused     int     `json:"refused"`
+	ErrorSample string  `json:"error_sample,omitempty"`
+	WallS       float64 `json:"wall_s"`
+	// RequestsPerS is the answered requests over WallS.
+	RequestsPerS float64 `json:"requests_per_s"`
+	TokensPerS   float64 `json:"tokens_per_s"`
+	Tokens       int     `json:"tokens"`
+	// ShortAnswers counts answers with fewer tokens than their max_tokens
+	// (with IgnoreEOS: the largest context, or a server that ignored it).
+	ShortAnswers   int     `json:"short_answers"`
 	TTFTP50S       float64 `json:"ttft_p50_s"`
 	TTFTP99S       float64 `json:"ttft_p99_s"`
 	TPOTP50S       float64 `json:"tpot_p50_s"`
 	TPOTP99S       float64 `json:"tpot_p99_s"`
 	PeakKVReserved float64 `json:"peak_kv_reserved_bytes"`
 	PeakKVLive     float64 `json:"peak_kv_live_bytes"`
+
+	// Metrics reports that /metrics was read before and after the test.
+	Metrics bool `json:"metrics"`
+	// ServerTTFTMeanS is the server's own mean time to first token
+	// (ovrun_time_to_first_token_seconds): arrival to the first token,
+	// whether or not it had text to stream.
+	ServerTTFTMeanS float64 `json:"server_ttft_mean_s"`
+	// BoundaryWaits and BoundaryWaitS: ovrun_boundary_wait_seconds.
+	BoundaryWaits int     `json:"boundary_waits"`
+	BoundaryWaitS float64 `json:"boundary_wait_s"`
+	// AdmissionWaits and AdmissionWaitS: ovrun_rung_wait_seconds.
+	AdmissionWaits int     `json:"admission_waits"`
+	AdmissionWaitS float64 `json:"admission_wait_s"`
+	// Compiles (ovrun_compiles_total) and CompileS
+	// (ovrun_compile_seconds_total), all kinds; CompileSByKind by kind.
+	Compiles       int                `json:"compiles"`
+	CompileS       float64            `json:"compile_s"`
+	CompileSByKind map[string]float64 `json:"compile_s_by_kind,omitempty"`
+	// Launches is ovrun_compile_launches_total by reason.
+	Launches map[string]int `json:"launches,omitempty"`
 }
 
 // Loopback reports whether base names this machine: load tests send
@@ -63,69 +104,104 @@ func Loopback(base string) error {
 	return fmt.Errorf("--url %s: load tests only target this machine (127.0.0.0/8, ::1, localhost)", base)
 }
 
+// check refuses a config that cannot run.
+func (cfg LoadConfig) check() error {
+	if err := Loopback(cfg.URL); err != nil {
+		return err
+	}
+	switch {
+	case cfg.Rate == 0 && (cfg.Clients < 1 || cfg.Clients > 256):
+		return fmt.Errorf("clients %d: want 1..256", cfg.Clients)
+	case cfg.Requests < 1 || cfg.Requests > 100000:
+		return fmt.Errorf("requests %d: want 1..100000", cfg.Requests)
+	case len(cfg.MaxTok) == 0:
+		return errors.New("load test: no max_tokens values")
+	case len(cfg.Prompts) == 0 && len(cfg.PromptTokens) == 0:
+		return errors.New("load test: no prompts and no prompt lengths")
+	}
+	_, err := cfg.draw()
+	return err
+}
+
+// draw is the test's requests: arrival offsets and lengths.
+func (cfg LoadConfig) draw() ([]traffic.Request, error) {
+	prompts := cfg.PromptTokens
+	if len(prompts) == 0 {
+		prompts = []int{1} // chat messages from Prompts instead
+	}
+	reqs, err := traffic.Draw(traffic.Mix{Rate: cfg.Rate, Requests: cfg.Requests, Prompt: prompts, Answer: cfg.MaxTok, Seed: cfg.Seed})
+	if err != nil {
+		return nil, fmt.Errorf("load test: %w", err)
+	}
+	return reqs, nil
+}
+
 // RunLoad runs the test: it never sends more than cfg.Requests requests and
 // stops at cfg.Timeout or when ctx ends.
 func RunLoad(ctx context.Context, cfg LoadConfig) (*LoadResult, error) {
-	if err := Loopback(cfg.URL); err != nil {
+	if err := cfg.check(); err != nil {
 		return nil, err
 	}
-	switch {
-	case cfg.Clients < 1 || cfg.Clients > 256:
-		return nil, fmt.Errorf("clients %d: want 1..256", cfg.Clients)
-	case cfg.Requests < 1 || cfg.Requests > 100000:
-		return nil, fmt.Errorf("requests %d: want 1..100000", cfg.Requests)
-	case len(cfg.Prompts) == 0 || len(cfg.MaxTok) == 0:
-		return nil, errors.New("load test: no prompts or no max_tokens values")
+	reqs, err := cfg.draw()
+	if err != nil {
+		return nil, err
 	}
 	if cfg.Timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, cfg.Timeout)
 		defer cancel()
 	}
-	jobs := make(chan int)
-	var mu sync.Mutex
-	res := &LoadResult{Clients: cfg.Clients}
-	var ttft, tpot []float64
+	res := &LoadResult{Clients: cfg.Clients, Rate: cfg.Rate}
+	if cfg.Rate > 0 {
+		res.Clients = 0
+	}
 	client := &http.Client{}
 	defer client.CloseIdleConnections()
-	stopKV := pollKV(ctx, client, cfg.URL, cfg.APIKey, res, &mu)
-	t0 := time.Now()
-	var wg sync.WaitGroup
-	for c := range cfg.Clients {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			rng := rand.New(rand.NewPCG(cfg.Seed, uint64(c)))
-			for range jobs {
-				p := cfg.Prompts[rng.IntN(len(cfg.Prompts))]
-				n := cfg.MaxTok[rng.IntN(len(cfg.MaxTok))]
-				first, gaps, toks, err := streamOne(ctx, client, cfg.URL, cfg.APIKey, p, n)
-				mu.Lock()
-				res.Requests++
-				if err != nil {
-					res.Errors++
-					if res.ErrorSample == "" {
-						res.ErrorSample = err.Error()
-					}
-				} else {
-					ttft = append(ttft, first)
-					tpot = append(tpot, gaps...)
-					res.Tokens += toks
-				}
-				mu.Unlock()
+	before, beforeErr := scrape(ctx, client, cfg.URL, cfg.APIKey)
+	var mu sync.Mutex
+	var ttft, tpot []float64
+	send := func(i int) {
+		r := reqs[i]
+		body := map[string]any{"stream": true, "max_tokens": r.Answer, "temperature": 0,
+			"stream_options": map[string]bool{"include_usage": true}}
+		if cfg.IgnoreEOS {
+			body["ignore_eos"] = true
+		}
+		path := "/v1/chat/completions"
+		if len(cfg.PromptTokens) > 0 {
+			path, body["prompt"] = "/v1/completions", traffic.PromptIDs(cfg.Seed, i, r.Prompt)
+		} else {
+			rng := rand.New(rand.NewPCG(cfg.Seed, uint64(i)))
+			body["messages"] = []map[string]string{{"role": "user", "content": cfg.Prompts[rng.IntN(len(cfg.Prompts))]}}
+		}
+		first, gaps, toks, err := streamOne(ctx, client, cfg.URL+path, cfg.APIKey, body)
+		mu.Lock()
+		defer mu.Unlock()
+		res.Requests++
+		if err != nil {
+			res.Errors++
+			if se := (statusError{}); errors.As(err, &se) && se.code == http.StatusTooManyRequests {
+				res.Refused++
 			}
-		}()
-	}
-feed:
-	for i := 0; i < cfg.Requests; i++ {
-		select {
-		case jobs <- i:
-		case <-ctx.Done():
-			break feed
+			if res.ErrorSample == "" {
+				res.ErrorSample = err.Error()
+			}
+			return
+		}
+		ttft = append(ttft, first)
+		tpot = append(tpot, gaps...)
+		res.Tokens += toks
+		if toks < r.Answer {
+			res.ShortAnswers++
 		}
 	}
-	close(jobs)
-	wg.Wait()
+	stopKV := pollKV(ctx, client, cfg.URL, cfg.APIKey, res, &mu)
+	t0 := time.Now()
+	if cfg.Rate > 0 {
+		openLoop(ctx, reqs, t0, send)
+	} else {
+		closedLoop(ctx, cfg.Clients, len(reqs), send)
+	}
 	stopKV()
 	res.WallS = time.Since(t0).Seconds()
 	if res.WallS > 0 {
@@ -134,107 +210,66 @@ feed:
 	}
 	res.TTFTP50S, res.TTFTP99S = stats.Quantile(ttft, 0.5), stats.Quantile(ttft, 0.99)
 	res.TPOTP50S, res.TPOTP99S = stats.Quantile(tpot, 0.5), stats.Quantile(tpot, 0.99)
+	if beforeErr == nil {
+		// After the test's context: a test cut short still reports what
+		// the server did meanwhile.
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		if after, err := scrape(sctx, client, cfg.URL, cfg.APIKey); err == nil {
+			res.fromMetrics(before, after)
+		}
+	}
 	return res, ctx.Err()
 }
 
-// streamOne sends one streamed chat completion and times its tokens: the
-// first content chunk, then the gap before each next one.
-func streamOne(ctx context.Context, c *http.Client, base, key, prompt string, maxTokens int) (ttft float64, gaps []float64, tokens int, err error) {
-	// include_usage: OpenAI's servers and llama.cpp's send the usage chunk
-	// only when asked; ovrun's always does.
-	body, _ := json.Marshal(map[string]any{"stream": true, "max_tokens": maxTokens, "temperature": 0,
-		"stream_options": map[string]bool{"include_usage": true},
-		"messages":       []map[string]string{{"role": "user", "content": prompt}}})
-	req, err := http.NewRequestWithContext(ctx, "POST", base+"/v1/chat/completions", bytes.NewReader(body))
-	if err != nil {
-		return 0, nil, 0, err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	// A new connection per request: llama.cpp's server closes one after a
-	// streamed answer while announcing keep-alive, and a POST on the dead
-	// pooled connection fails with EOF; on loopback the cost is nothing.
-	req.Close = true
-	authorize(req, key)
-	t0 := time.Now()
-	resp, err := c.Do(req)
-	if err != nil {
-		return 0, nil, 0, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return 0, nil, 0, fmt.Errorf("HTTP %d", resp.StatusCode)
-	}
-	last := t0
-	sc := bufio.NewScanner(resp.Body)
-	for sc.Scan() {
-		data, ok := strings.CutPrefix(sc.Text(), "data: ")
-		if !ok || data == "[DONE]" {
-			continue
-		}
-		var ch chatResponse
-		if json.Unmarshal([]byte(data), &ch) != nil {
-			return 0, nil, 0, fmt.Errorf("bad event %q", data)
-		}
-		if ch.Usage != nil {
-			tokens = ch.Usage.CompletionTokens
-		}
-		if len(ch.Choices) == 0 || ch.Choices[0].Delta == nil || ch.Choices[0].Delta.Content == "" {
-			continue
-		}
-		now := time.Now()
-		if ttft == 0 {
-			ttft = now.Sub(t0).Seconds()
-		} else {
-			gaps = append(gaps, now.Sub(last).Seconds())
-		}
-		last = now
-	}
-	return ttft, gaps, tokens, sc.Err()
-}
-
-// pollKV samples the server's KV gauges every 100 ms for their peaks.
-func pollKV(ctx context.Context, c *http.Client, base, key string, res *LoadResult, mu *sync.Mutex) (stop func()) {
-	ctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		t := time.NewTicker(100 * time.Millisecond)
-		defer t.Stop()
-		for {
+// openLoop sends request i at t0 + its arrival offset, each on its own,
+// and returns once all are answered or ctx ends.
+func openLoop(ctx context.Context, reqs []traffic.Request, t0 time.Time, send func(int)) {
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	for i, r := range reqs {
+		if d := time.Until(t0.Add(time.Duration(r.AtS * float64(time.Second)))); d > 0 {
+			timer.Reset(d)
 			select {
+			case <-timer.C:
 			case <-ctx.Done():
 				return
-			case <-t.C:
 			}
-			req, _ := http.NewRequestWithContext(ctx, "GET", base+"/metrics", nil)
-			authorize(req, key)
-			resp, err := c.Do(req)
-			if err != nil {
-				continue
-			}
-			sc := bufio.NewScanner(resp.Body)
-			for sc.Scan() {
-				var v float64
-				if _, err := fmt.Sscanf(sc.Text(), "ovrun_kv_reserved_bytes %g", &v); err == nil {
-					mu.Lock()
-					res.PeakKVReserved = max(res.PeakKVReserved, v)
-					mu.Unlock()
-				}
-				if _, err := fmt.Sscanf(sc.Text(), "ovrun_kv_live_bytes %g", &v); err == nil {
-					mu.Lock()
-					res.PeakKVLive = max(res.PeakKVLive, v)
-					mu.Unlock()
-				}
-			}
-			resp.Body.Close()
+		} else if ctx.Err() != nil {
+			return
 		}
-	}()
-	return func() { cancel(); <-done }
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			send(i)
+		}()
+	}
 }
 
-// authorize adds the API key a server started with --api-key wants.
-func authorize(req *http.Request, key string) {
-	if key != "" {
-		req.Header.Set("Authorization", "Bearer "+key)
+// closedLoop has clients send n requests in all, each its next once its
+// last is answered.
+func closedLoop(ctx context.Context, clients, n int, send func(int)) {
+	jobs := make(chan int)
+	var wg sync.WaitGroup
+	for range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range jobs {
+				send(i)
+			}
+		}()
 	}
+feed:
+	for i := range n {
+		select {
+		case jobs <- i:
+		case <-ctx.Done():
+			break feed
+		}
+	}
+	close(jobs)
+	wg.Wait()
 }

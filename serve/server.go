@@ -439,8 +439,12 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, j job) {
 		}
 		return more && (sse == nil || sse.err == nil)
 	}
+	isEOG := s.isEOG
+	if j.opts.IgnoreEOS {
+		isEOG = nil // ignore_eos: only max_tokens, the largest context or a stop sequence ends the answer
+	}
 	fin, err := s.cfg.Engine.Generate(ctx, engine.Request{Prompt: prompt, MaxTokens: j.opts.MaxTokens, Sampling: j.opts.Sampling,
-		IsEOG: s.isEOG, Emit: emit, RungWait: rw})
+		IsEOG: isEOG, Emit: emit, RungWait: rw})
 	s.m.tokens.WithLabelValues("prompt").Add(float64(len(prompt)))
 	s.m.tokens.WithLabelValues("completion").Add(float64(fin.Tokens))
 	if err != nil {

@@ -487,3 +487,19 @@ func TestAdmissionWaitsForThePromptsGraph(t *testing.T) {
 		t.Errorf("past its deadline: %d Retry-After %q %s", resp.StatusCode, resp.Header.Get("Retry-After"), body)
 	}
 }
+
+// ignore_eos (llama.cpp's and vLLM's name) hands the engine no
+// end-of-generation test: the answer runs to max_tokens.
+func TestIgnoreEOS(t *testing.T) {
+	ts, eng := newServer(t, 1, 0, 0)
+	if resp, b := post(t, ts.URL+"/v1/completions", map[string]any{"prompt": "x", "ignore_eos": true}); resp.StatusCode != 200 {
+		t.Fatalf("%d %s", resp.StatusCode, b)
+	}
+	if eng.last.Load().IsEOG != nil {
+		t.Error("ignore_eos: the engine was given IsEOG")
+	}
+	post(t, ts.URL+"/v1/completions", map[string]any{"prompt": "x"})
+	if eng.last.Load().IsEOG == nil {
+		t.Error("without ignore_eos the engine has no IsEOG")
+	}
+}

@@ -15,6 +15,7 @@ import (
 	"github.com/ovtoolkit/ovrun/compilecost"
 	"github.com/ovtoolkit/ovrun/internal/cliutil"
 	"github.com/ovtoolkit/ovrun/internal/safefile"
+	"github.com/ovtoolkit/ovrun/internal/traffic"
 	"github.com/ovtoolkit/ovrun/ladder"
 	"github.com/ovtoolkit/ovrun/model"
 	"github.com/ovtoolkit/ovrun/runtime"
@@ -25,8 +26,8 @@ var (
 	compileCostFlag        = &cli.StringFlag{Name: "compile-cost", Usage: "compile-cost profile `cost.json` (from ovtrace compile)", Required: true}
 	decodeRateFlag         = &cli.Float64Flag{Name: "decode-rate", Usage: "decode `TOK/S` (the same on every rung)", Required: true}
 	ladderFlag             = &cli.StringFlag{Name: "ladder", Usage: "ascending `CAPACITIES` (default: the profile's)"}
-	promptTokensFlag       = &cli.IntFlag{Name: "prompt-tokens", Usage: "prompt length `N`", Required: true}
-	decodeTokensFlag       = &cli.IntFlag{Name: "decode-tokens", Usage: "tokens to decode `M`", Required: true}
+	promptTokensFlag       = &cli.StringFlag{Name: "prompt-tokens", Usage: "prompt length `N` (required); with --serve a mix N,N,..., one drawn at random per request"}
+	decodeTokensFlag       = &cli.IntFlag{Name: "decode-tokens", Usage: "tokens to decode `M` (required without --serve)"}
 	prefillSFlag           = &cli.Float64Flag{Name: "prefill-s", Usage: "prefill time, `SECONDS`"}
 	backgroundSlowdownFlag = &cli.Float64Flag{Name: "background-slowdown", Usage: "decode step time multiplier `X` (>= 1) while a background compile runs"}
 	kvBytesPerTokenFlag    = &cli.Int64Flag{Name: "kv-bytes-per-token", Usage: "KV `BYTES` of one token over all layers (enables the KV columns)"}
@@ -71,13 +72,51 @@ A profile of paged graphs (attention paged: ovrun's default on the CPU)
 charges a compile to the first rung only, and after a first rung that
 prefill auto makes shared to the first decode graph: ovrun compiles a paged
 graph once for the model's whole context and every later rung reuses it.
---graph-per-rung models ovrun --graph-per-rung, which compiles every rung.`,
+--graph-per-rung models ovrun --graph-per-rung, which compiles every rung.
+
+With --serve it plans a server instead of one request: ovrun serve
+--batching off --compile-cost, where every request is one sequence on a
+shared ladder that keeps its rungs, under a load of --requests requests
+arriving at --rate per second (a Poisson process; 0: all at once), each
+drawing its prompt length from --prompt-tokens and its answer from
+--answer-tokens (mixes such as 16,200,400, drawn with --seed: ovrun
+loadtest with the same flags sends the same requests at the same times).
+It prints time to first token (p50, p99), boundary waits (a sequence at a
+rung whose graph is not ready), admission waits (a request whose prompt
+starts on a rung not yet compiled waits for it in the queue), background
+compiles by why they were launched, and the peak reserved KV
+(--kv-bytes-per-token); --json writes every figure.
+
+Modelled: the first rung compiled before the start; the deadline rule (a
+rung launches once a sequence's time left before it needs the rung, at the
+sequence's step time measured over 8 steps, falls to the predicted compile
+plus the compiles queued before it, plus 25%), with the rungs below it;
+launches at admission and at a boundary no rule foresaw; one compile at a
+time, in launch order; --max-seqs sequences at once, first come first
+served, and --queue more waiting (beyond that, 429); prompts at
+--prefill-rate (default --decode-rate); sequences busy at once share the
+cores (each at 1/max(1, busy/--parallel) of its pace alone); a compile at
+the profile's under-decode pace while anything decodes and its successor
+pace otherwise; rungs freed after --rung-idle. Not modelled: the prefill
+graph and its compile, decoding slowed by a compile, the runtime's online
+correction of its predictions, continuous batching (--batching on),
+request timeouts, tokenizing and streaming.`,
 	Flags: []cli.Flag{
 		compileCostFlag,
 		decodeRateFlag,
 		ladderFlag,
 		promptTokensFlag,
 		decodeTokensFlag,
+		serveFlag,
+		answerTokensFlag,
+		rateFlag,
+		requestsFlag,
+		maxSeqsFlag,
+		queueFlag,
+		parallelFlag,
+		prefillRateFlag,
+		rungIdleFlag,
+		seedFlag,
 		prefillSFlag,
 		backgroundSlowdownFlag,
 		kvBytesPerTokenFlag,
@@ -105,9 +144,16 @@ const maxTokens = ladder.MaxCapacity
 
 // checkFlags validates every number before any work: finite, in range.
 func checkFlags(c *cli.Context) error {
+	if err := cliutil.CheckFloat("decode-rate", decodeRateFlag.Get(c), math.SmallestNonzeroFloat64, 1e9); err != nil {
+		return err
+	}
+	if err := checkMode(c); err != nil {
+		return err
+	}
+	if serveFlag.Get(c) {
+		return checkServeFlags(c)
+	}
 	checks := []error{
-		cliutil.CheckFloat("decode-rate", decodeRateFlag.Get(c), math.SmallestNonzeroFloat64, 1e9),
-		cliutil.CheckInt("prompt-tokens", promptTokensFlag.Get(c), 1, maxTokens),
 		cliutil.CheckInt("decode-tokens", decodeTokensFlag.Get(c), 0, maxTokens),
 		cliutil.CheckFloat("prefill-s", prefillSFlag.Get(c), 0, 1e9),
 		cliutil.CheckFloat("migrate-gib-per-s", migrateGibPerSFlag.Get(c), 0, 1e9),
@@ -135,28 +181,27 @@ func planAction(c *cli.Context) error {
 	if err := checkFlags(c); err != nil {
 		return err
 	}
+	prompts, err := parseMix(promptTokensFlag, promptTokensFlag.Get(c))
+	if err != nil {
+		return err
+	}
 	prof, err := compilecost.Load(compileCostFlag.Get(c))
 	if err != nil {
 		return err
 	}
-	var ladder []int
-	if s := ladderFlag.Get(c); s != "" {
-		if ladder, err = cliutil.ParseInts("ladder", s); err != nil {
-			return err
-		}
-		for _, r := range ladder {
-			if err := cliutil.CheckInt("ladder", r, 1, maxTokens); err != nil {
-				return err
-			}
-		}
-	} else {
-		for _, r := range prof.Rungs {
-			ladder = append(ladder, r.Capacity)
-		}
+	ladder, err := ladderOf(c, prof)
+	if err != nil {
+		return err
 	}
 	rate := decodeRateFlag.Get(c)
 	if rate <= 0 {
 		return fmt.Errorf("--decode-rate %v: want tokens per second > 0", rate)
+	}
+	if serveFlag.Get(c) {
+		return planServe(c, prof, ladder, prompts)
+	}
+	if len(prompts) != 1 {
+		return fmt.Errorf("--prompt-tokens %s: one request has one prompt length; a mix needs --serve", promptTokensFlag.Get(c))
 	}
 	policies, err := parsePolicies(policyFlag.Get(c))
 	if err != nil {
@@ -178,7 +223,7 @@ func planAction(c *cli.Context) error {
 	kvPerToken := kvBytesPerTokenFlag.Get(c)
 	cfg := compilecost.SimConfig{
 		Ladder:             ladder,
-		PromptTokens:       promptTokensFlag.Get(c),
+		PromptTokens:       prompts[0],
 		DecodeTokens:       decodeTokensFlag.Get(c),
 		CompileS:           prof.CompileFunc(),
 		CompileSuccessorS:  prof.KindFunc(compilecost.Kind{Graph: compilecost.GraphDecode, Chunk: 1, Successor: true}),
@@ -260,6 +305,45 @@ func writePlan(w io.Writer, results []compilecost.SimResult, kv bool) error {
 		}
 	}
 	return nil
+}
+
+// ladderOf is --ladder, or the profile's capacities.
+func ladderOf(c *cli.Context, prof *compilecost.Profile) ([]int, error) {
+	s := ladderFlag.Get(c)
+	if s == "" {
+		var caps []int
+		for _, r := range prof.Rungs {
+			caps = append(caps, r.Capacity)
+		}
+		return caps, nil
+	}
+	caps, err := cliutil.ParseInts("ladder", s)
+	if err != nil {
+		return nil, err
+	}
+	for _, r := range caps {
+		if err := cliutil.CheckInt("ladder", r, 1, maxTokens); err != nil {
+			return nil, err
+		}
+	}
+	return caps, nil
+}
+
+// parseMix reads a flag of token counts: one, or a comma-separated mix.
+func parseMix(f *cli.StringFlag, s string) ([]int, error) {
+	xs, err := cliutil.ParseInts(f.Name, s)
+	if err != nil {
+		return nil, err
+	}
+	if len(xs) > traffic.MaxMix {
+		return nil, fmt.Errorf("--%s: %d lengths, at most %d", f.Name, len(xs), traffic.MaxMix)
+	}
+	for _, x := range xs {
+		if err := cliutil.CheckInt(f.Name, x, 1, maxTokens); err != nil {
+			return nil, err
+		}
+	}
+	return xs, nil
 }
 
 var jsonFlag = &cli.StringFlag{Name: "json", Usage: "write the machine-readable result to `FILE`"}
