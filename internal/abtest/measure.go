@@ -45,7 +45,7 @@ type OnceConfig struct {
 	// server's compile: the graph is the static batched variant for Batch
 	// sequences, and the After graph's variant for Batch sequences decodes
 	// beside it (0 or 1: one sequence).
-	Batch int
+	Batch       int
 	CompileNice int
 	// Props are further compile properties.
 	Props map[string]string
