@@ -342,24 +342,9 @@ func (s *serveSim) unitDone(q *simSeq) {
 // dueLaunches is the deadline rule after a step of a sequence on rung cur
 // that writes position pos next, at st seconds a step: runtime.Budgeted's.
 func (s *serveSim) dueLaunches(cur int, st float64, pos int) {
-	need := s.queued()
-	var pending []int
-	for j := cur + 1; j < len(s.caps); j++ {
-		if s.rungs[j].launched {
-			continue
-		}
-		pending = append(pending, j)
-		left := float64(s.caps[j-1]-pos) * st
-		p := s.predict(j, left)
-		if !ladder.Due(left, need, p) {
-			need += p
-			continue
-		}
-		for _, k := range pending {
-			s.launch(k, ladder.ReasonDeadline, s.predict(k, float64(s.caps[k-1]-pos)*st))
-		}
-		need += p
-		pending = pending[:0]
+	due := ladder.DueRungs(s.caps, cur, pos, st, s.queued(), func(j int) bool { return s.rungs[j].launched }, s.predict)
+	for _, d := range due {
+		s.launch(d.Rung, ladder.ReasonDeadline, s.predict(d.Rung, d.OverlapS()))
 	}
 }
 

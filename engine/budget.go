@@ -48,16 +48,14 @@ func newBudgets(profile *compilecost.Profile) *budgets {
 // launch queues variant i for a reason, with window seconds left before a
 // sequence needs it (0: needed now), under a budget when the engine has a
 // profile, and marks it queued in the loop's view.
-func (b *Batched) launch(v rungView, i int, reason string, window float64) {
+//
+// overlap is the decoding expected beside its compile (see openBudget).
+func (b *Batched) launch(v rungView, i int, reason string, window, overlap float64) {
 	if v.state[i] != RungIdle {
 		return
 	}
 	if b.budgets != nil {
 		b.mu.Lock()
-		overlap := window // it compiles beside these sequences' steps until they need it
-		if window == 0 {
-			overlap = -1 // needed now: beside the other rungs' steps, for how long unknown
-		}
 		b.openBudget(i, reason, window, overlap)
 		b.mu.Unlock()
 	}
@@ -119,10 +117,11 @@ func (b *Batched) dueNext(v rungView, k, next int) {
 	capNext := b.rungs[next].spec.Capacity
 	b.mu.Lock()
 	ahead := b.queuedS(time.Now())
-	p := b.budgets.pred.Predict(capNext, false, left)
+	overlap := max(0, left-ahead) // it starts after the queue, then compiles beside the steps left
+	p := b.budgets.pred.Predict(capNext, false, overlap)
 	b.mu.Unlock()
 	if ladder.Due(left, ahead, p.Seconds) {
-		b.launch(v, next, ladder.ReasonDeadline, left)
+		b.launch(v, next, ladder.ReasonDeadline, left, overlap)
 	}
 }
 

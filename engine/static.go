@@ -217,9 +217,9 @@ func (b *Batched) stepRung(v rungView, k int) bool {
 	if slices.ContainsFunc(r.seqs, func(s *seq) bool { return s.made == 0 }) {
 		why = ladder.ReasonAdmission // ... or some were placed here with their prompt
 	}
-	b.launch(v, st.variant(k, need), why, 0)
+	b.launch(v, st.variant(k, need), why, 0, -1)    // needed now, beside the other rungs' steps
 	if n < b.cfg.MaxSeqs && n == st.batches[need] { // full: the next to land here needs the next size
-		b.launch(v, st.variant(k, st.batchFor(n+1)), ladder.ReasonBatch, 0)
+		b.launch(v, st.variant(k, st.batchFor(n+1)), ladder.ReasonBatch, 0, -1)
 	}
 	if k+1 < len(st.rungs) {
 		next := st.variant(k+1, st.batchFor(len(st.rungs[k+1].seqs)+1))

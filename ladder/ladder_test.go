@@ -2,6 +2,7 @@ package ladder
 
 import (
 	"errors"
+	"math"
 	"slices"
 	"testing"
 )
@@ -145,5 +146,39 @@ func TestPolicyTable(t *testing.T) {
 		if p.Background() != want {
 			t.Errorf("%s.Background() = %v", p, !want)
 		}
+	}
+}
+
+// DueRungs launches a rung when its time left is within its predicted
+// compile and the queue before it, plus the margin, and with it the rungs
+// below it that are not launched: on 32/64/128 at 1 ms a step from
+// position 20, rung 64 (10 ms, 12 ms left) is due; rung 128 (20 ms, 44 ms
+// left behind rung 64's 10 ms) is not, until position 27 (37 ms left, 37.5
+// ms with the margin), where it is launched alone with 27 ms of overlap.
+func TestDueRungs(t *testing.T) {
+	caps := []int{32, 64, 128}
+	compile := map[int]float64{1: 0.010, 2: 0.020}
+	launched := map[int]bool{}
+	predict := func(j int, _ float64) float64 { return compile[j] }
+	isLaunched := func(j int) bool { return launched[j] }
+	if got := DueRungs(caps, 0, 19, 0.001, 0, isLaunched, predict); len(got) != 0 {
+		t.Fatalf("at position 19: %+v, want nothing due (13 ms left for a 12.5 ms need)", got)
+	}
+	got := DueRungs(caps, 0, 20, 0.001, 0, isLaunched, predict)
+	if len(got) != 1 || got[0].Rung != 1 || math.Abs(got[0].LeftS-0.012) > 1e-9 || got[0].AheadS != 0 {
+		t.Fatalf("at position 20: %+v, want rung 1 with 12 ms left", got)
+	}
+	launched[1] = true
+	if got := DueRungs(caps, 0, 26, 0.001, 0.010, isLaunched, predict); len(got) != 0 {
+		t.Fatalf("at position 26: %+v, want nothing due", got)
+	}
+	got = DueRungs(caps, 0, 27, 0.001, 0.010, isLaunched, predict)
+	if len(got) != 1 || got[0].Rung != 2 || math.Abs(got[0].OverlapS()-0.027) > 1e-9 {
+		t.Fatalf("at position 27: %+v, want rung 2 with 27 ms of overlap", got)
+	}
+	launched = map[int]bool{}
+	compile[2] = 0.5 // far too long: due at once, and rung 1 with it
+	if got := DueRungs(caps, 0, 5, 0.001, 0, isLaunched, predict); len(got) != 2 || got[0].Rung != 1 || got[1].Rung != 2 || got[1].AheadS != 0.010 {
+		t.Fatalf("a 0.5 s rung 2: %+v, want rungs 1 and 2, 2 queued behind 1", got)
 	}
 }

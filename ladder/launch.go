@@ -78,3 +78,41 @@ const (
 
 // LaunchReasons lists the reasons, for series that report every one.
 var LaunchReasons = []string{ReasonOneAhead, ReasonTwoAhead, ReasonDeadline, ReasonAdmission, ReasonBoundary, ReasonBatch}
+
+// DueLaunch is a rung the deadline rule launches now.
+type DueLaunch struct {
+	Rung int
+	// LeftS is the time before the sequence needs the rung; AheadS the
+	// predicted remainder of the compiles queued before it. Its compile
+	// starts after those and runs beside decoding for what is left:
+	// OverlapS, max(0, LeftS - AheadS).
+	LeftS, AheadS float64
+}
+
+// OverlapS is the decoding expected beside the launch's compile.
+func (d DueLaunch) OverlapS() float64 { return max(0, d.LeftS-d.AheadS) }
+
+// DueRungs applies the deadline rule after a step of a sequence on rung
+// cur that writes position pos next, at stepS seconds a step, with queuedS
+// the predicted remainder of the compiles queued or running: it returns
+// the rungs to launch now, in ladder order. launched reports a rung
+// compiled or compiling; predict is a rung's predicted compile given the
+// decoding expected beside it.
+func DueRungs(caps []int, cur, pos int, stepS, queuedS float64, launched func(rung int) bool, predict func(rung int, overlapS float64) float64) []DueLaunch {
+	var out, pending []DueLaunch
+	need := queuedS
+	for j := cur + 1; j < len(caps); j++ {
+		if launched(j) {
+			continue
+		}
+		// The sequence needs rung j when it writes rung j-1's last slot + 1.
+		d := DueLaunch{Rung: j, LeftS: float64(caps[j-1]-pos) * stepS, AheadS: need}
+		pending = append(pending, d)
+		p := predict(j, d.OverlapS())
+		need += p
+		if Due(d.LeftS, d.AheadS, p) {
+			out, pending = append(out, pending...), pending[:0]
+		}
+	}
+	return out
+}

@@ -210,32 +210,22 @@ func (b *Budgeted) dueLaunches(l Launcher, cur int, st float64, pos int) {
 	} else if st = b.rate[cur]; st == 0 {
 		return
 	}
-	need := b.queued(l) // the compiles the next launch queues behind
-	var pending []int   // rungs below a due one that are not launched either
-	for j := cur + 1; j < l.Rungs(); j++ {
-		if l.Launched(j) {
-			continue
+	caps := make([]int, l.Rungs())
+	for i := range caps {
+		caps[i] = l.Capacity(i)
+	}
+	due := ladder.DueRungs(caps, cur, pos, st, b.queued(l), l.Launched, func(j int, overlap float64) float64 {
+		return b.predict(caps[j], overlap).Seconds
+	})
+	for _, d := range due {
+		b.open(caps[d.Rung], d.Rung-cur, d.LeftS, d.OverlapS(), ladder.ReasonDeadline)
+		bu := b.byCap[caps[d.Rung]]
+		if d.LeftS <= 0 && bu.PredictedS > 0 { // due at the last step: open takes a 0 window for unknown
+			bu.MissedS = bu.PredictedS
+			b.misses[MissPredicted]++
 		}
-		pending = append(pending, j)
-		// The sequence needs rung j when it writes rung j-1's last slot + 1.
-		left := float64(l.Capacity(j-1)-pos) * st
-		p := b.predict(l.Capacity(j), left).Seconds
-		if !ladder.Due(left, need, p) {
-			need += p
-			continue
-		}
-		for _, k := range pending {
-			kl := float64(l.Capacity(k-1)-pos) * st
-			b.open(l.Capacity(k), k-cur, kl, kl, ladder.ReasonDeadline)
-			if bu := b.byCap[l.Capacity(k)]; kl <= 0 && bu.PredictedS > 0 { // due at the last step: open takes a 0 window for unknown
-				bu.MissedS = bu.PredictedS
-				b.misses[MissPredicted]++
-			}
-			l.Launch(k)
-			l.Note("rung %d: launched by deadline, %.2f s before a sequence on rung %d needs it (predicted compile %.2f s)", l.Capacity(k), kl, l.Capacity(cur), b.byCap[l.Capacity(k)].PredictedS)
-		}
-		need += p
-		pending = pending[:0]
+		l.Launch(d.Rung)
+		l.Note("rung %d: launched by deadline, %.2f s before a sequence on rung %d needs it (predicted compile %.2f s)", bu.Capacity, d.LeftS, caps[cur], bu.PredictedS)
 	}
 }
 
