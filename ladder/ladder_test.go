@@ -151,10 +151,11 @@ func TestPolicyTable(t *testing.T) {
 
 // DueRungs launches a rung when its time left is within its predicted
 // compile and the queue before it, plus the margin, and with it the rungs
-// below it that are not launched: on 32/64/128 at 1 ms a step from
-// position 20, rung 64 (10 ms, 12 ms left) is due; rung 128 (20 ms, 44 ms
-// left behind rung 64's 10 ms) is not, until position 27 (37 ms left, 37.5
-// ms with the margin), where it is launched alone with 27 ms of overlap.
+// below it that are not launched. On 32/64/128 at 1 ms a step: from
+// position 20 rung 64 (10 ms, 12 ms left) is due. Rung 128 (20 ms) is not
+// while rung 64 compiles (the sequence will wait for it at 64, and rung
+// 128 queues behind it); from rung 64 at position 39, 25 ms before the
+// sequence needs it, it is.
 func TestDueRungs(t *testing.T) {
 	caps := []int{32, 64, 128}
 	compile := map[int]float64{1: 0.010, 2: 0.020}
@@ -169,16 +170,27 @@ func TestDueRungs(t *testing.T) {
 		t.Fatalf("at position 20: %+v, want rung 1 with 12 ms left", got)
 	}
 	launched[1] = true
-	if got := DueRungs(caps, 0, 26, 0.001, 0.010, isLaunched, predict); len(got) != 0 {
-		t.Fatalf("at position 26: %+v, want nothing due", got)
+	for pos := 21; pos < 30; pos++ { // rung 64 compiling, 10 ms from position 20
+		if got := DueRungs(caps, 0, pos, 0.001, 0.010-float64(pos-20)*0.001, isLaunched, predict); len(got) != 0 {
+			t.Fatalf("at position %d: %+v, want nothing due", pos, got)
+		}
 	}
-	got = DueRungs(caps, 0, 27, 0.001, 0.010, isLaunched, predict)
-	if len(got) != 1 || got[0].Rung != 2 || math.Abs(got[0].OverlapS()-0.027) > 1e-9 {
-		t.Fatalf("at position 27: %+v, want rung 2 with 27 ms of overlap", got)
+	if got := DueRungs(caps, 1, 38, 0.001, 0, isLaunched, predict); len(got) != 0 {
+		t.Fatalf("on rung 64 at position 38: %+v, want nothing due (26 ms left)", got)
+	}
+	got = DueRungs(caps, 1, 39, 0.001, 0, isLaunched, predict)
+	if len(got) != 1 || got[0].Rung != 2 || math.Abs(got[0].OverlapS()-0.025) > 1e-9 {
+		t.Fatalf("on rung 64 at position 39: %+v, want rung 128 with 25 ms of overlap", got)
 	}
 	launched = map[int]bool{}
 	compile[2] = 0.5 // far too long: due at once, and rung 1 with it
-	if got := DueRungs(caps, 0, 5, 0.001, 0, isLaunched, predict); len(got) != 2 || got[0].Rung != 1 || got[1].Rung != 2 || got[1].AheadS != 0.010 {
+	got = DueRungs(caps, 0, 5, 0.001, 0, isLaunched, predict)
+	if len(got) != 2 || got[0].Rung != 1 || got[1].Rung != 2 || got[1].AheadS != 0.010 {
 		t.Fatalf("a 0.5 s rung 2: %+v, want rungs 1 and 2, 2 queued behind 1", got)
+	}
+	// Rung 64 ready at 10 ms, the sequence there at 27 ms: no wait, so
+	// rung 128 is needed 27 + 32 ms from now and overlaps 49 ms of it.
+	if math.Abs(got[1].LeftS-0.059) > 1e-9 || math.Abs(got[1].OverlapS()-0.049) > 1e-9 {
+		t.Errorf("rung 2 %+v, want 59 ms left and 49 ms of overlap", got[1])
 	}
 }

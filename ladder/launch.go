@@ -41,7 +41,8 @@ func TwoAheadWindow(caps []int, cur int, stepS float64) float64 {
 //  1. After every decode step of any sequence, each rung above it that is
 //     not compiled or compiling has a deadline: the time left before that
 //     sequence writes the rung's first position, its remaining tokens on
-//     the rungs below at the live step time. Several growing sequences make
+//     the rungs below at the live step time, plus the waits the compiles
+//     queued before it are predicted to cause at those rungs (DueRungs). Several growing sequences make
 //     one deadline per rung, the earliest, because every one of them is
 //     checked and the first that is due launches.
 //  2. A rung is due when that time falls to its predicted compile, plus
@@ -87,6 +88,8 @@ type DueLaunch struct {
 	// starts after those and runs beside decoding for what is left:
 	// OverlapS, max(0, LeftS - AheadS).
 	LeftS, AheadS float64
+
+	compileS float64 // its predicted compile, for the rungs above it
 }
 
 // OverlapS is the decoding expected beside the launch's compile.
@@ -98,21 +101,45 @@ func (d DueLaunch) OverlapS() float64 { return max(0, d.LeftS-d.AheadS) }
 // the rungs to launch now, in ladder order. launched reports a rung
 // compiled or compiling; predict is a rung's predicted compile given the
 // decoding expected beside it.
+//
+// The time left before the sequence needs rung j counts its decode steps
+// to j's boundary and the waits the queue is predicted to cause it at the
+// rungs between (a rung ready only after the sequence reaches it holds it
+// there): compiles run one at a time in ladder order, so those waits end
+// before j's compile starts, and the sequence decodes beside all of it.
 func DueRungs(caps []int, cur, pos int, stepS, queuedS float64, launched func(rung int) bool, predict func(rung int, overlapS float64) float64) []DueLaunch {
-	var out, pending []DueLaunch
-	need := queuedS
+	var out, pending, seen []DueLaunch // seen: every rung considered, for the ready times of the rungs above
+	need := queuedS                    // when the next compile launched would start
+	arrive := float64(caps[cur]-pos) * stepS
 	for j := cur + 1; j < len(caps); j++ {
+		if j > cur+1 {
+			// Through rung j-1: from when the sequence may enter it (it
+			// arrived, and the graph is ready) to its end.
+			arrive = max(arrive, readyOf(j-1, seen, queuedS)) + float64(caps[j-1]-caps[j-2])*stepS
+		}
 		if launched(j) {
 			continue
 		}
-		// The sequence needs rung j when it writes rung j-1's last slot + 1.
-		d := DueLaunch{Rung: j, LeftS: float64(caps[j-1]-pos) * stepS, AheadS: need}
-		pending = append(pending, d)
+		d := DueLaunch{Rung: j, LeftS: arrive, AheadS: need}
 		p := predict(j, d.OverlapS())
+		d.compileS = p
+		pending, seen = append(pending, d), append(seen, d)
 		need += p
 		if Due(d.LeftS, d.AheadS, p) {
 			out, pending = append(out, pending...), pending[:0]
 		}
 	}
 	return out
+}
+
+// readyOf is when rung j's graph is predicted ready: after its compile,
+// when it was considered in this scan (seen), else (launched earlier) by
+// the end of the queue at the latest.
+func readyOf(j int, seen []DueLaunch, queuedS float64) float64 {
+	for _, d := range seen {
+		if d.Rung == j {
+			return d.AheadS + d.compileS
+		}
+	}
+	return queuedS
 }
