@@ -68,10 +68,12 @@ type ServeConfig struct {
 	// PrefillTokensPerS is the prompt's rate; 0 takes the first rung's
 	// decode rate (1/DecodeStepS), as a prompt fed through the decode graph.
 	PrefillTokensPerS float64
-	// Parallel is how many sequences decode (or prefill) at full speed on
-	// the shared cores: with c of them busy each progresses at
-	// 1/max(1, c/Parallel) of its solo pace (processor sharing). 0 is 1:
-	// one sequence alone keeps the cores busy.
+	// Parallel is how the shared cores take several sequences: with c > 1
+	// of them busy (decoding or prefilling) each progresses at
+	// 1/max(1, c/Parallel) of its solo pace (processor sharing); alone, at
+	// its solo pace. 0 is 1: one sequence alone keeps the cores busy.
+	// Below 1, sequences side by side slow each other more than sharing
+	// would (two OpenVINO streams on 2 cores: about 0.76).
 	Parallel float64
 	// KVBytesPerToken is the KV size of one token over all layers.
 	KVBytesPerToken int64
@@ -171,8 +173,8 @@ func (c ServeConfig) Validate() error {
 		return bad("CompileS and DecodeStepS are required")
 	case !(c.PrefillTokensPerS == 0 || c.PrefillTokensPerS > 0 && c.PrefillTokensPerS <= 1e9):
 		return bad("prefill rate %v: want 0 (the decode rate) or a rate up to 1e9 tokens per second", c.PrefillTokensPerS)
-	case !(c.Parallel == 0 || c.Parallel >= 1 && c.Parallel <= MaxServeSeqs):
-		return bad("parallel %v: want 0 (1) or 1..%d sequences at full speed", c.Parallel, MaxServeSeqs)
+	case !(c.Parallel == 0 || c.Parallel >= 0.1 && c.Parallel <= MaxServeSeqs):
+		return bad("parallel %v: want 0 (1) or 0.1..%d", c.Parallel, MaxServeSeqs)
 	case c.KVBytesPerToken < 0 || c.KVBytesPerToken > 1<<40:
 		return bad("KV bytes per token %d: want 0..%d", c.KVBytesPerToken, int64(1<<40))
 	case !(c.RungIdleS == 0 || c.RungIdleS > 0 && c.RungIdleS <= 1e6):

@@ -218,7 +218,7 @@ func TestServeConfigErrors(t *testing.T) {
 		{"negative solo", func(c *ServeConfig) { c.CompileSoloS = func(int) float64 { return -1 } }, "solo compile time -1"},
 		{"zero step", func(c *ServeConfig) { c.DecodeStepS = func(int) float64 { return 0 } }, "decode step time 0"},
 		{"infinite prefill", func(c *ServeConfig) { c.PrefillTokensPerS = math.Inf(1) }, "prefill rate +Inf"},
-		{"half parallel", func(c *ServeConfig) { c.Parallel = 0.5 }, "parallel 0.5"},
+		{"tiny parallel", func(c *ServeConfig) { c.Parallel = 0.05 }, "parallel 0.05"},
 		{"negative KV", func(c *ServeConfig) { c.KVBytesPerToken = -1 }, "KV bytes per token -1"},
 		{"NaN idle", func(c *ServeConfig) { c.RungIdleS = math.NaN() }, "rung idle NaN"},
 		{"arrivals backwards", func(c *ServeConfig) {

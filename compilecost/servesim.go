@@ -1,6 +1,7 @@
 package compilecost
 
 import (
+	"cmp"
 	"container/heap"
 	"errors"
 	"math"
@@ -105,7 +106,7 @@ type serveSim struct {
 }
 
 func newServeSim(cfg ServeConfig, arrivals []traffic.Request) *serveSim {
-	s := &serveSim{cfg: cfg, arrivals: arrivals, caps: cfg.Ladder, parallel: max(cfg.Parallel, 1),
+	s := &serveSim{cfg: cfg, arrivals: arrivals, caps: cfg.Ladder, parallel: cmp.Or(cfg.Parallel, 1),
 		open: map[*simSeq]bool{}, rate: map[int]float64{}, nextTick: math.Inf(1)}
 	for i, c := range cfg.Ladder {
 		s.step = append(s.step, cfg.DecodeStepS(c))
@@ -130,7 +131,12 @@ func newServeSim(cfg ServeConfig, arrivals []traffic.Request) *serveSim {
 func (s *serveSim) tickEvery() float64 { return min(max(s.cfg.RungIdleS/4, 0.01), 1) }
 
 // factor is how much slower than solo each busy sequence progresses.
-func (s *serveSim) factor() float64 { return max(1, float64(len(s.busy))/s.parallel) }
+func (s *serveSim) factor() float64 {
+	if len(s.busy) <= 1 {
+		return 1 // alone: its own pace
+	}
+	return max(1, float64(len(s.busy))/s.parallel)
+}
 
 // pace is the running compile's duration at the current state: its
 // under-decode figure while sequences are busy, else its solo figure.

@@ -154,6 +154,7 @@ func (q *Sequence) Start(ctx context.Context) error {
 	if err := q.allocate(); err != nil {
 		return err
 	}
+	q.progress(0, false) // its KV is reserved from now, through the prefill
 	// Binding the first rung launches the next one's background compile.
 	// It overlaps the prompt, except in auto mode, which may still compile
 	// the prefill graph for the prompt: there the first token comes first.

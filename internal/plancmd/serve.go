@@ -25,7 +25,7 @@ var (
 	requestsFlag     = &cli.IntFlag{Name: "requests", Value: 16, Usage: "with --serve, `N` requests in all"}
 	maxSeqsFlag      = &cli.IntFlag{Name: "max-seqs", Value: 8, Usage: "with --serve, `N` sequences decoding at once (ovrun serve --max-seqs)"}
 	queueFlag        = &cli.IntFlag{Name: "queue", Value: 16, Usage: "with --serve, `N` requests waiting beyond --max-seqs; more are refused (ovrun serve --queue)"}
-	parallelFlag     = &cli.Float64Flag{Name: "parallel", Value: 1, Usage: "with --serve, `X` sequences decode at full speed at once; with more each slows by busy/X (1: one sequence keeps the cores busy)"}
+	parallelFlag     = &cli.Float64Flag{Name: "parallel", Value: 1, Usage: "with --serve, `X`: with c > 1 sequences busy at once each runs at X/c of its pace alone (processor sharing; 1: one sequence keeps the cores busy; below 1: sequences side by side slow each other more than sharing, as two OpenVINO streams on 2 cores do; measure it with ovrun loadtest --clients 1 and 2)"}
 	prefillRateFlag  = &cli.Float64Flag{Name: "prefill-rate", Usage: "with --serve, the prompt's `TOK/S`; 0: --decode-rate"}
 	rungIdleFlag     = &cli.DurationFlag{Name: "rung-idle", Usage: "with --serve, free a rung no request used for `DURATION` (ovrun serve --rung-idle); 0 keeps every rung"}
 	seedFlag         = &cli.Uint64Flag{Name: "seed", Value: 1, Usage: "with --serve, `SEED` of the arrivals and the lengths drawn (ovrun loadtest --seed)"}
@@ -96,7 +96,7 @@ func checkServeFlags(c *cli.Context) error {
 		cliutil.CheckInt(requestsFlag.Name, requestsFlag.Get(c), 1, traffic.MaxRequests),
 		cliutil.CheckInt(maxSeqsFlag.Name, maxSeqsFlag.Get(c), 1, compilecost.MaxServeSeqs),
 		cliutil.CheckInt(queueFlag.Name, queueFlag.Get(c), 0, compilecost.MaxServeQueue),
-		cliutil.CheckFloat(parallelFlag.Name, parallelFlag.Get(c), 1, compilecost.MaxServeSeqs),
+		cliutil.CheckFloat(parallelFlag.Name, parallelFlag.Get(c), 0.1, compilecost.MaxServeSeqs),
 		cliutil.CheckFloat(prefillRateFlag.Name, prefillRateFlag.Get(c), 0, 1e9),
 	}
 	if d := rungIdleFlag.Get(c); d < 0 || d > 1e6*time.Second {
@@ -176,7 +176,7 @@ func planServe(c *cli.Context, prof *compilecost.Profile, caps []int, prompts []
 		return fmt.Errorf("plan --serve: %w", err)
 	}
 	rep := ServeReport{CompileCost: compileCostFlag.Get(c), DecodeRate: rate, PrefillRate: prefill, Ladder: caps,
-		MaxSeqs: cfg.MaxSeqs, Queue: cfg.Queue, Parallel: max(cfg.Parallel, 1), RungIdleS: cfg.RungIdleS,
+		MaxSeqs: cfg.MaxSeqs, Queue: cfg.Queue, Parallel: cfg.Parallel, RungIdleS: cfg.RungIdleS,
 		Rate: cfg.Traffic.Rate, Requests: cfg.Traffic.Requests, PromptTokens: prompts, AnswerTokens: answers, Seed: cfg.Traffic.Seed, Result: res}
 	if path := jsonFlag.Get(c); path != "" {
 		if err := cliutil.WriteJSON(path, rep); err != nil {

@@ -115,7 +115,7 @@ func TestPlanServeFlagErrors(t *testing.T) {
 		{"answer beyond the ladder", []string{"--serve", "--answer-tokens", "8,29"}, "need 33 tokens; the largest rung holds 32"},
 		{"NaN rate", []string{"--serve", "--answer-tokens", "4", "--rate", "NaN"}, "--rate NaN"},
 		{"no slots", []string{"--serve", "--answer-tokens", "4", "--max-seqs", "0"}, "--max-seqs 0: want 1..256"},
-		{"half parallel", []string{"--serve", "--answer-tokens", "4", "--parallel", "0.5"}, "--parallel 0.5"},
+		{"tiny parallel", []string{"--serve", "--answer-tokens", "4", "--parallel", "0.05"}, "--parallel 0.05"},
 		{"bad mix", []string{"--serve", "--answer-tokens", "4,x"}, `--answer-tokens: "x" is not an integer`},
 		{"zero answer", []string{"--serve", "--answer-tokens", "0"}, "--answer-tokens 0: want 1.."},
 		{"negative idle", []string{"--serve", "--answer-tokens", "4", "--rung-idle", "-1s"}, "--rung-idle -1s"},
