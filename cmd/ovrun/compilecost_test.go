@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/ovtoolkit/ovrun/compilecost"
 	"github.com/ovtoolkit/ovrun/internal/testenv"
@@ -414,4 +415,52 @@ func grepLines(s, sub string) string {
 		}
 	}
 	return strings.Join(out, "\n")
+}
+
+// TestServeAdmissionRetryAfter: a prompt that starts on a rung not
+// compiled waits for it in the queue; where the profile says it will be
+// ready only after the request's --timeout, the server answers 503 at once
+// with that time as Retry-After, the compile goes on, and a later request
+// gets the rung.
+func TestServeAdmissionRetryAfter(t *testing.T) {
+	g := testenv.SmolLM2(t)
+	cost := filepath.Join(t.TempDir(), "cost.json")
+	prof := &compilecost.Profile{Model: "smollm2", Device: "CPU", Attention: "static", Rungs: []compilecost.Rung{
+		{Capacity: 64, CompileS: []float64{2}}, {Capacity: 256, CompileS: []float64{40}}}}
+	prof.FillDerived()
+	if err := prof.Save(cost); err != nil {
+		t.Fatal(err)
+	}
+	_, base, _ := startServe(t, nil, "--model", g, "--precision", "f32", "--attention", "static", "--batching", "off",
+		"--ladder", "64,256", "--compile-cost", cost, "--timeout", "20s")
+	ids := make([]string, 100)
+	for i := range ids {
+		ids[i] = strconv.Itoa(1000 + i)
+	}
+	body := `{"prompt":[` + strings.Join(ids, ",") + `],"max_tokens":4,"temperature":0}`
+	post := func() (*http.Response, string) {
+		resp, err := http.Post(base+"/v1/completions", "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		return resp, string(b)
+	}
+	resp, msg := post()
+	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") != "40" || !strings.Contains(msg, "expected in 40.0 s") {
+		t.Fatalf("a prompt on rung 256 (40 s predicted, --timeout 20s): %d Retry-After %q %s", resp.StatusCode, resp.Header.Get("Retry-After"), msg)
+	}
+	// The compile (about 2 s in fact) went on: a request that retries
+	// soon finds the rung compiled, or waits for it within its deadline.
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		if resp, msg = post(); resp.StatusCode == 200 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after the compile: %d %s", resp.StatusCode, msg)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
 }
