@@ -131,25 +131,12 @@ func TestServeLateJoiners(t *testing.T) {
 		cfg.MaxSeqs = 1
 		checks(t, simulate(t, cfg), map[string]float64{"makespan": 2.2, "ttft_p50": 0.7, "peak_seqs": 1, "peak_kv": 6400})
 	})
-	// Two at once on one rung take turns on its graph, whatever the
-	// cores could do. On two rungs they share the cores: side by side with
-	// --parallel 2 (1.1 s and 2 + 1 s of work), at half pace each with 1
-	// (the first's 1.1 s of work ends at 2.2; the second has 1.9 s left).
 	for _, tc := range []struct {
-		caps     []int
-		prompt2  int
-		parallel float64
-		want     map[string]float64
-	}{
-		{[]int{64}, 1, 1, map[string]float64{"makespan": 2.2, "ttft_p99": 0.2, "peak_kv": 12800}},
-		{[]int{64}, 1, 2, map[string]float64{"makespan": 2.2, "ttft_p99": 0.2, "peak_kv": 12800}},
-		{[]int{16, 64}, 20, 2, map[string]float64{"makespan": 3.0, "peak_kv": 8000}},
-		{[]int{16, 64}, 20, 1, map[string]float64{"makespan": 4.1, "peak_kv": 8000}},
-	} {
-		cfg := serveCfg(tc.caps, nil, traffic.Request{Prompt: 1, Answer: 11}, traffic.Request{Prompt: tc.prompt2, Answer: 11})
+		parallel, makespan, ttft float64
+	}{{1, 2.2, 0.2}, {2, 1.1, 0.1}} {
+		cfg := serveCfg([]int{64}, nil, traffic.Request{Prompt: 1, Answer: 11}, traffic.Request{Prompt: 1, Answer: 11})
 		cfg.Parallel = tc.parallel
-		tc.want["peak_seqs"] = 2
-		checks(t, simulate(t, cfg), tc.want)
+		checks(t, simulate(t, cfg), map[string]float64{"makespan": tc.makespan, "ttft_p99": tc.ttft, "peak_seqs": 2, "peak_kv": 12800})
 	}
 }
 

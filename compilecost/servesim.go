@@ -13,17 +13,10 @@ import (
 
 // The serve simulator's event loop. Virtual time t advances from event to
 // event: an arrival, the end of a sequence's unit of work (its prompt or
-// one decode step), the end of the running compile, an idle check.
-//
-// A rung's graph has one infer request: the runtime serializes the
-// sequences on one rung (its lock), while sequences on different rungs run
-// side by side and share the cores. So each rung with busy sequences is
-// one stream: the c streams share the cores (each at 1/max(1, c/Parallel)
-// of its solo pace, c > 1), and within a stream its n sequences take turns
-// (each at 1/n of the stream's pace). Every busy sequence of a rung
-// progresses at the same pace, so each unit's end is kept as a point on
-// the rung's work clock v (solo seconds done by each of its sequences) in
-// the rung's heap: O(rungs + log n) an event.
+// one decode step), the end of the running compile, an idle check. Under
+// processor sharing every busy sequence progresses at the same pace, so
+// each unit's end is kept as a point on a shared work clock v (solo
+// seconds done by every busy sequence) in a heap: O(log n) an event.
 
 // waitTol is the shortest wait counted: rounding in sums of step times.
 const waitTol = 1e-9
@@ -94,10 +87,9 @@ type serveSim struct {
 	step     []float64 // solo decode step per rung
 	parallel float64
 
-	t        float64
-	next     int       // next arrival
-	v        []float64 // by rung: its work clock
-	busy     []seqHeap // by rung: its busy sequences
+	t, v     float64
+	next     int // next arrival
+	busy     seqHeap
 	slotQ    []*simSeq
 	slots    int // sequences holding a slot
 	open     map[*simSeq]bool
@@ -115,8 +107,7 @@ type serveSim struct {
 
 func newServeSim(cfg ServeConfig, arrivals []traffic.Request) *serveSim {
 	s := &serveSim{cfg: cfg, arrivals: arrivals, caps: cfg.Ladder, parallel: cmp.Or(cfg.Parallel, 1),
-		open: map[*simSeq]bool{}, rate: map[int]float64{}, nextTick: math.Inf(1),
-		v: make([]float64, len(cfg.Ladder)), busy: make([]seqHeap, len(cfg.Ladder))}
+		open: map[*simSeq]bool{}, rate: map[int]float64{}, nextTick: math.Inf(1)}
 	for i, c := range cfg.Ladder {
 		s.step = append(s.step, cfg.DecodeStepS(c))
 		r := &simRung{ServeRung: ServeRung{Capacity: c, ReadyS: -1}}
@@ -139,32 +130,19 @@ func newServeSim(cfg ServeConfig, arrivals []traffic.Request) *serveSim {
 // tickEvery is how often the ladder looks for idle rungs.
 func (s *serveSim) tickEvery() float64 { return min(max(s.cfg.RungIdleS/4, 0.01), 1) }
 
-// streams is the number of rungs with busy sequences.
-func (s *serveSim) streams() int {
-	n := 0
-	for _, h := range s.busy {
-		if len(h) > 0 {
-			n++
-		}
+// factor is how much slower than solo each busy sequence progresses.
+func (s *serveSim) factor() float64 {
+	if len(s.busy) <= 1 {
+		return 1 // alone: its own pace
 	}
-	return n
-}
-
-// factor is how much slower than solo each busy sequence of rung r
-// progresses: its rung's share of the cores, then its turn on the rung.
-func (s *serveSim) factor(r int) float64 {
-	f := 1.0 // one stream alone: its own pace
-	if c := s.streams(); c > 1 {
-		f = max(1, float64(c)/s.parallel)
-	}
-	return f * float64(len(s.busy[r]))
+	return max(1, float64(len(s.busy))/s.parallel)
 }
 
 // pace is the running compile's duration at the current state: its
 // under-decode figure while sequences are busy, else its solo figure.
 func (s *serveSim) pace(c *simCompile) float64 {
 	capacity := s.caps[c.rung]
-	if s.cfg.CompileSoloS == nil || s.streams() > 0 {
+	if s.cfg.CompileSoloS == nil || len(s.busy) > 0 {
 		return s.cfg.CompileS(capacity)
 	}
 	return s.cfg.CompileSoloS(capacity)
@@ -209,12 +187,9 @@ func (s *serveSim) run() error {
 				dt, ev = d, evCompile
 			}
 		}
-		unit := -1 // the rung whose unit ends first
-		for r, h := range s.busy {
-			if len(h) > 0 {
-				if d := (h[0].vEnd - s.v[r]) * s.factor(r); d < dt {
-					dt, ev, unit = max(d, 0), evUnit, r
-				}
+		if len(s.busy) > 0 {
+			if d := (s.busy[0].vEnd - s.v) * s.factor(); d < dt {
+				dt, ev = max(d, 0), evUnit
 			}
 		}
 		if s.next < len(s.arrivals) {
@@ -238,8 +213,8 @@ func (s *serveSim) run() error {
 		case evCompile:
 			s.compiled()
 		case evUnit:
-			q := heap.Pop(&s.busy[unit]).(*simSeq)
-			s.v[unit] = q.vEnd
+			q := heap.Pop(&s.busy).(*simSeq)
+			s.v = q.vEnd
 			s.unitDone(q)
 		case evArrival:
 			s.t = max(s.t, s.arrivals[s.next].AtS)
@@ -264,16 +239,8 @@ func (s *serveSim) advance(dt float64) {
 			c.left = 0
 		}
 	}
-	f := make([]float64, len(s.busy)) // the paces before this step of time
-	for r, h := range s.busy {
-		if len(h) > 0 {
-			f[r] = s.factor(r)
-		}
-	}
-	for r, fr := range f {
-		if fr > 0 {
-			s.v[r] += dt / fr
-		}
+	if len(s.busy) > 0 {
+		s.v += dt / s.factor()
 	}
 	s.t += dt
 }
@@ -343,8 +310,8 @@ func (s *serveSim) startUnit(q *simSeq) {
 		}
 		work = float64(q.req.Prompt) / rate
 	}
-	q.state, q.unitStart, q.vEnd = seqBusy, s.t, s.v[q.cur]+work
-	heap.Push(&s.busy[q.cur], q)
+	q.state, q.unitStart, q.vEnd = seqBusy, s.t, s.v+work
+	heap.Push(&s.busy, q)
 }
 
 func (s *serveSim) unitDone(q *simSeq) {
