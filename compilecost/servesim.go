@@ -331,7 +331,7 @@ func (s *serveSim) unitDone(q *simSeq) {
 			st = s.rate[q.cur]
 		}
 		if st > 0 {
-			s.dueLaunches(q.cur, st, q.req.Prompt+q.done)
+			s.dueLaunches(q.cur, st, q.req.Prompt+q.done, q.req.Prompt+q.steps)
 		}
 	}
 	if q.done == q.steps {
@@ -347,8 +347,8 @@ func (s *serveSim) unitDone(q *simSeq) {
 
 // dueLaunches is the deadline rule after a step of a sequence on rung cur
 // that writes position pos next, at st seconds a step: runtime.Budgeted's.
-func (s *serveSim) dueLaunches(cur int, st float64, pos int) {
-	due := ladder.DueRungs(s.caps, cur, pos, st, s.queued(), func(j int) bool { return s.rungs[j].launched }, s.predict)
+func (s *serveSim) dueLaunches(cur int, st float64, pos, reach int) {
+	due := ladder.DueRungs(s.caps, cur, pos, reach, st, s.queued(), func(j int) bool { return s.rungs[j].launched }, s.predict)
 	for _, d := range due {
 		s.launch(d.Rung, ladder.ReasonDeadline, s.predict(d.Rung, d.OverlapS()))
 	}

@@ -109,9 +109,14 @@ func (b *Batched) dueNext(v rungView, k, next int) {
 		return
 	}
 	r := &st.rungs[k]
-	furthest := 0
+	furthest := -1 // of the sequences that will outgrow the rung
 	for _, s := range r.seqs {
-		furthest = max(furthest, s.past)
+		if len(s.req.Prompt)+s.req.MaxTokens > r.capacity {
+			furthest = max(furthest, s.past)
+		}
+	}
+	if furthest < 0 {
+		return // they all end on this rung
 	}
 	left := float64(r.capacity-furthest) * st.iterS
 	capNext := b.rungs[next].spec.Capacity

@@ -162,29 +162,37 @@ func TestDueRungs(t *testing.T) {
 	launched := map[int]bool{}
 	predict := func(j int, _ float64) float64 { return compile[j] }
 	isLaunched := func(j int) bool { return launched[j] }
-	if got := DueRungs(caps, 0, 19, 0.001, 0, isLaunched, predict); len(got) != 0 {
+	if got := DueRungs(caps, 0, 19, 1<<30, 0.001, 0, isLaunched, predict); len(got) != 0 {
 		t.Fatalf("at position 19: %+v, want nothing due (13 ms left for a 12.5 ms need)", got)
 	}
-	got := DueRungs(caps, 0, 20, 0.001, 0, isLaunched, predict)
+	got := DueRungs(caps, 0, 20, 1<<30, 0.001, 0, isLaunched, predict)
 	if len(got) != 1 || got[0].Rung != 1 || math.Abs(got[0].LeftS-0.012) > 1e-9 || got[0].AheadS != 0 {
 		t.Fatalf("at position 20: %+v, want rung 1 with 12 ms left", got)
 	}
 	launched[1] = true
 	for pos := 21; pos < 30; pos++ { // rung 64 compiling, 10 ms from position 20
-		if got := DueRungs(caps, 0, pos, 0.001, 0.010-float64(pos-20)*0.001, isLaunched, predict); len(got) != 0 {
+		if got := DueRungs(caps, 0, pos, 1<<30, 0.001, 0.010-float64(pos-20)*0.001, isLaunched, predict); len(got) != 0 {
 			t.Fatalf("at position %d: %+v, want nothing due", pos, got)
 		}
 	}
-	if got := DueRungs(caps, 1, 38, 0.001, 0, isLaunched, predict); len(got) != 0 {
+	if got := DueRungs(caps, 1, 38, 1<<30, 0.001, 0, isLaunched, predict); len(got) != 0 {
 		t.Fatalf("on rung 64 at position 38: %+v, want nothing due (26 ms left)", got)
 	}
-	got = DueRungs(caps, 1, 39, 0.001, 0, isLaunched, predict)
+	got = DueRungs(caps, 1, 39, 1<<30, 0.001, 0, isLaunched, predict)
 	if len(got) != 1 || got[0].Rung != 2 || math.Abs(got[0].OverlapS()-0.025) > 1e-9 {
 		t.Fatalf("on rung 64 at position 39: %+v, want rung 128 with 25 ms of overlap", got)
 	}
+	// A sequence that ends within rung 32 (28 tokens) launches nothing,
+	// one that ends within 64 never rung 128.
+	if got := DueRungs(caps, 0, 31, 28, 0.001, 0, func(int) bool { return false }, predict); len(got) != 0 {
+		t.Fatalf("a sequence of 28 tokens: %+v, want nothing", got)
+	}
+	if got := DueRungs(caps, 0, 31, 64, 0.001, 0, func(int) bool { return false }, predict); len(got) != 1 || got[0].Rung != 1 {
+		t.Fatalf("a sequence of 64 tokens: %+v, want rung 64 alone", got)
+	}
 	launched = map[int]bool{}
 	compile[2] = 0.5 // far too long: due at once, and rung 1 with it
-	got = DueRungs(caps, 0, 5, 0.001, 0, isLaunched, predict)
+	got = DueRungs(caps, 0, 5, 1<<30, 0.001, 0, isLaunched, predict)
 	if len(got) != 2 || got[0].Rung != 1 || got[1].Rung != 2 || got[1].AheadS != 0.010 {
 		t.Fatalf("a 0.5 s rung 2: %+v, want rungs 1 and 2, 2 queued behind 1", got)
 	}

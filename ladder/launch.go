@@ -42,7 +42,9 @@ func TwoAheadWindow(caps []int, cur int, stepS float64) float64 {
 //     not compiled or compiling has a deadline: the time left before that
 //     sequence writes the rung's first position, its remaining tokens on
 //     the rungs below at the live step time, plus the waits the compiles
-//     queued before it are predicted to cause at those rungs (DueRungs). Several growing sequences make
+//     queued before it are predicted to cause at those rungs (DueRungs).
+//     A sequence counts only for the rungs its prompt and max tokens can
+//     reach. Several growing sequences make
 //     one deadline per rung, the earliest, because every one of them is
 //     checked and the first that is due launches.
 //  2. A rung is due when that time falls to its predicted compile, plus
@@ -97,8 +99,10 @@ func (d DueLaunch) OverlapS() float64 { return max(0, d.LeftS-d.AheadS) }
 
 // DueRungs applies the deadline rule after a step of a sequence on rung
 // cur that writes position pos next, at stepS seconds a step, with queuedS
-// the predicted remainder of the compiles queued or running: it returns
-// the rungs to launch now, in ladder order. launched reports a rung
+// the predicted remainder of the compiles queued or running, and reach the
+// tokens it will hold at most (its prompt and max tokens: a rung above
+// that is never needed by it): it returns the rungs to launch now, in
+// ladder order. launched reports a rung
 // compiled or compiling; predict is a rung's predicted compile given the
 // decoding expected beside it.
 //
@@ -107,11 +111,11 @@ func (d DueLaunch) OverlapS() float64 { return max(0, d.LeftS-d.AheadS) }
 // rungs between (a rung ready only after the sequence reaches it holds it
 // there): compiles run one at a time in ladder order, so those waits end
 // before j's compile starts, and the sequence decodes beside all of it.
-func DueRungs(caps []int, cur, pos int, stepS, queuedS float64, launched func(rung int) bool, predict func(rung int, overlapS float64) float64) []DueLaunch {
+func DueRungs(caps []int, cur, pos, reach int, stepS, queuedS float64, launched func(rung int) bool, predict func(rung int, overlapS float64) float64) []DueLaunch {
 	var out, pending, seen []DueLaunch // seen: every rung considered, for the ready times of the rungs above
 	need := queuedS                    // when the next compile launched would start
 	arrive := float64(caps[cur]-pos) * stepS
-	for j := cur + 1; j < len(caps); j++ {
+	for j := cur + 1; j < len(caps) && reach > caps[j-1]; j++ { // rungs past its last token are none of its business
 		if j > cur+1 {
 			// Through rung j-1: from when the sequence may enter it (it
 			// arrived, and the graph is ready) to its end.

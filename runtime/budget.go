@@ -132,9 +132,9 @@ func (b *Budgeted) Bound(l Launcher, i int) {
 
 // Stepped makes the deadline and two-ahead decisions once per rung, or by
 // deadline the deadline rule's after every step.
-func (b *Budgeted) Stepped(l Launcher, cur int, st float64, pos int) {
+func (b *Budgeted) Stepped(l Launcher, cur int, st float64, pos, reach int) {
 	if b.deadline {
-		b.dueLaunches(l, cur, st, pos)
+		b.dueLaunches(l, cur, st, pos, reach)
 		return
 	}
 	if b.checked[cur] || st == 0 {
@@ -204,7 +204,7 @@ func (b *Budgeted) Compiled(l Launcher, i int, seconds float64) {
 // dueLaunches is the deadline rule (ladder.Due) after a step of a
 // sequence on rung cur that writes position pos next, at st seconds a step
 // (0 until measured: the last rate measured on the rung by any sequence).
-func (b *Budgeted) dueLaunches(l Launcher, cur int, st float64, pos int) {
+func (b *Budgeted) dueLaunches(l Launcher, cur int, st float64, pos, reach int) {
 	if st > 0 {
 		b.rate[cur] = st
 	} else if st = b.rate[cur]; st == 0 {
@@ -214,7 +214,7 @@ func (b *Budgeted) dueLaunches(l Launcher, cur int, st float64, pos int) {
 	for i := range caps {
 		caps[i] = l.Capacity(i)
 	}
-	due := ladder.DueRungs(caps, cur, pos, st, b.queued(l), l.Launched, func(j int, overlap float64) float64 {
+	due := ladder.DueRungs(caps, cur, pos, reach, st, b.queued(l), l.Launched, func(j int, overlap float64) float64 {
 		return b.predict(caps[j], overlap).Seconds
 	})
 	for _, d := range due {

@@ -505,10 +505,10 @@ func (l *CompiledLadder) bound(i int) {
 }
 
 // stepped tells the schedule of a decode step on rung i.
-func (l *CompiledLadder) stepped(i int, stepS float64, next int) {
+func (l *CompiledLadder) stepped(i int, stepS float64, next, reach int) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.sched.Stepped(launcher{l}, i, stepS, next)
+	l.sched.Stepped(launcher{l}, i, stepS, next, reach)
 }
 
 // register adds a sequence starting on rung first: from now on no rung at or

@@ -96,6 +96,13 @@ func TestDeadlineLaunchesEachRungWhenItIsDue(t *testing.T) {
 		if launches, misses := l.BudgetCounts(); launches[ladder.ReasonDeadline] != 2 || len(launches) != 1 || misses[MissWaited] != 0 {
 			t.Errorf("launches %v, misses %v", launches, misses)
 		}
+		// A short request after them launches nothing on a fresh ladder.
+		fresh := dlLadder(t, dlProfile(40), 0)
+		defer fresh.Close()
+		dlRun(t, fresh, 2, 4, 27) // 31 tokens: it never leaves rung 32
+		if launches, _ := fresh.BudgetCounts(); len(launches) != 0 {
+			t.Errorf("a request that ends on rung 32 launched %v", launches)
+		}
 	})
 }
 

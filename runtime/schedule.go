@@ -21,8 +21,9 @@ type Schedule interface {
 	Bound(l Launcher, i int)
 	// Stepped is told after every decode step of a sequence on rung i:
 	// stepS is the measured seconds per step on that rung (0 until enough
-	// steps were seen) and next the next position the sequence writes.
-	Stepped(l Launcher, i int, stepS float64, next int)
+	// steps were seen), next the next position the sequence writes and
+	// reach the tokens it will hold at most (its prompt and decode steps).
+	Stepped(l Launcher, i int, stepS float64, next, reach int)
 	// Compiled is told once for each background compile the ladder sees
 	// finish without error, with its duration.
 	Compiled(l Launcher, i int, seconds float64)
@@ -71,7 +72,7 @@ type UpFront struct{}
 
 func (UpFront) Foreground(first, rungs int) int     { return rungs - 1 }
 func (UpFront) Bound(Launcher, int)                 {}
-func (UpFront) Stepped(Launcher, int, float64, int) {}
+func (UpFront) Stepped(Launcher, int, float64, int, int) {}
 func (UpFront) Compiled(Launcher, int, float64)     {}
 
 // OneAhead compiles the first rung in the foreground and, once rung k is
@@ -86,7 +87,7 @@ func (OneAhead) Bound(l Launcher, i int) {
 	}
 }
 
-func (OneAhead) Stepped(Launcher, int, float64, int) {}
+func (OneAhead) Stepped(Launcher, int, float64, int, int) {}
 func (OneAhead) Compiled(Launcher, int, float64)     {}
 
 // LazyCompile compiles the first rung in the foreground and every later one
@@ -95,7 +96,7 @@ type LazyCompile struct{}
 
 func (LazyCompile) Foreground(first, rungs int) int     { return first }
 func (LazyCompile) Bound(Launcher, int)                 {}
-func (LazyCompile) Stepped(Launcher, int, float64, int) {}
+func (LazyCompile) Stepped(Launcher, int, float64, int, int) {}
 func (LazyCompile) Compiled(Launcher, int, float64)     {}
 
 var (

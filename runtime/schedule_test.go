@@ -50,7 +50,7 @@ func TestSchedules(t *testing.T) {
 			for i := 1; i < 4; i++ {
 				s.Bound(l, i)
 				s.Bound(l, i) // a second sequence binding the same rung launches nothing more
-				s.Stepped(l, i, 0.01, l.caps[i]-1)
+				s.Stepped(l, i, 0.01, l.caps[i]-1, 1<<30)
 			}
 			if !slices.Equal(l.launched, tc.launches) {
 				t.Errorf("launched %v, want %v", l.launched, tc.launches)
@@ -76,12 +76,12 @@ func TestBudgetedLaunchesTwoAhead(t *testing.T) {
 	b := NewBudgeted(profile)
 	l := &fakeLauncher{caps: []int{32, 64, 128}}
 	b.Bound(l, 0)
-	b.Stepped(l, 0, 0, 5) // no rate yet: nothing decided
+	b.Stepped(l, 0, 0, 5, 1<<30) // no rate yet: nothing decided
 	if !slices.Equal(l.launched, []int{1}) || len(b.Budgets(time.Time{})) != 1 || b.Budgets(time.Time{})[0].WindowS != 0 {
 		t.Fatalf("after binding rung 0: launched %v, budgets %+v", l.launched, b.Budgets(time.Time{}))
 	}
-	b.Stepped(l, 0, 0.001, 12)
-	b.Stepped(l, 0, 0.001, 13) // decided once per rung
+	b.Stepped(l, 0, 0.001, 12, 1<<30)
+	b.Stepped(l, 0, 0.001, 13, 1<<30) // decided once per rung
 	if !slices.Equal(l.launched, []int{1, 2}) {
 		t.Fatalf("launched %v, want rung 2 two ahead", l.launched)
 	}
@@ -131,7 +131,7 @@ func TestBudgetOfReusedRungIsZero(t *testing.T) {
 	b.Reused = func(capacity int) bool { return capacity > 32 }
 	l := &fakeLauncher{caps: []int{32, 64, 128}}
 	b.Bound(l, 0)
-	b.Stepped(l, 0, 0.01, 8)
+	b.Stepped(l, 0, 0.01, 8, 1<<30)
 	got := b.Budgets(time.Time{})
 	if len(got) != 1 || got[0].PredictedS != 0 || !got[0].Reused || got[0].MissedS != 0 {
 		t.Fatalf("budgets %+v; want only rung 64, reused, predicted 0", got)
@@ -200,7 +200,7 @@ func TestBudgetOverlapsDecode(t *testing.T) {
 	if bu := b.Budgets(time.Time{})[0]; bu.PredictedS != 6 {
 		t.Fatalf("before the rate is known: %+v, want the under-decode 6 s", bu)
 	}
-	b.Stepped(l, 0, 0.1, 2) // 30 steps of 0.1 s left: 3 s beside decoding
+	b.Stepped(l, 0, 0.1, 2, 1<<30) // 30 steps of 0.1 s left: 3 s beside decoding
 	bu := b.Budgets(time.Time{})[0]
 	if want := 3 + 0.5*2.0; bu.PredictedS != want || bu.ProfileS != want || bu.WindowS != 3 {
 		t.Fatalf("after: %+v, want %v (half beside decoding, half alone)", bu, want)

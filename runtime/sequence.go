@@ -354,7 +354,7 @@ func (q *Sequence) Step(ctx context.Context) error {
 		q.meter.setReserved(t1, q.store.Reserved())
 	}
 	q.sample(t1, false)
-	q.l.stepped(q.cur, q.stepTime(), len(q.fed))
+	q.l.stepped(q.cur, q.stepTime(), len(q.fed), len(q.cfg.Prompt)+q.cfg.DecodeTokens)
 	q.progress(i, false)
 	switch {
 	case q.stopped:
