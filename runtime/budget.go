@@ -177,12 +177,15 @@ func (b *Budgeted) Stepped(l Launcher, cur int, st float64, pos, reach int) {
 	// Launched now it queues behind the next rung's compile and gets this
 	// rung's remaining window as well; once it starts, the next rung
 	// decodes beside it.
-	earlyWindow := float64(nextCap-pos)*st - nextPred
+	// Its compile starts once the next rung's is done (nextPred from now)
+	// and runs beside decoding until the sequence reaches it: the sequence
+	// enters the next rung when it gets there (rest) or, when that compile
+	// is late, once it is ready, then decodes the next rung's window.
+	// That time, not the next rung's whole window, is its overlap and the
+	// window it has to fit in.
+	avail := window + max(0, rest-nextPred)
 	l.Note("rung %d: predicted compile %.2f s exceeds rung %d's %.2f s decode window; launching it two ahead now", l.Capacity(two), pred, nextCap, window)
-	// Its compile starts once the next rung's is done and runs beside
-	// decoding until the sequence reaches it: earlyWindow, not the next
-	// rung's whole window, is its overlap.
-	b.open(l.Capacity(two), 2, earlyWindow, max(0, earlyWindow), ladder.ReasonTwoAhead)
+	b.open(l.Capacity(two), 2, avail, avail, ladder.ReasonTwoAhead)
 	l.Launch(two)
 }
 
