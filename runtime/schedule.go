@@ -70,10 +70,10 @@ func NewSchedule(kind ladder.Schedule, profile *compilecost.Profile, byDeadline 
 // largest before it decodes (direct, pyramid, grow-eager).
 type UpFront struct{}
 
-func (UpFront) Foreground(first, rungs int) int     { return rungs - 1 }
-func (UpFront) Bound(Launcher, int)                 {}
+func (UpFront) Foreground(first, rungs int) int          { return rungs - 1 }
+func (UpFront) Bound(Launcher, int)                      {}
 func (UpFront) Stepped(Launcher, int, float64, int, int) {}
-func (UpFront) Compiled(Launcher, int, float64)     {}
+func (UpFront) Compiled(Launcher, int, float64)          {}
 
 // OneAhead compiles the first rung in the foreground and, once rung k is
 // bound, rung k+1 in the background (grow-one-ahead, grow-remap).
@@ -88,16 +88,16 @@ func (OneAhead) Bound(l Launcher, i int) {
 }
 
 func (OneAhead) Stepped(Launcher, int, float64, int, int) {}
-func (OneAhead) Compiled(Launcher, int, float64)     {}
+func (OneAhead) Compiled(Launcher, int, float64)          {}
 
 // LazyCompile compiles the first rung in the foreground and every later one
 // when a sequence reaches its boundary, on the critical path (lazy).
 type LazyCompile struct{}
 
-func (LazyCompile) Foreground(first, rungs int) int     { return first }
-func (LazyCompile) Bound(Launcher, int)                 {}
+func (LazyCompile) Foreground(first, rungs int) int          { return first }
+func (LazyCompile) Bound(Launcher, int)                      {}
 func (LazyCompile) Stepped(Launcher, int, float64, int, int) {}
-func (LazyCompile) Compiled(Launcher, int, float64)     {}
+func (LazyCompile) Compiled(Launcher, int, float64)          {}
 
 var (
 	_ Schedule = UpFront{}
