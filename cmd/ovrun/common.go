@@ -55,7 +55,7 @@ var (
 	ladderFlag       = &cli.StringFlag{Name: "ladder", Value: "1024,2048,4096,8192", Usage: "ascending context `CAPACITIES`"}
 	decodeTokensFlag = &cli.IntFlag{Name: "decode-tokens", Value: 256, Usage: "decode `STEPS`"}
 	teacherFlag      = &cli.BoolFlag{Name: "teacher-forced", Usage: "feed a seeded token stream (identical for every policy) instead of the model's own predictions"}
-	compileCostFlag  = &cli.StringFlag{Name: "compile-cost", Usage: "compile-cost profile `FILE` from ovtrace compile: per-rung budgets, predicted deadlines, two-ahead launches when one ahead cannot make it"}
+	compileCostFlag  = &cli.StringFlag{Name: "compile-cost", Usage: "compile-cost profile `FILE` from ovtrace compile: per-rung budgets (predicted, corrected online from the compiles that finish); run launches one ahead, two ahead when one ahead cannot make it; serve launches each rung (or static batch variant) when the earliest sequence's time left falls to its predicted compile, and holds a prompt whose rung compiles in the queue"}
 	outDirFlag       = &cli.StringFlag{Name: "out", Usage: "output `DIR`", Required: true}
 )
 

@@ -88,10 +88,21 @@ the largest rung is a 400; a client that disconnects cancels its sequence.
 --otlp-endpoint / --trace-out give one trace per request (compile, prefill,
 decode per rung, boundary waits, KV), flushed at shutdown.
 
+With --compile-cost (a profile from ovtrace compile; --batching off, or
+static graphs) each rung (each static variant) is compiled when the earliest
+sequence that can reach it is about to: when its time left, at the live
+decode rate, falls to the predicted compile plus the queue before it, plus
+25%. A prompt whose rung is not compiled waits for it in the queue, not in
+a slot; one whose --timeout would pass first gets 503 with the expected
+time as Retry-After. /metrics shows each rung's profile, prediction,
+window and actual compile, launches by reason and missed deadlines; plan a
+server with ovrun plan --serve (docs/planning-a-server.md):
+
+   ovrun serve --model SmolLM2-135M-Instruct.Q4_1.gguf --attention static --batching off --compile-cost cost.json --rung-idle 10m
+
 Safety: a body over --max-body is a 413, before it is read; at most
---max-seqs + --queue requests are read, queued or decoding at once, and
-prompts are encoded only once they hold a sequence, so memory stays bounded
-whatever clients send. Slow clients are bounded by --read-timeout,
+--max-seqs + --queue requests are read, encoded, queued or decoding at
+once, so memory stays bounded whatever clients send. Slow clients are bounded by --read-timeout,
 --write-timeout, --idle-timeout and --max-conns. A request whose Host is not
 this machine (DNS rebinding) or that a browser sends cross-origin is a 403,
 unless --allowed-hosts / --allow-origin name it; with --api-key (or
