@@ -61,6 +61,7 @@ type Server struct {
 	maxPiece int // bytes of the longest token text
 	tickets  chan struct{}
 	slots    chan struct{}
+	encoders chan struct{} // at most MaxSeqs prompts encode at once
 	m        *metrics
 	handler  http.Handler
 	created  int64
@@ -98,7 +99,7 @@ func New(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("serve: %w", err)
 	}
 	s := &Server{cfg: cfg, access: access, maxPiece: cfg.Tokenizer.MaxPieceBytes(),
-		tickets: make(chan struct{}, cfg.MaxSeqs+cfg.MaxQueue), slots: make(chan struct{}, cfg.MaxSeqs),
+		tickets: make(chan struct{}, cfg.MaxSeqs+cfg.MaxQueue), slots: make(chan struct{}, cfg.MaxSeqs), encoders: make(chan struct{}, cfg.MaxSeqs),
 		m: newMetrics(cfg.Registry), created: time.Now().Unix(), stopping: make(chan struct{})}
 	s.base, s.cancel = context.WithCancel(context.Background())
 	cfg.Registry.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "ovrun_tokenizer_regex_overruns_total",
@@ -390,7 +391,17 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, j job) {
 		s.fail(w, j.endpoint, http.StatusServiceUnavailable, "the model is still compiling its first rung; retry shortly")
 		return
 	}
+	// The prompt is encoded before it takes a slot, so that the engine can
+	// say whether the graph it starts on is compiled (awaitRung), but never
+	// more than MaxSeqs at once.
+	select {
+	case s.encoders <- struct{}{}:
+	case <-ctx.Done():
+		s.fail(w, j.endpoint, http.StatusServiceUnavailable, "gave up waiting to encode the prompt: "+context.Cause(ctx).Error())
+		return
+	}
 	prompt, err := j.prompt(ctx)
+	<-s.encoders
 	if err != nil {
 		s.fail(w, j.endpoint, http.StatusBadRequest, err.Error())
 		return
