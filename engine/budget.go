@@ -216,7 +216,12 @@ func (b *Batched) Await(ctx context.Context, n int, expect func(seconds float64)
 			if wait == nil {
 				wait = r.done
 				if bu := b.budgets; bu != nil && bu.byIndex[st.variant(k, j)] != nil {
-					expected = max(0, bu.byIndex[st.variant(k, j)].PredictedS) // the queue before it is unknown here: its own figure
+					own := bu.byIndex[st.variant(k, j)].PredictedS
+					if r.state == RungCompiling {
+						expected = max(0, own-time.Since(r.started).Seconds())
+					} else {
+						expected = b.queuedS(time.Now()) // queued: at most the whole queue
+					}
 				}
 			}
 		}
