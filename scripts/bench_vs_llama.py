@@ -1,0 +1,159 @@
+#!/usr/bin/env python3
+"""ovrun generate against llama.cpp on the same GGUF file, one stream.
+
+llama.cpp runs through its C API (scripts/llama_stream.c, no wrapper: the
+prompt in one llama_decode, then one greedy token a step, N threads).
+ovrun runs `ovrun generate --prompt-ids`. For every case (prompt length x
+context) the two run --rounds times each, interleaved (ovrun first in even
+rounds, llama.cpp first in odd ones), every run a fresh process started on
+idle CPUs: before each run the script waits until the CPUs are at least 90%
+idle over half a second, and a run during which something else took more
+than 10% of the CPUs is run again (said in the log). On a 2-core machine
+llama.cpp at 2 threads collapses when anything else runs.
+
+Definitions, the same for both:
+  decode tok/s   decode tokens / decode seconds (ovrun: decode_tokens_per_s;
+                 llama.cpp: its N greedy steps)
+  prefill s      the prompt to its prediction (ovrun: prefill_s; llama.cpp:
+                 the prompt's llama_decode and its argmax)
+  ready s        the process's wall time less prefill and decode: start,
+                 load, compile or mmap, context, tear-down
+  peak RSS       the process's maximum resident set (wait4)
+  agree          leading greedy tokens equal, of the prompt's prediction and
+                 the N decoded
+
+Prints a Markdown table of medians with ratios ovrun / llama.cpp (decode:
+llama.cpp / ovrun, so that above 1 is always llama.cpp ahead). Raw JSON of
+every run goes to --out. Used by scripts/bench-vs-llama.sh.
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from bench_vs_genai import TEXT  # noqa: E402  the same fixed text
+
+
+def cpu_times():
+    with open("/proc/stat") as f:
+        v = [int(x) for x in f.readline().split()[1:]]
+    return sum(v), v[3] + v[4]  # total, idle + iowait
+
+
+def wait_idle(log, idle=0.9, timeout=120):
+    t_end = time.time() + timeout
+    while True:
+        t0, i0 = cpu_times()
+        time.sleep(0.5)
+        t1, i1 = cpu_times()
+        if (i1 - i0) / max(t1 - t0, 1) >= idle:
+            return
+        if time.time() > t_end:
+            print("warning: the CPUs stayed busy; measuring anyway", file=log, flush=True)
+            return
+
+
+def own_ticks(pid_usage):
+    """CPU ticks of the run's own process (utime + stime, children too)."""
+    return (pid_usage.ru_utime + pid_usage.ru_stime) * os.sysconf("SC_CLK_TCK")
+
+
+def run(cmd, stdout_path, log, retries=3):
+    """Runs cmd as a fresh process on idle CPUs; returns (wall s, peak RSS
+    bytes). Reruns it when other processes took over 10% of the CPUs."""
+    for attempt in range(retries + 1):
+        wait_idle(log)
+        t0, i0 = cpu_times()
+        w0 = time.perf_counter()
+        with open(stdout_path, "w") as f:
+            p = subprocess.Popen(cmd, stdout=f, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
+            _, status, ru = os.wait4(p.pid, 0)
+        wall = time.perf_counter() - w0
+        t1, i1 = cpu_times()
+        if os.waitstatus_to_exitcode(status) != 0:
+            sys.exit(f"{' '.join(cmd[:3])} ... failed: {p.stderr.read().decode()[-2000:]}")
+        busy, own = (t1 - t0) - (i1 - i0), own_ticks(ru)
+        other = max(0.0, busy - own) / max(t1 - t0, 1)
+        if other <= 0.10 or attempt == retries:
+            if other > 0.10:
+                print(f"warning: {other:.0%} of the CPUs went to other processes during {cmd[0]}; kept after {retries} reruns", file=log, flush=True)
+            return wall, ru.ru_maxrss * 1024
+        print(f"rerun: {other:.0%} of the CPUs went to other processes during {cmd[0]}", file=log, flush=True)
+
+
+def prompt_ids(ovrun, model, n):
+    out = subprocess.run([ovrun, "tokenize", "--model", model, TEXT * 40], check=True, capture_output=True, text=True).stdout
+    ids = [int(t) for t in out.strip().split(",")]
+    if len(ids) < n:
+        sys.exit(f"the text has {len(ids)} tokens, {n} wanted")
+    return ids[:n]
+
+
+def agree(a, b):
+    k = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        k += 1
+    return k
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", required=True, help="the GGUF file both run")
+    ap.add_argument("--ovrun", default="bin/ovrun")
+    ap.add_argument("--llama", required=True, help="the llama_stream binary")
+    ap.add_argument("--cases", default="16:256,16:1024,16:4096,512:1024", help="PROMPT:CONTEXT pairs")
+    ap.add_argument("--new-tokens", type=int, default=128)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=4)
+    ap.add_argument("--ovrun-arg", action="append", default=[], help="extra argument for ovrun generate")
+    ap.add_argument("--out", default=".cache/bench/vs-llama")
+    a = ap.parse_args()
+    os.makedirs(a.out, exist_ok=True)
+    log = sys.stderr
+    cases = [tuple(int(x) for x in c.split(":")) for c in a.cases.split(",")]
+    ids_all = prompt_ids(a.ovrun, a.model, max(p for p, _ in cases))
+    rows = []
+    for P, C in cases:
+        ids = ",".join(map(str, ids_all[:P]))
+        runs = {"ovrun": [], "llama.cpp": []}
+        for r in range(a.rounds):
+            order = ("ovrun", "llama.cpp") if r % 2 == 0 else ("llama.cpp", "ovrun")
+            for tool in order:
+                out = f"{a.out}/p{P}-c{C}-{tool}-{r}.json"
+                if tool == "ovrun":
+                    cmd = [a.ovrun, "generate", "--model", a.model, "--capacity", str(C), "--prompt-ids", ids,
+                           "--max-new-tokens", str(a.new_tokens), "--json", out] + a.ovrun_arg
+                    wall, rss = run(cmd, out + ".stdout", log)
+                    d = json.load(open(out))
+                    d = dict(decode_tok_s=d["decode_tokens_per_s"], prefill_s=d["prefill_s"], decode_s=d["decode_s"],
+                             tokens=d.get("tokens") or d.get("predictions") or [])
+                else:
+                    cmd = [a.llama, a.model, str(C), str(a.threads), str(a.new_tokens - 1), ids]
+                    wall, rss = run(cmd, out, log)
+                    d = json.load(open(out))
+                d.update(wall_s=wall, peak_rss_bytes=rss, ready_s=wall - d["prefill_s"] - d["decode_s"])
+                runs[tool].append(d)
+            print(f"p{P} c{C} round {r + 1}/{a.rounds}: ovrun {runs['ovrun'][-1]['decode_tok_s']:.1f} tok/s, "
+                  f"llama.cpp {runs['llama.cpp'][-1]['decode_tok_s']:.1f} tok/s", file=log, flush=True)
+        med = lambda tool, k: statistics.median(x[k] for x in runs[tool])
+        o, l = runs["ovrun"][0]["tokens"], runs["llama.cpp"][0]["tokens"]
+        rows.append((P, C, {k: (med("ovrun", k), med("llama.cpp", k)) for k in ("decode_tok_s", "prefill_s", "ready_s", "peak_rss_bytes")},
+                     agree(o, l), min(len(o), len(l))))
+    print(f"| prompt, context | decode tok/s ovrun / llama.cpp | llama.cpp ahead | prefill s | ovrun / llama.cpp "
+          f"| ready s | ovrun / llama.cpp | peak RSS MiB | ovrun / llama.cpp | tokens agree |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for P, C, m, k, n in rows:
+        d, p, r, s = m["decode_tok_s"], m["prefill_s"], m["ready_s"], m["peak_rss_bytes"]
+        print(f"| {P}, {C} | {d[0]:.1f} / {d[1]:.1f} | {d[1] / d[0]:.2f}x | {p[0]:.3f} / {p[1]:.3f} | {p[0] / p[1]:.2f}x "
+              f"| {r[0]:.2f} / {r[1]:.2f} | {r[0] / r[1]:.1f}x | {s[0] / 2**20:.0f} / {s[1] / 2**20:.0f} | {s[0] / s[1]:.2f}x | {k}/{n} |")
+
+
+if __name__ == "__main__":
+    main()
