@@ -20,7 +20,9 @@ Definitions, the same for both:
                  load, compile or mmap, context, tear-down
   peak RSS       the process's maximum resident set (wait4)
   agree          leading greedy tokens equal, of the prompt's prediction and
-                 the N decoded
+                 the N decoded: ovrun = llama.cpp, and each against the
+                 float64 reference forward pass (model/testdata/reference.py,
+                 the GGUF's weights dequantized; --no-reference skips it)
 
 Prints a Markdown table of medians with ratios ovrun / llama.cpp (decode:
 llama.cpp / ovrun, so that above 1 is always llama.cpp ahead). Raw JSON of
@@ -36,7 +38,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from bench_vs_genai import TEXT  # noqa: E402  the same fixed text
+from bench_vs_genai import TEXT, reference  # noqa: E402  the same fixed text and float64 reference
 
 
 def cpu_times():
@@ -114,6 +116,7 @@ def main():
     ap.add_argument("--rounds", type=int, default=4)
     ap.add_argument("--ovrun-arg", action="append", default=[], help="extra argument for ovrun generate")
     ap.add_argument("--out", default=".cache/bench/vs-llama")
+    ap.add_argument("--no-reference", action="store_true", help="skip the float64 reference (slow for long prompts)")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
     log = sys.stderr
@@ -144,15 +147,20 @@ def main():
                   f"llama.cpp {runs['llama.cpp'][-1]['decode_tok_s']:.1f} tok/s", file=log, flush=True)
         med = lambda tool, k: statistics.median(x[k] for x in runs[tool])
         o, l = runs["ovrun"][0]["tokens"], runs["llama.cpp"][0]["tokens"]
+        n = min(len(o), len(l))
+        agrees = f"{agree(o, l)}/{n}"
+        if not a.no_reference:
+            ref = reference(sys.executable, a.model, ids_all[:P], a.new_tokens, a.out, f"c{C}")
+            agrees += f"; reference: ovrun {agree(o, ref)}, llama.cpp {agree(l, ref)}"
         rows.append((P, C, {k: (med("ovrun", k), med("llama.cpp", k)) for k in ("decode_tok_s", "prefill_s", "ready_s", "peak_rss_bytes")},
-                     agree(o, l), min(len(o), len(l))))
+                     agrees))
     print(f"| prompt, context | decode tok/s ovrun / llama.cpp | llama.cpp ahead | prefill s | ovrun / llama.cpp "
-          f"| ready s | ovrun / llama.cpp | peak RSS MiB | ovrun / llama.cpp | tokens agree |")
+          f"| ready s | ovrun / llama.cpp | peak RSS MiB | ovrun / llama.cpp | leading tokens equal: ovrun = llama.cpp; each = float64 reference |")
     print("|---|---|---|---|---|---|---|---|---|---|")
-    for P, C, m, k, n in rows:
+    for P, C, m, agrees in rows:
         d, p, r, s = m["decode_tok_s"], m["prefill_s"], m["ready_s"], m["peak_rss_bytes"]
         print(f"| {P}, {C} | {d[0]:.1f} / {d[1]:.1f} | {d[1] / d[0]:.2f}x | {p[0]:.3f} / {p[1]:.3f} | {p[0] / p[1]:.2f}x "
-              f"| {r[0]:.2f} / {r[1]:.2f} | {r[0] / r[1]:.1f}x | {s[0] / 2**20:.0f} / {s[1] / 2**20:.0f} | {s[0] / s[1]:.2f}x | {k}/{n} |")
+              f"| {r[0]:.2f} / {r[1]:.2f} | {r[0] / r[1]:.1f}x | {s[0] / 2**20:.0f} / {s[1] / 2**20:.0f} | {s[0] / s[1]:.2f}x | {agrees} |")
 
 
 if __name__ == "__main__":
