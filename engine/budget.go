@@ -169,22 +169,16 @@ func (b *Batched) compiled(i int, dur time.Duration, failed bool) {
 	}
 }
 
-// BudgetStats are a budgeted engine's compile budgets: each variant's
-// latest launch, in launch order, the launches by reason and the misses by
-// kind (runtime.MissActual ...); all empty without a profile.
-type BudgetStats struct {
-	Budgets          []runtime.Budget
-	Launches, Misses map[string]int
-}
-
-// Budgets is a snapshot of the compile budgets, safe from any goroutine.
-func (b *Batched) Budgets() BudgetStats {
+// Budgets is a snapshot of the compile budgets (each variant's latest
+// launch, its capacity and batch), safe from any goroutine; zero without a
+// profile.
+func (b *Batched) Budgets() runtime.BudgetStats {
 	if b.budgets == nil {
-		return BudgetStats{}
+		return runtime.BudgetStats{}
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	out := BudgetStats{Launches: maps.Clone(b.budgets.launches), Misses: maps.Clone(b.budgets.misses)}
+	out := runtime.BudgetStats{Launches: maps.Clone(b.budgets.launches), Misses: maps.Clone(b.budgets.misses)}
 	for _, i := range b.budgets.order {
 		out.Budgets = append(out.Budgets, *b.budgets.byIndex[i])
 	}

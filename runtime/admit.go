@@ -38,13 +38,13 @@ func (l *CompiledLadder) Await(ctx context.Context, n int, expect func(seconds f
 	}
 	expected := -1.0
 	if r.job == nil {
-		if b, ok := l.sched.(*Budgeted); ok {
-			expected = b.Launch(launcher{l}, i, ladder.ReasonAdmission, len(l.seqs) > 0)
+		if l.budgets != nil {
+			expected = l.budgets.Launch(launcher{l}, i, ladder.ReasonAdmission, len(l.seqs) > 0)
 		}
 		launcher{l}.Launch(i)
 		l.notef("rung %d: compiling in the background for a prompt of %d tokens, which waits for it in the queue", l.caps[i], n)
-	} else if b, ok := l.sched.(*Budgeted); ok {
-		expected = b.remaining(launcher{l}, i)
+	} else if l.budgets != nil {
+		expected = l.budgets.remaining(launcher{l}, i)
 	}
 	if l.prefillMode == PrefillGraph {
 		l.launchPrefillLocked(l.caps[i])

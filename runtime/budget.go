@@ -335,6 +335,21 @@ func (b *Budgeted) Ready(l Launcher, i int, at time.Time) {
 	}
 }
 
+// BudgetStats are a budgeted schedule's (or batched engine's) compile
+// budgets: each rung's (or static variant's) latest launch, in launch
+// order, the launches by reason (ladder.LaunchReasons) and the budgets
+// missed by kind (MissActual ...) since the start, relaunches included.
+type BudgetStats struct {
+	Budgets          []Budget
+	Launches, Misses map[string]int
+}
+
+// Stats are the budgets, their times as offsets from origin, and the
+// counts.
+func (b *Budgeted) Stats(origin time.Time) BudgetStats {
+	return BudgetStats{Budgets: b.Budgets(origin), Launches: b.Launches(), Misses: b.Misses()}
+}
+
 // Budgets lists the budgets in launch order, their times as offsets from
 // origin.
 func (b *Budgeted) Budgets(origin time.Time) []Budget {

@@ -67,6 +67,7 @@ type CompiledLadder struct {
 
 	mu      sync.Mutex
 	sched   Schedule
+	budgets *Budgeted // sched when it budgets (a compile-cost profile), else nil
 	rungs   []*rung
 	prefill map[int]*rung // prefill graphs by capacity
 	seqs    map[*Sequence]int
@@ -134,6 +135,7 @@ func NewCompiledLadder(ctx context.Context, comp Compiler, cfg LadderConfig) (*C
 		return nil, err
 	}
 	if b, ok := sched.(*Budgeted); ok {
+		l.budgets = b
 		b.now = cfg.Clock
 		b.Cached = func(capacity int) bool { return cached(comp, DecodeSpec(capacity, mode, cfg.PrefillChunk)) }
 		b.Reused = func(capacity int) bool { return reuses(comp, DecodeSpec(capacity, mode, cfg.PrefillChunk)) }
@@ -192,15 +194,15 @@ func (l *CompiledLadder) Notes() []string {
 	return append([]string(nil), l.notes...)
 }
 
-// Budgets are the compile budgets of a budgeted schedule, nil otherwise,
-// their times as offsets from origin.
-func (l *CompiledLadder) Budgets(origin time.Time) []Budget {
+// BudgetStats are the compile budgets of a budgeted schedule, their times
+// as offsets from origin; zero without a compile-cost profile.
+func (l *CompiledLadder) BudgetStats(origin time.Time) BudgetStats {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if b, ok := l.sched.(*Budgeted); ok {
-		return b.Budgets(origin)
+	if l.budgets == nil {
+		return BudgetStats{}
 	}
-	return nil
+	return l.budgets.Stats(origin)
 }
 
 // ThreadError reports a failure to apply the BackgroundOptions to the
@@ -264,8 +266,8 @@ func (l *CompiledLadder) observe(r *rung, j *compileJob) {
 	l.records = append(l.records, a)
 	if r.index >= 0 && j.background && j.err == nil {
 		l.sched.Compiled(launcher{l}, r.index, j.seconds())
-		if b, ok := l.sched.(*Budgeted); ok {
-			b.Ready(launcher{l}, r.index, j.end)
+		if l.budgets != nil {
+			l.budgets.Ready(launcher{l}, r.index, j.end)
 		}
 	}
 }
@@ -297,11 +299,11 @@ func (l *CompiledLadder) enter(ctx context.Context, i int, retry bool, waiting f
 	r := l.rungs[i]
 	l.mu.Lock()
 	j := r.job
-	if j == nil && i > 0 && l.deadlines() != nil {
+	if j == nil && i > 0 && l.budgets != nil && l.budgets.deadline {
 		// Budgeted by deadline, a rung reached before any rule launched
 		// it (its rate not measured yet, or a rung freed and needed at
 		// once) still goes through the worker and its budget.
-		l.deadlines().Launch(launcher{l}, i, ladder.ReasonBoundary, len(l.seqs) > 1) // others may decode beside it; this one waits
+		l.budgets.Launch(launcher{l}, i, ladder.ReasonBoundary, len(l.seqs) > 1) // others may decode beside it; this one waits
 		launcher{l}.Launch(i)
 		j = r.job
 	}
@@ -337,33 +339,13 @@ func (l *CompiledLadder) enter(ctx context.Context, i int, retry bool, waiting f
 	return ready, j.exe, nil
 }
 
-// deadlines is the schedule when it budgets by deadline, else nil; l.mu is held.
-func (l *CompiledLadder) deadlines() *Budgeted {
-	if b, ok := l.sched.(*Budgeted); ok && b.deadline {
-		return b
-	}
-	return nil
-}
-
 // waited records that a sequence or request waited d for rung i's compile.
 func (l *CompiledLadder) waited(i int, d time.Duration) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if b, ok := l.sched.(*Budgeted); ok {
-		b.Waited(launcher{l}, i, d.Seconds())
+	if l.budgets != nil {
+		l.budgets.Waited(launcher{l}, i, d.Seconds())
 	}
-}
-
-// BudgetCounts are the budgeted compiles launched so far by reason
-// (ladder.LaunchReasons) and the budgets missed by kind (MissActual ...);
-// nil without a compile-cost profile.
-func (l *CompiledLadder) BudgetCounts() (launches, misses map[string]int) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if b, ok := l.sched.(*Budgeted); ok {
-		return b.Launches(), b.Misses()
-	}
-	return nil, nil
 }
 
 // retry compiles r again in the foreground after j failed, unless another

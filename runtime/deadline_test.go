@@ -60,6 +60,12 @@ func dlRun(t *testing.T, l *CompiledLadder, seed uint64, prompt, decode int) *Su
 	return s
 }
 
+// counts are the ladder's launches by reason and misses by kind.
+func counts(l *CompiledLadder) (launches, misses map[string]int) {
+	bs := l.BudgetStats(time.Time{})
+	return bs.Launches, bs.Misses
+}
+
 func budgetOf(bs []Budget, capacity int) Budget {
 	for _, b := range bs {
 		if b.Capacity == capacity {
@@ -93,14 +99,14 @@ func TestDeadlineLaunchesEachRungWhenItIsDue(t *testing.T) {
 		if b128.Reason != ladder.ReasonDeadline || !close6(b128.WindowS, 0.024) || !close6(b128.ActualS, 0.020) || !close6(b128.Error, 0) {
 			t.Errorf("rung 128: %+v, want launched by deadline with 24 ms left, compiled in the predicted 20 ms", b128)
 		}
-		if launches, misses := l.BudgetCounts(); launches[ladder.ReasonDeadline] != 2 || len(launches) != 1 || misses[MissWaited] != 0 {
+		if launches, misses := counts(l); launches[ladder.ReasonDeadline] != 2 || len(launches) != 1 || misses[MissWaited] != 0 {
 			t.Errorf("launches %v, misses %v", launches, misses)
 		}
 		// A short request after them launches nothing on a fresh ladder.
 		fresh := dlLadder(t, dlProfile(40), 0)
 		defer fresh.Close()
 		dlRun(t, fresh, 2, 4, 27) // 31 tokens: it never leaves rung 32
-		if launches, _ := fresh.BudgetCounts(); len(launches) != 0 {
+		if launches, _ := counts(fresh); len(launches) != 0 {
 			t.Errorf("a request that ends on rung 32 launched %v", launches)
 		}
 	})
@@ -155,7 +161,7 @@ func TestDeadlineOfSeveralSequencesIsTheEarliest(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		if b64 := budgetOf(l.Budgets(time.Time{}), 64); b64.Reason != ladder.ReasonDeadline || !close6(b64.WindowS, 0.006) {
+		if b64 := budgetOf(l.BudgetStats(time.Time{}).Budgets, 64); b64.Reason != ladder.ReasonDeadline || !close6(b64.WindowS, 0.006) {
 			t.Errorf("rung 64 %+v, want launched by the late sequence's deadline, 6 ms ahead", b64)
 		}
 	})
@@ -187,7 +193,7 @@ func TestDeadlineWithAWrongProfile(t *testing.T) {
 		if b128.Reason != ladder.ReasonDeadline || !close6(b128.Correction, 40) || b128.WaitS != 0 || !close6(b128.Error, 0) {
 			t.Errorf("rung 128 %+v, want the x40 correction learnt from rung 64 and no wait", b128)
 		}
-		if _, misses := l.BudgetCounts(); misses[MissWaited] != 1 || misses[MissActual] != 1 || misses[MissPredicted] != 1 {
+		if _, misses := counts(l); misses[MissWaited] != 1 || misses[MissActual] != 1 || misses[MissPredicted] != 1 {
 			t.Errorf("misses %v, want rung 64 waited for and over its budget", misses)
 		}
 	})
@@ -208,7 +214,7 @@ func TestDeadlineRelaunchesAFreedRung(t *testing.T) {
 		if !slices.Equal(again.Predictions, first.Predictions) || again.BoundaryWaitS != 0 {
 			t.Errorf("again: waited %.4f s, same predictions %v", again.BoundaryWaitS, slices.Equal(again.Predictions, first.Predictions))
 		}
-		if launches, _ := l.BudgetCounts(); launches[ladder.ReasonDeadline] != 4 {
+		if launches, _ := counts(l); launches[ladder.ReasonDeadline] != 4 {
 			t.Errorf("launches %v, want rungs 64 and 128 twice by deadline", launches)
 		}
 	})
@@ -251,7 +257,7 @@ func TestDeadlineLaunchesAtTheBoundaryWithoutARate(t *testing.T) {
 		if b := budgetOf(s.Budgets, 64); b.Reason != ladder.ReasonBoundary || !close6(b.WaitS, 0.010) || !close6(b.ActualS, 0.010) {
 			t.Errorf("rung 64 %+v, want launched at the boundary and waited for", b)
 		}
-		if _, misses := l.BudgetCounts(); misses[MissWaited] != 1 {
+		if _, misses := counts(l); misses[MissWaited] != 1 {
 			t.Errorf("misses %v", misses)
 		}
 	})

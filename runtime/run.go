@@ -95,7 +95,7 @@ func finish(s *Summary, l *CompiledLadder, q *Sequence, end time.Time, err error
 	l.record(s, q.cfg.ProcessStart)
 	s.SuccessorCompileOverlappedS = overlap(l.backgroundJobs(), q.decodeWindows, end)
 	if q.l.cfg.CompileCost != nil {
-		s.Budgets = l.Budgets(q.cfg.ProcessStart)
+		s.Budgets = l.BudgetStats(q.cfg.ProcessStart).Budgets
 	}
 	s.PeakRSSBytes = PeakRSS()
 	switch {

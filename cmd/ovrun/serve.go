@@ -229,8 +229,7 @@ func serveAction(c *cli.Context) error {
 		metrics := newEngineMetrics()
 		metrics.compilesOf = func() []runtime.CompileRecord { return l.Compiles(start) }
 		if profile != nil {
-			metrics.rungs.budgetsOf = func() []runtime.Budget { return l.Budgets(start) }
-			metrics.rungs.countsOf = l.BudgetCounts
+			metrics.rungs.budgetsOf = func() runtime.BudgetStats { return l.BudgetStats(start) }
 		}
 		metrics.rungs.rungsOf = l.RungCounts
 		seq := engine.NewSequential(l, engine.SequentialConfig{

@@ -205,8 +205,12 @@ func (m *batchMetrics) Collect(ch chan<- prometheus.Metric) {
 		outcome  string
 	}
 	compiles := map[key]int{}
+	ready := 0
 	for _, r := range s.Rungs {
 		secs += r.CompileTotal.Seconds()
+		if r.State == engine.RungReady {
+			ready++
+		}
 		ok := r.Compiles
 		if r.State == engine.RungFailed {
 			compiles[key{r.Capacity, "error"}] += r.Tries
@@ -220,6 +224,7 @@ func (m *batchMetrics) Collect(ch chan<- prometheus.Metric) {
 		counter(m.compiles, float64(n), "batch", fmt.Sprint(k.capacity), k.outcome)
 	}
 	counter(m.compileS, secs, "batch")
+	m.rungs.collectRungs(ch, ready, int(s.Released)) // from this snapshot: Stats reads the pool's pagemap
 	m.rungs.Collect(ch)
 }
 
@@ -238,18 +243,8 @@ func newBatchedEngine(ctx context.Context, comp *ovexec.Compiler, cfg engine.Bat
 		return nil, nil, err
 	}
 	m.stats, m.tokenBytes = b.Stats, cfg.Shape.TokenBytes()
-	m.rungs.rungsOf = func() (compiled, released int) {
-		s := b.Stats()
-		for _, r := range s.Rungs {
-			if r.State == engine.RungReady {
-				compiled++
-			}
-		}
-		return compiled, int(s.Released)
-	}
 	if cfg.CompileCost != nil {
-		m.rungs.budgetsOf = func() []runtime.Budget { return b.Budgets().Budgets }
-		m.rungs.countsOf = func() (map[string]int, map[string]int) { bs := b.Budgets(); return bs.Launches, bs.Misses }
+		m.rungs.budgetsOf = b.Budgets
 	}
 	reg.MustRegister(m)
 	var eng engine.Engine = b

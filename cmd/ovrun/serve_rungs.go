@@ -14,9 +14,8 @@ import (
 // with --compile-cost the budgets (per rung, or per static variant:
 // capacity and batch), launches by reason and misses by kind.
 type rungMetrics struct {
-	rungsOf   func() (compiled, released int)
-	budgetsOf func() []runtime.Budget                  // nil without --compile-cost
-	countsOf  func() (launches, misses map[string]int) // launches by reason, misses by kind
+	rungsOf   func() (compiled, released int) // nil where the caller reports them (collectRungs)
+	budgetsOf func() runtime.BudgetStats      // nil without --compile-cost
 
 	rungs, releases, budget, budgetErr, launches, misses *prometheus.Desc
 }
@@ -47,13 +46,13 @@ func (m *rungMetrics) Describe(ch chan<- *prometheus.Desc) {
 func (m *rungMetrics) Collect(ch chan<- prometheus.Metric) {
 	if m.rungsOf != nil {
 		compiled, released := m.rungsOf()
-		ch <- prometheus.MustNewConstMetric(m.rungs, prometheus.GaugeValue, float64(compiled))
-		ch <- prometheus.MustNewConstMetric(m.releases, prometheus.CounterValue, float64(released))
+		m.collectRungs(ch, compiled, released)
 	}
 	if m.budgetsOf == nil {
 		return
 	}
-	for _, b := range m.budgetsOf() {
+	stats := m.budgetsOf()
+	for _, b := range stats.Budgets {
 		c, n := fmt.Sprint(b.Capacity), fmt.Sprint(b.Batch)
 		gauge := func(v float64, figure string) {
 			ch <- prometheus.MustNewConstMetric(m.budget, prometheus.GaugeValue, v, c, n, figure)
@@ -68,11 +67,16 @@ func (m *rungMetrics) Collect(ch chan<- prometheus.Metric) {
 			}
 		}
 	}
-	launches, misses := m.countsOf()
 	for _, kind := range []string{runtime.MissActual, runtime.MissPredicted, runtime.MissWaited} {
-		ch <- prometheus.MustNewConstMetric(m.misses, prometheus.CounterValue, float64(misses[kind]), kind)
+		ch <- prometheus.MustNewConstMetric(m.misses, prometheus.CounterValue, float64(stats.Misses[kind]), kind)
 	}
 	for _, reason := range ladder.LaunchReasons {
-		ch <- prometheus.MustNewConstMetric(m.launches, prometheus.CounterValue, float64(launches[reason]), reason)
+		ch <- prometheus.MustNewConstMetric(m.launches, prometheus.CounterValue, float64(stats.Launches[reason]), reason)
 	}
+}
+
+// collectRungs reports the graphs compiled now and freed so far.
+func (m *rungMetrics) collectRungs(ch chan<- prometheus.Metric, compiled, released int) {
+	ch <- prometheus.MustNewConstMetric(m.rungs, prometheus.GaugeValue, float64(compiled))
+	ch <- prometheus.MustNewConstMetric(m.releases, prometheus.CounterValue, float64(released))
 }
