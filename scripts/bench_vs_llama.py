@@ -38,7 +38,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from bench_vs_genai import TEXT, reference  # noqa: E402  the same fixed text and float64 reference
+from bench_vs_genai import agree, prompt_ids, reference  # noqa: E402  the same prompt text, agreement and float64 reference
 
 
 def cpu_times():
@@ -86,23 +86,6 @@ def run(cmd, stdout_path, log, retries=3):
                 print(f"warning: {other:.0%} of the CPUs went to other processes during {cmd[0]}; kept after {retries} reruns", file=log, flush=True)
             return wall, ru.ru_maxrss * 1024
         print(f"rerun: {other:.0%} of the CPUs went to other processes during {cmd[0]}", file=log, flush=True)
-
-
-def prompt_ids(ovrun, model, n):
-    out = subprocess.run([ovrun, "tokenize", "--model", model, TEXT * 40], check=True, capture_output=True, text=True).stdout
-    ids = [int(t) for t in out.strip().split(",")]
-    if len(ids) < n:
-        sys.exit(f"the text has {len(ids)} tokens, {n} wanted")
-    return ids[:n]
-
-
-def agree(a, b):
-    k = 0
-    for x, y in zip(a, b):
-        if x != y:
-            break
-        k += 1
-    return k
 
 
 def main():

@@ -197,8 +197,17 @@ func planAction(c *cli.Context) error {
 	if rate <= 0 {
 		return fmt.Errorf("--decode-rate %v: want tokens per second > 0", rate)
 	}
+	cached, err := parseCached(cachedFlag.Get(c))
+	if err != nil {
+		return err
+	}
+	if cached != nil {
+		if _, ok := prof.PredictImport(ladder[0]); !ok {
+			return fmt.Errorf("--cached: %s measured no import; measure one with ovtrace compile --import", compileCostFlag.Get(c))
+		}
+	}
 	if serveFlag.Get(c) {
-		return planServe(c, prof, ladder, prompts)
+		return planServe(c, prof, ladder, prompts, cached)
 	}
 	if len(prompts) != 1 {
 		return fmt.Errorf("--prompt-tokens %s: one request has one prompt length; a mix needs --serve", promptTokensFlag.Get(c))
@@ -210,15 +219,6 @@ func planAction(c *cli.Context) error {
 	prefills, err := parsePrefill(prefillFlag.Get(c))
 	if err != nil {
 		return err
-	}
-	cached, err := parseCached(cachedFlag.Get(c))
-	if err != nil {
-		return err
-	}
-	if cached != nil {
-		if _, ok := prof.PredictImport(ladder[0]); !ok {
-			return fmt.Errorf("--cached: %s measured no import; measure one with ovtrace compile --import", compileCostFlag.Get(c))
-		}
 	}
 	kvPerToken := kvBytesPerTokenFlag.Get(c)
 	cfg := compilecost.SimConfig{

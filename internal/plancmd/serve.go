@@ -118,19 +118,11 @@ func checkServeFlags(c *cli.Context) error {
 }
 
 // planServe simulates the load on the profile's costs and prints it.
-func planServe(c *cli.Context, prof *compilecost.Profile, caps []int, prompts []int) error {
+// cached are the --cached capacities (nil: none), checked by the caller.
+func planServe(c *cli.Context, prof *compilecost.Profile, caps []int, prompts []int, cached func(int) bool) error {
 	answers, err := parseMix(answerTokensFlag, answerTokensFlag.Get(c))
 	if err != nil {
 		return err
-	}
-	cached, err := parseCached(cachedFlag.Get(c))
-	if err != nil {
-		return err
-	}
-	if cached != nil {
-		if _, ok := prof.PredictImport(caps[0]); !ok {
-			return fmt.Errorf("--cached: %s measured no import; measure one with ovtrace compile --import", compileCostFlag.Get(c))
-		}
 	}
 	rate := decodeRateFlag.Get(c)
 	prefill := prefillRateFlag.Get(c)
