@@ -323,19 +323,11 @@ func TestServeCompileCost(t *testing.T) {
 	g := testenv.SmolLM2(t)
 	dir := t.TempDir()
 	profile := func(name string, s float64) string {
-		prof := &compilecost.Profile{Model: "smollm2", Device: "CPU", Attention: "static"}
+		var rungs []compilecost.Rung
 		for _, c := range []int{64, 128, 256} {
-			prof.Rungs = append(prof.Rungs, compilecost.Rung{Capacity: c, CompileS: []float64{s}, SuccessorS: []float64{s}, UnderDecodeS: []float64{s}})
+			rungs = append(rungs, compilecost.Rung{Capacity: c, CompileS: []float64{s}, SuccessorS: []float64{s}, UnderDecodeS: []float64{s}})
 		}
-		if err := prof.Validate(); err != nil {
-			t.Fatal(err)
-		}
-		prof.FillDerived()
-		path := filepath.Join(dir, name+".json")
-		if err := prof.Save(path); err != nil {
-			t.Fatal(err)
-		}
-		return path
+		return saveStaticProfile(t, filepath.Join(dir, name+".json"), rungs...)
 	}
 	// SmolLM2's static rungs compile in about 2 s here.
 	slow, fast := profile("slow", 2*40), profile("fast", 2.0/40)
@@ -428,13 +420,8 @@ func grepLines(s, sub string) string {
 // gets the rung.
 func TestServeAdmissionRetryAfter(t *testing.T) {
 	g := testenv.SmolLM2(t)
-	cost := filepath.Join(t.TempDir(), "cost.json")
-	prof := &compilecost.Profile{Model: "smollm2", Device: "CPU", Attention: "static", Rungs: []compilecost.Rung{
-		{Capacity: 64, CompileS: []float64{2}}, {Capacity: 256, CompileS: []float64{40}}}}
-	prof.FillDerived()
-	if err := prof.Save(cost); err != nil {
-		t.Fatal(err)
-	}
+	cost := saveStaticProfile(t, filepath.Join(t.TempDir(), "cost.json"),
+		compilecost.Rung{Capacity: 64, CompileS: []float64{2}}, compilecost.Rung{Capacity: 256, CompileS: []float64{40}})
 	_, base, _ := startServe(t, nil, "--model", g, "--precision", "f32", "--attention", "static", "--batching", "off",
 		"--ladder", "64,256", "--compile-cost", cost, "--timeout", "20s")
 	ids := make([]string, 100)
@@ -467,4 +454,15 @@ func TestServeAdmissionRetryAfter(t *testing.T) {
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
+}
+
+// saveStaticProfile writes a compile-cost profile of SmolLM2's static
+// graphs with these rungs to path (Save validates it) and returns path.
+func saveStaticProfile(t *testing.T, path string, rungs ...compilecost.Rung) string {
+	t.Helper()
+	prof := &compilecost.Profile{Model: "smollm2", Device: "CPU", Attention: "static", Rungs: rungs}
+	if err := prof.Save(path); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }

@@ -21,13 +21,8 @@ import (
 // compiled again, by deadline under --compile-cost, and the same answer.
 func TestServeRungIdle(t *testing.T) {
 	g := testenv.SmolLM2(t)
-	cost := filepath.Join(t.TempDir(), "cost.json")
-	prof := &compilecost.Profile{Model: "smollm2", Device: "CPU", Attention: "static", Rungs: []compilecost.Rung{
-		{Capacity: 64, CompileS: []float64{2}}, {Capacity: 128, CompileS: []float64{2}}}}
-	prof.FillDerived()
-	if err := prof.Save(cost); err != nil {
-		t.Fatal(err)
-	}
+	cost := saveStaticProfile(t, filepath.Join(t.TempDir(), "cost.json"),
+		compilecost.Rung{Capacity: 64, CompileS: []float64{2}}, compilecost.Rung{Capacity: 128, CompileS: []float64{2}})
 	for _, mode := range []struct{ name, kind string }{{"off", "decode"}, {"on", "batch"}} {
 		t.Run("batching "+mode.name, func(t *testing.T) {
 			serveRungIdle(t, mode.kind, "--model", g, "--precision", "f32", "--attention", "static", "--batching", mode.name,
