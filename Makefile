@@ -24,14 +24,17 @@ SETUP_VERSION    := 3
 OV_STAMP         := $(VENV)/.setup-$(SETUP_VERSION)-openvino-$(OPENVINO_VERSION)
 CACHE            := .cache
 JAEGER           := $(CACHE)/bin/jaeger
+VERSITYGW        := $(CACHE)/bin/versitygw
+OTELCOL          := $(CACHE)/bin/otelcol-ovrun
 FUZZTIME         ?= 5s
 
 export CGO_ENABLED := 1
 SHELL := /bin/bash
 .SHELLFLAGS := -o pipefail -ec
 
-.PHONY: all setup build demo test lint unit fuzz bench clean jaeger
+.PHONY: all setup build demo test lint unit fuzz bench clean jaeger versitygw
 .PHONY: profilers patches
+.PHONY: otelcol prometheus
 
 all: build
 
@@ -58,7 +61,17 @@ $(PAGED_EXT): ov/ext/paged_attention.cc $(OV_STAMP)
 		-L$(VENV)/openvino/libs -l:libopenvino.so.$$(cd $(VENV)/openvino/libs && ls libopenvino.so.* | head -n 1 | sed 's/.*\.so\.//') \
 		-Wl,-rpath,'$$ORIGIN'
 
-build: setup $(PAGED_EXT)
+# ovrun's in-place import (ov/ext/import_mapped.cc): the C++ import of a
+# compiled model from memory the plugin reads in place, which OpenVINO's C
+# API lacks. Without it imports copy the blob (more memory, same results).
+IMPORT_EXT       := $(VENV)/openvino/libs/libovrun_import_mapped.so
+
+$(IMPORT_EXT): ov/ext/import_mapped.cc $(OV_STAMP)
+	$(CXX) -std=c++17 -O2 -Wall -Wextra -shared -fPIC -isystem $(VENV)/openvino/include -o $@ $< \
+		-L$(VENV)/openvino/libs -l:libopenvino.so.$$(cd $(VENV)/openvino/libs && ls libopenvino.so.* | head -n 1 | sed 's/.*\.so\.//') \
+		-Wl,-rpath,'$$ORIGIN'
+
+build: setup $(PAGED_EXT) $(IMPORT_EXT)
 	go build -o bin/ovrun ./cmd/ovrun
 	go build -o bin/ovtrace ./cmd/ovtrace
 
@@ -85,6 +98,31 @@ $(JAEGER): tools/jaeger/go.mod
 	@mkdir -p $(@D)
 	cd tools/jaeger && go build -o $(abspath $@) github.com/jaegertracing/jaeger/cmd/jaeger
 
+# versitygw, an S3-compatible server (Apache-2.0), for the tests of the
+# rung cache in a bucket (--cache-dir s3://...), built once from its own
+# module: about 2.5 minutes on 2 cores.
+versitygw: $(VERSITYGW)
+
+$(VERSITYGW): tools/versitygw/go.mod
+	@mkdir -p $(@D)
+	cd tools/versitygw && go build -o $(abspath $@) github.com/versity/versitygw/cmd/versitygw
+
+# The OpenTelemetry Collector of dashboards/otelcol.yaml (OTLP, batch, span
+# metrics, Prometheus), built from its own module at one release: about
+# 3 minutes on 2 cores with an empty build cache, once.
+otelcol: $(OTELCOL)
+
+$(OTELCOL): tools/otelcol/go.mod tools/otelcol/go.sum tools/otelcol/main.go
+	@mkdir -p $(@D)
+	cd tools/otelcol && go build -o $(abspath $@) .
+
+# Prometheus for the Collector integration test: Debian's package (2.42),
+# with sudo only when not root; no service is started.
+prometheus:
+	@command -v prometheus >/dev/null 2>&1 || { SUDO=; [ "$$(id -u)" = 0 ] || SUDO="sudo -n"; \
+		$$SUDO apt-get update -qq && $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus; }; \
+	echo "prometheus: $$(prometheus --version 2>&1 | head -n 1)"
+
 # Compiler patches that need no OpenVINO rebuild: preloaded shims built from
 # source with the system compiler (patches/*/Makefile), then their own check
 # (the same answers with and without the shim).
@@ -97,10 +135,11 @@ patches:
 # the server's handlers) run a second time under the race detector.
 RACE_PKGS := ./engine ./serve
 
-unit: build patches $(JAEGER)
+unit: build patches $(JAEGER) $(OTELCOL) $(VERSITYGW)
 	@mkdir -p $(CACHE)
 	@$(MAKE) --no-print-directory profilers || echo "profilers: could not install perf/valgrind; the profiler tests will skip"
-	export OVRUN_JAEGER=$(abspath $(JAEGER)); { go test -count=1 -timeout 25m ./... && go test -race -count=1 $(RACE_PKGS); } 2>&1 | tee $(CACHE)/test.log; status=$${PIPESTATUS[0]}; \
+	@$(MAKE) --no-print-directory prometheus || echo "prometheus: could not install it (make prometheus); the Collector test will skip"
+	export OVRUN_JAEGER=$(abspath $(JAEGER)) OVRUN_OTELCOL=$(abspath $(OTELCOL)) OVRUN_VERSITYGW=$(abspath $(VERSITYGW)); { go test -count=1 -timeout 25m ./... && go test -race -count=1 $(RACE_PKGS); } 2>&1 | tee $(CACHE)/test.log; status=$${PIPESTATUS[0]}; \
 	echo "== Go test summary =="; grep -E '^(ok|FAIL|--- FAIL|panic)' $(CACHE)/test.log || true; exit $$status
 
 # Every fuzz target, PACKAGE:TARGET, each run for $(FUZZTIME) (about two

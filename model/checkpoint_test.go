@@ -182,7 +182,7 @@ func TestLoadErrors(t *testing.T) {
 		{
 			name: "unsupported model_type", preset: "tiny",
 			config: func(m map[string]any) { m["model_type"] = "mistral" },
-			is:     ErrUnsupported, want: `model_type "mistral" (supported: llama, qwen2)`,
+			is:     ErrUnsupported, want: `model_type "mistral" (supported: llama, qwen2, gemma)`,
 		},
 		{
 			name: "rope_scaling present", preset: "tiny-llama",

@@ -1,6 +1,7 @@
-// Package model loads Hugging Face decoder checkpoints (Llama and Qwen2
-// families), generates deterministic synthetic ones, and emits the decoder as
-// OpenVINO IR for a static context capacity.
+// Package model loads Hugging Face decoder checkpoints and GGUF files of the
+// architectures it has a Family for (Llama, Qwen2, Gemma), generates
+// deterministic synthetic ones, and emits the decoder as OpenVINO IR for a
+// static context capacity.
 package model
 
 import (
@@ -16,8 +17,8 @@ import (
 // ErrUnsupported reports a checkpoint this package cannot run.
 var ErrUnsupported = errors.New("unsupported model")
 
-// Config mirrors the fields of a Hugging Face config.json that the Llama and
-// Qwen2 decoders use; names follow the file. Derived values are methods.
+// Config mirrors the fields of a Hugging Face config.json that the decoders
+// of the families use; names follow the file. Derived values are methods.
 type Config struct {
 	ModelType             string          `json:"model_type"`
 	Architectures         []string        `json:"architectures,omitempty"`
@@ -36,6 +37,7 @@ type Config struct {
 	MLPBias               *bool           `json:"mlp_bias,omitempty"`
 	MaxPositionEmbeddings int             `json:"max_position_embeddings,omitempty"`
 	HiddenAct             string          `json:"hidden_act,omitempty"`
+	HiddenActivation      string          `json:"hidden_activation,omitempty"` // Gemma's, over hidden_act
 	TorchDtype            string          `json:"torch_dtype,omitempty"`
 	BOSTokenID            *int            `json:"bos_token_id,omitempty"`
 	EOSTokenID            json.RawMessage `json:"eos_token_id,omitempty"`
@@ -62,25 +64,17 @@ func (c *Config) KVHeads() int {
 }
 
 // QKVBias reports whether q_proj, k_proj and v_proj carry a bias: always for
-// Qwen2, and for Llama when attention_bias is set.
-func (c *Config) QKVBias() bool {
-	if c.ModelType == "qwen2" {
-		return true
-	}
-	return c.AttentionBias != nil && *c.AttentionBias
-}
+// Qwen2, and for Llama and Gemma when attention_bias is set (Family.Biases).
+func (c *Config) QKVBias() bool { return c.biases().QKV }
 
-// OProjBias reports whether o_proj carries a bias: Llama's attention_bias
-// covers all four attention projections, Qwen2's q/k/v bias does not.
-func (c *Config) OProjBias() bool {
-	return c.ModelType == "llama" && c.AttentionBias != nil && *c.AttentionBias
-}
+// OProjBias reports whether o_proj carries a bias: Llama's and Gemma's
+// attention_bias covers all four attention projections, Qwen2's q/k/v bias
+// does not.
+func (c *Config) OProjBias() bool { return c.biases().O }
 
 // MLPBiases reports whether gate, up and down projections carry biases
 // (Llama's mlp_bias).
-func (c *Config) MLPBiases() bool {
-	return c.ModelType == "llama" && c.MLPBias != nil && *c.MLPBias
-}
+func (c *Config) MLPBiases() bool { return c.biases().MLP }
 
 // Theta is rope_theta, or the Llama default of 10000 when it is absent (0).
 func (c *Config) Theta() float64 {
@@ -94,7 +88,7 @@ func (c *Config) Theta() float64 {
 const MaxConfigBytes = 1 << 20
 
 // Limits on the counts of a config.json, checked before anything is sized
-// by them. They are far above every released Llama or Qwen2 model (126
+// by them. They are far above every released Llama, Qwen2 or Gemma model (126
 // layers, hidden 16384, intermediate 53248, 128 heads, vocabulary 152064)
 // and far below what would exhaust memory while merely listing tensors.
 var configLimits = map[string]int{
@@ -154,18 +148,18 @@ func (c *Config) Validate() error { return c.validate(jsonNames) }
 
 // validate is Validate with errors naming fields as n does.
 func (c *Config) validate(n configNames) error {
-	switch c.ModelType {
-	case "llama", "qwen2":
-	case "":
+	fam := c.Family()
+	switch {
+	case c.ModelType == "":
 		return fmt.Errorf("%w: config.json has no model_type", ErrUnsupported)
-	default:
-		return fmt.Errorf("%w: model_type %q (supported: llama, qwen2)", ErrUnsupported, c.ModelType)
+	case fam == nil:
+		return unsupportedFamily("model_type", c.ModelType)
 	}
 	if len(c.RopeScaling) > 0 && string(c.RopeScaling) != "null" {
 		return fmt.Errorf("%w: rope_scaling %s (only plain RoPE is supported)", ErrUnsupported, c.RopeScaling)
 	}
-	if c.HiddenAct != "" && c.HiddenAct != "silu" {
-		return fmt.Errorf("%w: hidden_act %q (only silu is supported)", ErrUnsupported, c.HiddenAct)
+	if _, err := fam.Activation(c); err != nil {
+		return err
 	}
 	for _, f := range []struct {
 		name     string
@@ -244,7 +238,9 @@ func (c *Config) headDimFrom(n configNames) string {
 // parameter model): the product of limited counts still fits an int64.
 const maxParams = 1 << 40
 
-// LoadConfig reads and validates dir/config.json.
+// LoadConfig reads and validates dir/config.json (or a GGUF file's
+// metadata): config.json's keys over the defaults of its family's
+// transformers config class (Family.HFDefaults).
 func LoadConfig(dir string) (*Config, error) {
 	if st, err := os.Stat(dir); err == nil && st.Mode().IsRegular() {
 		g, err := OpenGGUF(dir)
@@ -260,6 +256,14 @@ func LoadConfig(dir string) (*Config, error) {
 		return nil, fmt.Errorf("read model config: %w", err)
 	}
 	var c Config
+	var kind struct {
+		ModelType string `json:"model_type"`
+	}
+	if json.Unmarshal(b, &kind) == nil {
+		if f := LookupFamily(kind.ModelType); f != nil {
+			f.HFDefaults(&c)
+		}
+	}
 	if err := json.Unmarshal(b, &c); err != nil {
 		return nil, fmt.Errorf("parse %s: %w", path, err)
 	}

@@ -14,38 +14,8 @@ import (
 // This file turns a GGUF file into a Checkpoint: the Config from the
 // metadata, and the tensors under the Hugging Face names the graph uses.
 
-// ggufArchs maps a GGUF general.architecture to the config.json model_type
-// and architectures entry.
-var ggufArchs = map[string]string{"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM"}
-
-// ggufGlobalNames and ggufLayerNames map GGUF tensor names (llama.cpp's
-// gguf-py/gguf/tensor_mapping.py) to Hugging Face names.
-var (
-	ggufGlobalNames = map[string]string{
-		"token_embd.weight":  "model.embed_tokens.weight",
-		"output_norm.weight": "model.norm.weight",
-		"output.weight":      "lm_head.weight",
-	}
-	ggufLayerNames = map[string]string{
-		"attn_norm.weight":   "input_layernorm.weight",
-		"ffn_norm.weight":    "post_attention_layernorm.weight",
-		"attn_q.weight":      "self_attn.q_proj.weight",
-		"attn_q.bias":        "self_attn.q_proj.bias",
-		"attn_k.weight":      "self_attn.k_proj.weight",
-		"attn_k.bias":        "self_attn.k_proj.bias",
-		"attn_v.weight":      "self_attn.v_proj.weight",
-		"attn_v.bias":        "self_attn.v_proj.bias",
-		"attn_output.weight": "self_attn.o_proj.weight",
-		"attn_output.bias":   "self_attn.o_proj.bias",
-		"ffn_gate.weight":    "mlp.gate_proj.weight",
-		"ffn_gate.bias":      "mlp.gate_proj.bias",
-		"ffn_up.weight":      "mlp.up_proj.weight",
-		"ffn_up.bias":        "mlp.up_proj.bias",
-		"ffn_down.weight":    "mlp.down_proj.weight",
-		"ffn_down.bias":      "mlp.down_proj.bias",
-	}
-	ggufLayerRE = regexp.MustCompile(`^blk\.(\d+)\.(.+)$`)
-)
+// ggufLayerRE splits a layer tensor's GGUF name: blk.N.rest.
+var ggufLayerRE = regexp.MustCompile(`^blk\.(\d+)\.(.+)$`)
 
 // Bounds on configuration values, checked before they size anything.
 const (
@@ -122,9 +92,9 @@ func ggufConfig(f *GGUFFile) (*Config, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrCorrupt, err)
 	}
-	hfArch, ok := ggufArchs[arch]
-	if !ok {
-		return nil, fmt.Errorf("%w: general.architecture %q (supported: llama, qwen2)", ErrUnsupported, arch)
+	fam := LookupFamily(arch)
+	if fam == nil {
+		return nil, unsupportedFamily("general.architecture", arch)
 	}
 	if f.Has("split.count") {
 		n, err := f.Int("split.count")
@@ -137,7 +107,7 @@ func ggufConfig(f *GGUFFile) (*Config, error) {
 			return nil, fmt.Errorf("%w: a split GGUF (split.count %d): merge the parts with llama-gguf-split --merge", ErrUnsupported, n)
 		}
 	}
-	cfg := &Config{ModelType: arch, Architectures: []string{hfArch}, HiddenAct: "silu"}
+	cfg := &Config{ModelType: arch, Architectures: []string{fam.Architecture}}
 	key := func(s string) string { return arch + "." + s }
 	for _, p := range []struct {
 		key      string
@@ -223,23 +193,8 @@ func ggufConfig(f *GGUFFile) (*Config, error) {
 		}
 	}
 	cfg.TieWordEmbeddings = ggufTensor(f, "output.weight") == nil
-	if arch == "llama" {
-		// Llama's attention_bias gives all four attention projections a
-		// bias and mlp_bias all three MLP ones: any one of them in any layer
-		// sets it, and ggufCheckTensors then wants them all.
-		for i := range f.Tensors {
-			var hf string
-			if m := ggufLayerRE.FindStringSubmatch(f.Tensors[i].Name); m != nil {
-				hf = ggufLayerNames[m[2]]
-			}
-			switch {
-			case !strings.HasSuffix(hf, ".bias"):
-			case strings.HasPrefix(hf, "self_attn."):
-				cfg.AttentionBias = new(true)
-			case strings.HasPrefix(hf, "mlp."):
-				cfg.MLPBias = new(true)
-			}
-		}
+	if err := fam.GGUFConfig(f, cfg); err != nil {
+		return nil, err
 	}
 	for _, k := range []string{"tokenizer.ggml.bos_token_id", "tokenizer.ggml.eos_token_id"} {
 		// The id must name a token: [0, vocabulary size).
@@ -349,6 +304,8 @@ func ggufTensor(f *GGUFFile, name string) *GGUFTensorInfo {
 // cfg does not have (a Qwen2 o_proj bias) is an error naming the tensor, as
 // is a used tensor of a type this package does not run (ErrUnsupported).
 func ggufTensors(f *GGUFFile, cfg *Config) (map[string]*Tensor, error) {
+	fam := cfg.Family()
+	names := fam.GGUF.Names
 	used := map[string]bool{}
 	for _, s := range UsedTensors(cfg) {
 		used[s.Name] = true
@@ -356,7 +313,7 @@ func ggufTensors(f *GGUFFile, cfg *Config) (map[string]*Tensor, error) {
 	out := make(map[string]*Tensor, len(f.Tensors))
 	for i := range f.Tensors {
 		ti := &f.Tensors[i]
-		name, err := ggufHFName(ti.Name, cfg)
+		name, err := ggufHFName(ti.Name, cfg, names)
 		if err != nil {
 			return nil, err
 		}
@@ -374,7 +331,7 @@ func ggufTensors(f *GGUFFile, cfg *Config) (map[string]*Tensor, error) {
 		if t.DType == "" {
 			return nil, fmt.Errorf("%w: tensor %s has type %s (supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q6_K)", ErrUnsupported, ti.Name, ti.Type)
 		}
-		if cfg.ModelType == "llama" {
+		if fam.GGUF.QK == QKInterleaved {
 			ggufUnpermute(t, name, cfg)
 		}
 		out[name] = t
@@ -386,8 +343,8 @@ func ggufTensors(f *GGUFFile, cfg *Config) (map[string]*Tensor, error) {
 // or past block_count wraps ErrCorrupt (the file holds more layers than it
 // says, and running the ones it says gives wrong answers); a name the
 // decoder has no place for wraps ErrUnsupported.
-func ggufHFName(name string, cfg *Config) (string, error) {
-	if hf, ok := ggufGlobalNames[name]; ok {
+func ggufHFName(name string, cfg *Config, names *GGUFNames) (string, error) {
+	if hf, ok := names.Global[name]; ok {
 		return hf, nil
 	}
 	if m := ggufLayerRE.FindStringSubmatch(name); m != nil {
@@ -397,7 +354,7 @@ func ggufHFName(name string, cfg *Config) (string, error) {
 			return "", fmt.Errorf("%w: tensor %q is of layer %d, but %s.block_count is %d: the file holds layers it does not declare",
 				ErrCorrupt, name, n, cfg.ModelType, cfg.NumHiddenLayers)
 		}
-		if suffix, ok := ggufLayerNames[m[2]]; ok && canonical {
+		if suffix, ok := names.Layer[m[2]]; ok && canonical {
 			return fmt.Sprintf("model.layers.%d.%s", n, suffix), nil
 		}
 	}
@@ -405,15 +362,15 @@ func ggufHFName(name string, cfg *Config) (string, error) {
 }
 
 // ggufTensorName is the GGUF name of a Hugging Face tensor name, for errors.
-func ggufTensorName(hf string) string {
-	for g, h := range ggufGlobalNames {
+func ggufTensorName(hf string, names *GGUFNames) string {
+	for g, h := range names.Global {
 		if h == hf {
 			return g
 		}
 	}
 	if rest, ok := strings.CutPrefix(hf, "model.layers."); ok {
 		if n, suffix, ok := strings.Cut(rest, "."); ok {
-			for g, h := range ggufLayerNames {
+			for g, h := range names.Layer {
 				if h == suffix {
 					return "blk." + n + "." + g
 				}
@@ -429,7 +386,7 @@ func ggufCheckTensors(cfg *Config, tensors map[string]*Tensor) error {
 	for _, s := range UsedTensors(cfg) {
 		t, ok := tensors[s.Name]
 		if !ok {
-			return fmt.Errorf("%w %q (%s)", ErrMissingTensor, ggufTensorName(s.Name), s.Name)
+			return fmt.Errorf("%w %q (%s)", ErrMissingTensor, ggufTensorName(s.Name, cfg.Family().GGUF.Names), s.Name)
 		}
 		if !slices.Equal(t.Shape, s.Shape) {
 			return fmt.Errorf("%w: tensor %q has dims %v, want %v", ErrShape, t.Name, reversed(t.Shape), reversed(s.Shape))
@@ -445,7 +402,8 @@ func reversed(s []int64) []int64 {
 }
 
 // ggufUnpermute undoes llama.cpp's permutation of the q and k projection
-// rows (weights and biases) of llama models. convert_hf_to_gguf.py reorders
+// rows (weights and biases) of the families that have it (QKInterleaved:
+// Llama). convert_hf_to_gguf.py reorders
 // each head's D rows from Hugging Face's rotate-half layout (first half,
 // second half) to ggml's interleaved pairs:
 //

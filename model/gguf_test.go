@@ -307,7 +307,7 @@ func TestLoadGGUFErrors(t *testing.T) {
 		{name: "overlapping tensors", edit: func(s *ggufSpec) { s.tensor("blk.0.ffn_norm.weight").offset = 0 }, is: ErrCorrupt, want: "overlaps tensor"},
 		{name: "duplicate tensor", edit: func(s *ggufSpec) { s.tensor("blk.0.ffn_norm.weight").name = "blk.0.attn_norm.weight" }, is: ErrCorrupt, want: `tensor "blk.0.attn_norm.weight" appears twice`},
 		{name: "long tensor name", edit: func(s *ggufSpec) { s.tensor("output_norm.weight").name = strings.Repeat("n", 64) }, is: ErrCorrupt, want: "name length 64 exceeds the limit 63"},
-		{name: "unsupported architecture", edit: func(s *ggufSpec) { s.kvs[0] = strkv("general.architecture", "gemma") }, is: ErrUnsupported, want: `general.architecture "gemma"`},
+		{name: "unsupported architecture", edit: func(s *ggufSpec) { s.kvs[0] = strkv("general.architecture", "mamba") }, is: ErrUnsupported, want: `general.architecture "mamba" (supported: llama, qwen2, gemma)`},
 		{name: "architecture not a string", edit: func(s *ggufSpec) { s.kvs[0] = u32kv("general.architecture", 1) }, is: ErrCorrupt, want: `"general.architecture" holds uint32, not a string`},
 		{name: "no embedding length", edit: func(s *ggufSpec) { s.kvs = append(s.kvs[:2], s.kvs[3:]...) }, is: ErrMissingKey, want: `"llama.embedding_length"`},
 		{name: "absurd block count", edit: func(s *ggufSpec) { s.kvs[1] = u32kv("llama.block_count", 4_000_000_000) }, is: ErrCorrupt, want: "llama.block_count 4000000000 is out of range [1, 11]"},

@@ -118,7 +118,11 @@ func BuildIR(w *Weights, spec GraphSpec) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("graph %s: %w", spec.Name(), err)
 	}
-	b := &decoderBuilder{g: newGraph(spec.Name(), w), cfg: w.Config(), kv: kv, C: int64(spec.Capacity), T: int64(spec.Chunk), maxT: int64(spec.Chunk), bounded: spec.Attention == AttentionBounded, paged: spec.Attention == AttentionPaged, batch: int64(spec.Batch)}
+	forms, err := familyForms(w)
+	if err != nil {
+		return nil, fmt.Errorf("graph %s: %w", spec.Name(), err)
+	}
+	b := &decoderBuilder{g: newGraph(spec.Name(), w), cfg: w.Config(), forms: forms, kv: kv, C: int64(spec.Capacity), T: int64(spec.Chunk), maxT: int64(spec.Chunk), bounded: spec.Attention == AttentionBounded, paged: spec.Attention == AttentionPaged, batch: int64(spec.Batch)}
 	if spec.DynamicTokens() {
 		b.T = -1
 	}
@@ -148,6 +152,7 @@ type decoderBuilder struct {
 	pa        *pagedSeq // its sequence inputs, when paged
 	batch     int64     // sequences per call of a batched graph (paged, or static: batch_static.go); 0: one
 	kv        elem      // element type of the K/V I/O
+	forms     forms     // what the model's family makes of the layers
 	pastSlots port      // [1]: the past slots bound
 	tokens    port      // [1]: the chunk's length, when it is dynamic
 
@@ -226,6 +231,9 @@ func (b *decoderBuilder) build() {
 
 	emb := g.weight("model.embed_tokens.weight")                                                                  // [V, H]
 	x := g.op("Gather", "opset8", []attr{{"batch_dims", "0"}}, []int64{1, b.T, H}, f32, emb, ids, g.scalarI64(0)) // [1, T, H]
+	if b.forms.embedding == EmbedSqrtHidden {
+		x = b.mul(x, g.scalarF32(float32(math.Sqrt(float64(H)))), x.shape) // [1, T, H]
+	}
 	for i := 0; i < cfg.NumHiddenLayers; i++ {
 		if b.paged { // the operation reads the cache in its own precision
 			x = b.layer(i, x, past[i][0], past[i][1])
@@ -362,10 +370,18 @@ func (b *decoderBuilder) layer(i int, x, pastK, pastV port) port {
 	I := int64(cfg.IntermediateSize)
 	gu := b.projs(h, gateUpNames, []int64{I, I}, cfg.MLPBiases()) // 2 x [1, T, I]
 	gate, up := gu[0], gu[1]
-	act := g.op("Swish", "opset4", nil, []int64{1, T, I}, f32, gate) // [1, T, I]
-	m := b.mul(act, up, []int64{1, T, I})                            // [1, T, I]
-	down := b.proj(m, pre+"mlp.down_proj", H, cfg.MLPBiases())       // [1, T, H]
-	return b.add(x, down, []int64{1, T, H})                          // [1, T, H]
+	act := b.activation(gate)                                  // [1, T, I]
+	m := b.mul(act, up, []int64{1, T, I})                      // [1, T, I]
+	down := b.proj(m, pre+"mlp.down_proj", H, cfg.MLPBiases()) // [1, T, H]
+	return b.add(x, down, []int64{1, T, H})                    // [1, T, H]
+}
+
+// activation is the MLP's gate activation of the family.
+func (b *decoderBuilder) activation(gate port) port {
+	if b.forms.activation == ActGELUTanh {
+		return b.g.op("Gelu", "opset7", []attr{{"approximation_mode", "TANH"}}, gate.shape, f32, gate) // [.., I]
+	}
+	return b.g.op("Swish", "opset4", nil, gate.shape, f32, gate) // [.., I]
 }
 
 // attendSDPA is attention over the past slots and the chunk as one
@@ -501,7 +517,9 @@ func (b *decoderBuilder) rope(x port) port {
 	return b.reshape(y, s)                                                          // [T, heads, D]
 }
 
-// rmsNorm is x / sqrt(mean(x^2) + eps) * weight over the last axis.
+// rmsNorm is x / sqrt(mean(x^2) + eps) * weight over the last axis, or
+// * (1 + weight) in the family's NormOnePlusWeight form (1 + weight is a
+// constant expression the plugin folds).
 func (b *decoderBuilder) rmsNorm(x port, weight string) port {
 	g := b.g
 	s := x.shape
@@ -511,7 +529,11 @@ func (b *decoderBuilder) rmsNorm(x port, weight string) port {
 	mean = b.add(mean, g.scalarF32(float32(b.cfg.RMSNormEps)), red)                                               // [.., 1]
 	rms := g.op("Sqrt", "opset1", nil, red, f32, mean)                                                            // [.., 1]
 	n := g.op("Divide", "opset1", []attr{{"auto_broadcast", "numpy"}, {"m_pythondiv", "true"}}, s, f32, x, rms)   // [.., H]
-	return b.mul(n, g.weight(weight), s)                                                                          // [.., H]
+	w := g.weight(weight)                                                                                         // [H]
+	if b.forms.norm == NormOnePlusWeight {
+		w = b.add(w, g.scalarF32(1), w.shape) // [H]
+	}
+	return b.mul(n, w, s) // [.., H]
 }
 
 // proj is x @ W^T (+ bias) for the HF linear layer named prefix.
@@ -582,9 +604,39 @@ func (b *decoderBuilder) linear(x port, name string, out int64) port {
 		groups := g.op("Reshape", "opset1", []attr{{"special_zero", "true"}}, append(b.lastDim(x, in/G), G), x.et,
 			x, g.constI64([]int64{int64(len(keep))}, keep...)) // [.., in/G, G]
 		sums := g.op("ReduceSum", "opset1", []attr{{"keep_dims", "false"}}, b.lastDim(x, in/G), f32, groups, g.constI64([]int64{1}, -1)) // [.., in/G]
-		y = b.add(y, b.matmulT(sums, m, s), s)                                                                                           // [.., out]
+		y = b.add(y, b.minProduct(sums, m, out), s)                                                                                      // [.., out]
 	}
 	return y
+}
+
+// minProductRows is the most rows of input for which minProduct may
+// multiply element-wise instead of through a matrix product.
+const minProductRows = 8
+
+// minProduct is sums [.., in/G] @ m^T, m [out, in/G]: the minimum plane's
+// share of a linear layer. With K = in/G of 18 to 48 the product is tiny.
+// Where the weights ask for it (WeightOptions.MinByElements) and the input
+// has a few rows (decode), it is a broadcast Multiply and a ReduceSum over
+// K instead of a MatMul: on AVX2 kernels alone the CPU plugin runs each
+// such MatMul as a FullyConnected of its own (gemm_mlas_f32) whose fixed
+// cost is most of its time, and SmolLM2's decode step took 30-40% less
+// time element-wise; with AVX-512 (brgemm) the MatMul is the faster form
+// (scripts/profile_ir.py, docs/design.md "Q4_1's minimum at decode").
+func (b *decoderBuilder) minProduct(sums, m port, out int64) port {
+	g := b.g
+	lead := sums.shape[:len(sums.shape)-1]
+	k := sums.shape[len(sums.shape)-1]
+	rows := int64(1)
+	for _, d := range lead {
+		rows *= d
+	}
+	if !g.w.minByElements || rows < 1 || rows > minProductRows { // many rows, or a dynamic axis (-1)
+		return b.matmulT(sums, m, b.lastDim(sums, out))
+	}
+	col := append(append([]int64{}, lead...), 1, k)    // [.., 1, K]
+	wide := append(append([]int64{}, lead...), out, k) // [.., out, K]
+	p := g.op("Multiply", "opset1", []attr{{"auto_broadcast", "numpy"}}, wide, f32, b.reshape(sums, col), m)
+	return g.op("ReduceSum", "opset1", []attr{{"keep_dims", "false"}}, b.lastDim(sums, out), f32, p, g.constI64([]int64{1}, -1)) // [.., out]
 }
 
 // lastDim is x's shape with the last dimension n.

@@ -1,93 +1,44 @@
 package model
 
 import (
+	"cmp"
 	"fmt"
+	"slices"
 	"strings"
 )
 
-// preset is a named architecture for synthetic checkpoints.
-type preset struct {
-	name  string
-	dtype DType // default synthesis dtype
-	cfg   func() *Config
-}
+// presets are every family's presets, smallest first (ParamCount, then
+// name): tiny (Qwen2), tiny-llama, gemma-tiny, small (Qwen2),
+// qwen2.5-0.5b, llama-3.2-1b. Each family's file describes its own.
+var presets = sortedPresets()
 
-// presets, in the order Presets lists them.
-//
-//   - tiny: Qwen2-style (q/k/v biases), GQA 4:2, tied; runs in seconds.
-//   - tiny-llama: Llama, untied, no biases, multi-query (1 KV head) and an
-//     explicit head_dim of 24 that differs from hidden/heads (64/4).
-//   - small: Qwen2-style, about 39M parameters.
-//   - qwen2.5-0.5b: the shapes of Qwen/Qwen2.5-0.5B (494M parameters).
-//   - llama-3.2-1b: the shapes of meta-llama/Llama-3.2-1B (1.24B
-//     parameters) but without its "llama3" rope_scaling, which this package
-//     does not implement; positions beyond the original 8192 therefore differ
-//     from the real model.
-//
-// The synthetic-only presets carry no bos/eos token ids; the real-shape ones
-// carry the real ids.
-var presets = []preset{
-	{"tiny", DTypeF32, func() *Config {
-		return &Config{
-			ModelType: "qwen2", Architectures: []string{"Qwen2ForCausalLM"},
-			VocabSize: 512, HiddenSize: 64, IntermediateSize: 128, NumHiddenLayers: 2,
-			NumAttentionHeads: 4, NumKeyValueHeads: 2, RMSNormEps: 1e-6, RopeTheta: 1e6,
-			TieWordEmbeddings: true, MaxPositionEmbeddings: 4096, HiddenAct: "silu",
-		}
-	}},
-	{"tiny-llama", DTypeF32, func() *Config {
-		return &Config{
-			ModelType: "llama", Architectures: []string{"LlamaForCausalLM"},
-			VocabSize: 384, HiddenSize: 64, IntermediateSize: 160, NumHiddenLayers: 2,
-			NumAttentionHeads: 4, NumKeyValueHeads: 1, HeadDimField: 24, RMSNormEps: 1e-5,
-			RopeTheta: 10000, AttentionBias: new(false), MaxPositionEmbeddings: 4096, HiddenAct: "silu",
-		}
-	}},
-	{"small", DTypeF32, func() *Config {
-		return &Config{
-			ModelType: "qwen2", Architectures: []string{"Qwen2ForCausalLM"},
-			VocabSize: 32000, HiddenSize: 512, IntermediateSize: 1408, NumHiddenLayers: 8,
-			NumAttentionHeads: 8, NumKeyValueHeads: 2, RMSNormEps: 1e-6, RopeTheta: 1e6,
-			TieWordEmbeddings: true, MaxPositionEmbeddings: 32768, HiddenAct: "silu",
-		}
-	}},
-	{"qwen2.5-0.5b", DTypeBF16, func() *Config {
-		return &Config{
-			ModelType: "qwen2", Architectures: []string{"Qwen2ForCausalLM"},
-			VocabSize: 151936, HiddenSize: 896, IntermediateSize: 4864, NumHiddenLayers: 24,
-			NumAttentionHeads: 14, NumKeyValueHeads: 2, RMSNormEps: 1e-6, RopeTheta: 1e6,
-			TieWordEmbeddings: true, MaxPositionEmbeddings: 32768, HiddenAct: "silu",
-			BOSTokenID: new(151643), EOSTokenID: []byte("151643"),
-		}
-	}},
-	{"llama-3.2-1b", DTypeBF16, func() *Config {
-		return &Config{
-			ModelType: "llama", Architectures: []string{"LlamaForCausalLM"},
-			VocabSize: 128256, HiddenSize: 2048, IntermediateSize: 8192, NumHiddenLayers: 16,
-			NumAttentionHeads: 32, NumKeyValueHeads: 8, HeadDimField: 64, RMSNormEps: 1e-5,
-			RopeTheta: 500000, TieWordEmbeddings: true, AttentionBias: new(false),
-			MaxPositionEmbeddings: 131072, HiddenAct: "silu",
-			BOSTokenID: new(128000), EOSTokenID: []byte("128001"),
-		}
-	}},
+func sortedPresets() []Preset {
+	var all []Preset
+	for _, f := range families {
+		all = append(all, f.Presets...)
+	}
+	slices.SortStableFunc(all, func(a, b Preset) int {
+		return cmp.Or(cmp.Compare(ParamCount(a.Config()), ParamCount(b.Config())), strings.Compare(a.Name, b.Name))
+	})
+	return all
 }
 
 // Presets lists the preset names in a fixed order, smallest first.
 func Presets() []string {
 	names := make([]string, len(presets))
 	for i, p := range presets {
-		names[i] = p.name
+		names[i] = p.Name
 	}
 	return names
 }
 
-func lookupPreset(name string) (preset, error) {
+func lookupPreset(name string) (Preset, error) {
 	for _, p := range presets {
-		if p.name == name {
+		if p.Name == name {
 			return p, nil
 		}
 	}
-	return preset{}, fmt.Errorf("unknown preset %q (have %s)", name, strings.Join(Presets(), ", "))
+	return Preset{}, fmt.Errorf("unknown preset %q (have %s)", name, strings.Join(Presets(), ", "))
 }
 
 // PresetConfig returns a fresh copy of a preset's configuration.
@@ -96,7 +47,7 @@ func PresetConfig(name string) (*Config, error) {
 	if err != nil {
 		return nil, err
 	}
-	return p.cfg(), nil
+	return p.Config(), nil
 }
 
 // DefaultDType is the synthesis dtype of a preset: BF16 for the real-shape
@@ -106,5 +57,5 @@ func DefaultDType(name string) DType {
 	if err != nil {
 		return ""
 	}
-	return p.dtype
+	return p.DType
 }

@@ -6,7 +6,7 @@ import (
 )
 
 func TestPresets(t *testing.T) {
-	want := []string{"tiny", "tiny-llama", "small", "qwen2.5-0.5b", "llama-3.2-1b"}
+	want := []string{"tiny", "tiny-llama", "gemma-tiny", "small", "qwen2.5-0.5b", "llama-3.2-1b"}
 	if got := Presets(); !slices.Equal(got, want) {
 		t.Fatalf("Presets() = %v, want %v", got, want)
 	}
@@ -20,6 +20,7 @@ func TestPresets(t *testing.T) {
 	}{
 		{"tiny", "qwen2", 64, 2, 4, 2, 16, 128, 512, true, true, 1e6, 1e-6, DTypeF32},
 		{"tiny-llama", "llama", 64, 2, 4, 1, 24, 160, 384, false, false, 10000, 1e-5, DTypeF32},
+		{"gemma-tiny", "gemma", 64, 2, 4, 1, 32, 192, 512, true, false, 10000, 1e-6, DTypeF32},
 		{"small", "qwen2", 512, 8, 8, 2, 64, 1408, 32000, true, true, 1e6, 1e-6, DTypeF32},
 		{"qwen2.5-0.5b", "qwen2", 896, 24, 14, 2, 64, 4864, 151936, true, true, 1e6, 1e-6, DTypeBF16},
 		{"llama-3.2-1b", "llama", 2048, 16, 32, 8, 64, 8192, 128256, true, false, 500000, 1e-5, DTypeBF16},

@@ -38,6 +38,10 @@ import (
 // changing the first prompt token changes most later greedy tokens
 // (TestSynthLogitGap).
 //
+// A family may draw some tensors otherwise (Family.SynthInit: Gemma's norm
+// weights around 0, as it multiplies by 1 + w, and its o_proj and down_proj
+// sqrt(hidden) times larger, as it scales the embeddings by sqrt(hidden)).
+//
 // Values are drawn as float64, converted to float32, then rounded to nearest
 // even for F16 and BF16. Files are written to temporary names and renamed,
 // model.safetensors first and config.json last, so an interrupted run never
@@ -60,7 +64,7 @@ func Synthesize(preset string, seed uint64, dtype DType, dir string) error {
 	specs := RequiredTensors(cfg)
 	slices.SortFunc(specs, func(a, b TensorSpec) int { return strings.Compare(a.Name, b.Name) })
 	err = writeAtomic(filepath.Join(dir, SafetensorsName), func(w io.Writer) error {
-		return writeSynthSafetensors(w, specs, seed, dtype)
+		return writeSynthSafetensors(w, specs, seed, dtype, cfg.Family().SynthInit)
 	})
 	if err != nil {
 		return fmt.Errorf("synthesize %s: %w", preset, err)
@@ -174,7 +178,9 @@ func WriteSafetensors(w io.Writer, ts []*Tensor, metadata map[string]string) err
 	return nil
 }
 
-func writeSynthSafetensors(w io.Writer, specs []TensorSpec, seed uint64, dtype DType) error {
+// writeSynthSafetensors writes the tensors of specs drawn as Synthesize
+// says, or as init says where it has a distribution of its own (ok).
+func writeSynthSafetensors(w io.Writer, specs []TensorSpec, seed uint64, dtype DType, init func(TensorSpec) (mean, std float64, ok bool)) error {
 	ts := make([]*Tensor, len(specs))
 	for i, s := range specs {
 		ts[i] = &Tensor{Name: s.Name, DType: dtype, Shape: s.Shape}
@@ -190,6 +196,11 @@ func writeSynthSafetensors(w io.Writer, specs []TensorSpec, seed uint64, dtype D
 	buf := make([]byte, 0, chunk*dtype.Size())
 	for _, s := range specs {
 		mean, std := synthDistribution(s)
+		if init != nil {
+			if m, sd, ok := init(s); ok {
+				mean, std = m, sd
+			}
+		}
 		rng := rand.New(rand.NewPCG(seed, fnvName(s.Name)))
 		for left := numElements(s.Shape); left > 0; {
 			n := min(left, chunk)

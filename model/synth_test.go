@@ -265,7 +265,7 @@ func TestSynthLogitGap(t *testing.T) {
 		}
 		return best
 	}
-	for _, preset := range []string{"tiny", "tiny-llama"} {
+	for _, preset := range []string{"tiny", "tiny-llama", "gemma-tiny"} {
 		t.Run(preset, func(t *testing.T) {
 			c, err := Load(synthTo(t, preset, 1, DTypeF32))
 			if err != nil {
@@ -316,9 +316,10 @@ func TestSynthLogitGap(t *testing.T) {
 	}
 }
 
-// synthRefLogits is a plain float64 Llama/Qwen2 forward pass (RMSNorm, RoPE
-// with the Hugging Face rotate-half layout, grouped-query causal attention,
-// SwiGLU MLP) returning the logits at every position.
+// synthRefLogits is a plain float64 Llama/Qwen2/Gemma forward pass (RMSNorm,
+// RoPE with the Hugging Face rotate-half layout, grouped-query causal
+// attention, SwiGLU or GeGLU MLP, in the forms of the checkpoint's family)
+// returning the logits at every position.
 func synthRefLogits(t *testing.T, c *Checkpoint, tokens []int) [][]float64 {
 	cfg := c.Config
 	w := func(name string) []float64 {
@@ -341,6 +342,15 @@ func synthRefLogits(t *testing.T, c *Checkpoint, tokens []int) [][]float64 {
 		}
 		return out
 	}
+	fam := cfg.Family()
+	act, err := fam.Activation(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var offset float64 // of the norm weights
+	if c.NormForm() == NormOnePlusWeight {
+		offset = 1
+	}
 	rmsnorm := func(x, g []float64) []float64 {
 		var ss float64
 		for _, v := range x {
@@ -349,7 +359,7 @@ func synthRefLogits(t *testing.T, c *Checkpoint, tokens []int) [][]float64 {
 		s := 1 / math.Sqrt(ss/float64(len(x))+cfg.RMSNormEps)
 		out := make([]float64, len(x))
 		for i := range x {
-			out[i] = x[i] * s * g[i]
+			out[i] = x[i] * s * (offset + g[i])
 		}
 		return out
 	}
@@ -378,6 +388,11 @@ func synthRefLogits(t *testing.T, c *Checkpoint, tokens []int) [][]float64 {
 	xs := make([][]float64, len(tokens))
 	for p, tok := range tokens {
 		xs[p] = slices.Clone(emb[tok*hidden : (tok+1)*hidden])
+		if fam.Embedding == EmbedSqrtHidden {
+			for i := range xs[p] {
+				xs[p][i] *= math.Sqrt(float64(hidden))
+			}
+		}
 	}
 	for l := range cfg.NumHiddenLayers {
 		pre := fmt.Sprintf("model.layers.%d.", l)
@@ -427,8 +442,12 @@ func synthRefLogits(t *testing.T, c *Checkpoint, tokens []int) [][]float64 {
 			addTo(x, matvec(lw["self_attn.o_proj.weight"], att))
 			h2 := rmsnorm(x, lw["post_attention_layernorm.weight"])
 			g, u := matvec(lw["mlp.gate_proj.weight"], h2), matvec(lw["mlp.up_proj.weight"], h2)
-			for i := range g {
-				g[i] = g[i] / (1 + math.Exp(-g[i])) * u[i]
+			for i, x := range g {
+				if act == ActGELUTanh {
+					g[i] = 0.5 * x * (1 + math.Tanh(math.Sqrt(2/math.Pi)*(x+0.044715*x*x*x))) * u[i]
+				} else {
+					g[i] = x / (1 + math.Exp(-x)) * u[i]
+				}
 			}
 			addTo(x, matvec(lw["mlp.down_proj.weight"], g))
 		}

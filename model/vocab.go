@@ -176,10 +176,11 @@ func ggufChatTemplate(g *GGUFFile) (string, error) {
 
 // ReadChatTemplate returns the model's chat template and the texts of its
 // BOS and EOS tokens ("" each when the model has none): the GGUF's
-// tokenizer.chat_template, or chat_template in tokenizer_config.json. The
-// template is "" when the model has none (chat.Compile then uses ChatML);
-// one of the wrong type, or an unreadable tokenizer_config.json, is an
-// error naming the key or the file.
+// tokenizer.chat_template, or chat_template in tokenizer_config.json. A
+// model that has none gets its family's (Family.ChatTemplate: Gemma's
+// turns), or "" (chat.Compile then uses ChatML); one of the wrong type, or
+// an unreadable tokenizer_config.json, is an error naming the key or the
+// file.
 func (c *Checkpoint) ReadChatTemplate() (src, bos, eos string, err error) {
 	if tok, err := c.Tokenizer(); err == nil {
 		if id := tok.BOS(); id >= 0 {
@@ -196,6 +197,9 @@ func (c *Checkpoint) ReadChatTemplate() (src, bos, eos string, err error) {
 	}
 	if err != nil {
 		return "", "", "", fmt.Errorf("%s: %w", c.Dir, err)
+	}
+	if f := c.Config.Family(); src == "" && f != nil {
+		src = f.ChatTemplate
 	}
 	return src, bos, eos, nil
 }

@@ -25,7 +25,8 @@ type Property struct {
 // CompiledModel is a model compiled for one device. It may be used from
 // several goroutines at once, but not concurrently with Close.
 type CompiledModel struct {
-	p *C.ov_compiled_model_t
+	p    *C.ov_compiled_model_t
+	done func() // ImportMapped's: runs after the model is freed
 }
 
 // CompileModel compiles m for device ("CPU", "GPU", ...) with up to
@@ -127,4 +128,8 @@ func (cm *CompiledModel) Close() {
 	}
 	C.ovr_compiled_model_free(cm.p)
 	cm.p = nil
+	if cm.done != nil {
+		cm.done()
+		cm.done = nil
+	}
 }

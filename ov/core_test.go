@@ -354,3 +354,50 @@ func TestPluginSignalStack(t *testing.T) {
 	close(release)
 	<-done
 }
+
+// TestImportMapped imports an exported model in place from a read-only
+// mapping of its file: the same outputs as the compiled model, the mapping
+// released only once the imported model is closed, and a damaged blob an
+// error rather than a crash.
+func TestImportMapped(t *testing.T) {
+	c := needCore(t)
+	cm := compileLinear(t, c)
+	x := []float32{1, -1, 2, -2, 0.5, 0.5, 0.5, 0.5}
+	want := runLinear(t, cm, x)
+	path := filepath.Join(t.TempDir(), "linear.blob")
+	if err := cm.Export(path); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, _ := f.Stat()
+	blob, err := syscall.Mmap(int(f.Fd()), 0, int(st.Size()), syscall.PROT_READ, syscall.MAP_SHARED)
+	f.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	unmapped := false
+	imported, err := c.ImportMapped(blob, "CPU", func() { unmapped = true; syscall.Munmap(blob) })
+	if errors.Is(err, ErrNoImportMapped) {
+		syscall.Munmap(blob)
+		t.Skipf("%v", err)
+	}
+	if err != nil {
+		t.Fatalf("ImportMapped: %v", err)
+	}
+	assertClose(t, runLinear(t, imported, x), want, 0)
+	if unmapped {
+		t.Fatal("the blob was released while the model lives")
+	}
+	imported.Close()
+	if !unmapped {
+		t.Fatal("closing the imported model did not release the blob")
+	}
+	junk := []byte("not a blob at all, but long enough to be read")
+	if bad, err := c.ImportMapped(junk, "CPU", nil); err == nil {
+		bad.Close()
+		t.Fatal("ImportMapped took a damaged blob")
+	}
+}

@@ -21,10 +21,11 @@ const HostAlign = 64
 // frees: safe to hand to OpenVINO as weights, inputs or KV cache. Free it
 // explicitly once nothing uses it any more. Not safe for concurrent Free.
 type HostBuffer struct {
-	base  unsafe.Pointer // what malloc/calloc returned, for free
-	ptr   unsafe.Pointer // base rounded up to HostAlign
-	n     int
-	files []HostFile // MapHost: regions mapped from files; base is an mmap
+	base   unsafe.Pointer // what malloc/calloc returned, for free
+	ptr    unsafe.Pointer // base rounded up to HostAlign
+	n      int
+	files  []HostFile // MapHost: regions mapped from files (and Spill's)
+	mapped bool       // MapHost: base is an mmap
 }
 
 // HostFile is a file mapped read-only into a MapHost buffer.
@@ -40,8 +41,8 @@ type HostFile struct {
 // into a file's region faults. ReleaseFiles drops the files' pages from
 // the process's resident memory; Free unmaps everything.
 func MapHost(n int, files []HostFile) (*HostBuffer, error) {
-	if len(files) == 0 {
-		return AllocHost(n)
+	if n <= 0 {
+		return nil, fmt.Errorf("ov: map host: invalid size %d", n)
 	}
 	page := int64(os.Getpagesize())
 	for _, f := range files {
@@ -53,7 +54,7 @@ func MapHost(n int, files []HostFile) (*HostBuffer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("ov: map host: reserving %d bytes: %w", n, err)
 	}
-	b := &HostBuffer{base: base, ptr: base, n: n, files: files}
+	b := &HostBuffer{base: base, ptr: base, n: n, files: append([]HostFile(nil), files...), mapped: true}
 	for _, f := range files {
 		if err := mapFile(unsafe.Add(base, f.Offset), f); err != nil {
 			b.Free()
@@ -89,7 +90,9 @@ func (b *HostBuffer) ReleaseFiles() error {
 	}
 	var errs []error
 	for _, f := range b.files {
-		if err := unix.Madvise(b.Bytes()[f.Offset:f.Offset+f.Size], unix.MADV_DONTNEED); err != nil {
+		// Spill's last region may end past n, in the buffer's last page.
+		region := unsafe.Slice((*byte)(unsafe.Add(b.base, f.Offset)), f.Size)
+		if err := unix.Madvise(region, unix.MADV_DONTNEED); err != nil {
 			errs = append(errs, fmt.Errorf("ov: release the pages of %s: %w", f.Path, err))
 		}
 	}
@@ -155,10 +158,16 @@ func (b *HostBuffer) Free() {
 	if b == nil || b.base == nil {
 		return
 	}
-	if b.files != nil {
+	if b.mapped {
 		unix.MunmapPtr(b.base, uintptr(b.n)) // the file mappings lie inside
 	} else {
 		C.ovr_host_free(b.base)
 	}
-	b.base, b.ptr, b.n, b.files = nil, nil, 0, nil
+	b.base, b.ptr, b.n, b.files, b.mapped = nil, nil, 0, nil, false
 }
+
+// TrimHeap gives the C heap's free pages back to the system (glibc
+// malloc_trim): a compile's transformations free much of what they
+// allocated, in arenas glibc would otherwise keep resident for reuse.
+// Costs a walk over the arenas, a few milliseconds.
+func TrimHeap() { C.ovr_malloc_trim() }

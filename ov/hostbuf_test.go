@@ -56,3 +56,57 @@ func TestMapHost(t *testing.T) {
 		}
 	}
 }
+
+// TestSpill moves a MapHost buffer's own bytes (before, between and after
+// a file, the last region ending inside the buffer's last page) into an
+// unlinked file: the bytes stay, later writes stick, releasing every
+// file-backed page loses nothing, and nothing is left in the folder.
+func TestSpill(t *testing.T) {
+	page := os.Getpagesize()
+	data := bytes.Repeat([]byte("weights!"), page/8+1) // a page and a bit
+	path := filepath.Join(t.TempDir(), "w.bin")
+	if err := os.WriteFile(path, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	n := 5*page + 100
+	b, err := MapHost(n, []HostFile{{Path: path, Offset: int64(page), Size: int64(len(data))}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Free()
+	buf := b.Bytes()
+	own := []int{0, page - 1, 3 * page, n - 1}
+	for i, at := range own {
+		buf[at] = byte(10 + i)
+	}
+	dir := t.TempDir()
+	if err := b.Spill(dir); err != nil {
+		t.Fatal(err)
+	}
+	if left, _ := os.ReadDir(dir); len(left) != 0 {
+		t.Fatalf("Spill left %d files in the folder", len(left))
+	}
+	check := func(when string) {
+		t.Helper()
+		for i, at := range own {
+			if buf[at] != byte(10+i) {
+				t.Fatalf("%s: byte %d = %d, want %d", when, at, buf[at], 10+i)
+			}
+		}
+		if !bytes.Equal(buf[page:page+len(data)], data) {
+			t.Fatalf("%s: the file's region changed", when)
+		}
+	}
+	check("after the spill")
+	buf[4*page] = 99 // the room after the weights stays writable
+	if err := b.ReleaseFiles(); err != nil {
+		t.Fatal(err)
+	}
+	check("after releasing the pages")
+	if buf[4*page] != 99 {
+		t.Fatal("a write after the spill was lost when its page was released")
+	}
+	if err := (&HostBuffer{}).Spill(dir); err == nil {
+		t.Error("Spill of a freed buffer succeeded")
+	}
+}

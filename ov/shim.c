@@ -2,6 +2,7 @@
 #include "shim.h"
 
 #include <dlfcn.h>
+#include <malloc.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -349,4 +350,35 @@ ov_status_e ovr_tensor_data(const ov_tensor_t* t, void** data) {
 
 void ovr_tensor_free(ov_tensor_t* t) {
     OVR_GUARDED_VOID(ovr.ov_tensor_free(t));
+}
+
+typedef int (*ovr_import_mapped_fn)(const ov_core_t*, const void*, size_t, const char*, ov_compiled_model_t**, char*,
+                                    size_t);
+static ovr_import_mapped_fn ovr_import_mapped_ptr;
+
+int ovr_import_mapped_open(const char* path, char** err) {
+    *err = NULL;
+    void* h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (!h) {
+        const char* e = dlerror();
+        *err = ovr_strdup_printf("%s%s", e ? e : "dlopen failed", "");
+        return 1;
+    }
+    void* f = dlsym(h, "ovrun_import_mapped");
+    if (!f) {
+        *err = ovr_strdup_printf("%s: missing symbol %s", path, "ovrun_import_mapped");
+        dlclose(h);
+        return 2;
+    }
+    *(void**)(&ovr_import_mapped_ptr) = f;
+    return 0;
+}
+
+int ovr_import_mapped(const ov_core_t* core, const void* data, size_t size, const char* device,
+                      ov_compiled_model_t** out, char* err, size_t errlen) {
+    OVR_GUARDED(int, ovr_import_mapped_ptr(core, data, size, device, out, err, errlen));
+}
+
+void ovr_malloc_trim(void) {
+    malloc_trim(0);
 }

@@ -29,6 +29,9 @@ int ovr_open(const char* path, char** err);
 void* ovr_host_alloc(size_t n, int zero, void** base);
 void ovr_host_free(void* base);
 
+// glibc's malloc_trim(0): free heap pages back to the system.
+void ovr_malloc_trim(void);
+
 // Errors and version.
 const char* ovr_get_last_err_msg(void);
 void ovr_free(const char* p);
@@ -51,6 +54,14 @@ ov_status_e ovr_core_compile_model(const ov_core_t* core, const ov_model_t* mode
                                    ov_compiled_model_t** out);
 ov_status_e ovr_core_import_model(const ov_core_t* core, const char* content, size_t size, const char* device,
                                   ov_compiled_model_t** out);
+
+// Import in place (ov/ext/import_mapped.cc, an optional library of its
+// own): ovr_import_mapped_open dlopens it and resolves ovrun_import_mapped
+// (0 on success, else *err as ovr_open's); ovr_import_mapped calls it
+// (0 on success, 1 with the reason in err).
+int ovr_import_mapped_open(const char* path, char** err);
+int ovr_import_mapped(const ov_core_t* core, const void* data, size_t size, const char* device,
+                      ov_compiled_model_t** out, char* err, size_t errlen);
 
 // Compiled model.
 ov_status_e ovr_compiled_model_export_model(const ov_compiled_model_t* cm, const char* path);

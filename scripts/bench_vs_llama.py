@@ -17,7 +17,11 @@ Definitions, the same for both:
   prefill s      the prompt to its prediction (ovrun: prefill_s; llama.cpp:
                  the prompt's llama_decode and its argmax)
   ready s        the process's wall time less prefill and decode: start,
-                 load, compile or mmap, context, tear-down
+                 load, compile or mmap, context, tear-down. ovrun's ready is
+                 given cold (no --cache-dir: every graph compiled) and warm
+                 (--cache-dir filled by an excluded run before the case:
+                 every graph imported); llama.cpp has no compile, so one
+                 figure
   peak RSS       the process's maximum resident set (wait4)
   agree          leading greedy tokens equal, of the prompt's prediction and
                  the N decoded: ovrun = llama.cpp, and each against the
@@ -25,12 +29,17 @@ Definitions, the same for both:
                  the GGUF's weights dequantized; --no-reference skips it)
 
 Prints a Markdown table of medians with ratios ovrun / llama.cpp (decode:
-llama.cpp / ovrun, so that above 1 is always llama.cpp ahead). Raw JSON of
-every run goes to --out. Used by scripts/bench-vs-llama.sh.
+llama.cpp / ovrun, so that above 1 is always llama.cpp ahead), then where
+ovrun's memory is mid-answer (generate --json "memory", medians of the cold
+runs). Raw JSON of every run goes to --out. Used by
+scripts/bench-vs-llama.sh, which also runs both on AVX2 kernels alone
+(--isa avx2: ONEDNN_MAX_CPU_ISA=AVX2 for OpenVINO, a llama.cpp built
+without AVX-512).
 """
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -39,6 +48,10 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from bench_vs_genai import agree, prompt_ids, reference  # noqa: E402  the same prompt text, agreement and float64 reference
+
+
+# The parts of generate --json "memory" (runtime.MemoryParts), in the order shown.
+MEMORY_PARTS = ("rss_bytes", "openvino_heap_bytes", "code_bytes", "go_heap_bytes", "weights_bytes", "kv_bytes")
 
 
 def cpu_times():
@@ -105,45 +118,63 @@ def main():
     log = sys.stderr
     cases = [tuple(int(x) for x in c.split(":")) for c in a.cases.split(",")]
     ids_all = prompt_ids(a.ovrun, a.model, max(p for p, _ in cases))
-    rows = []
+    rows, mems = [], []
     for P, C in cases:
         ids = ",".join(map(str, ids_all[:P]))
-        runs = {"ovrun": [], "llama.cpp": []}
+        tools = ("ovrun", "ovrun-warm", "llama.cpp")
+        runs = {t: [] for t in tools}
+        cache = f"{a.out}/rung-cache-p{P}-c{C}"
+        shutil.rmtree(cache, ignore_errors=True)
+        ovrun_cmd = lambda out: [a.ovrun, "generate", "--model", a.model, "--capacity", str(C), "--prompt-ids", ids,
+                                 "--max-new-tokens", str(a.new_tokens), "--json", out] + a.ovrun_arg
+        run(ovrun_cmd(f"{a.out}/p{P}-c{C}-fill.json") + ["--cache-dir", cache], f"{a.out}/p{P}-c{C}-fill.stdout", log)
         for r in range(a.rounds):
-            order = ("ovrun", "llama.cpp") if r % 2 == 0 else ("llama.cpp", "ovrun")
+            order = tools[r % 3:] + tools[:r % 3]  # each first in turn
             for tool in order:
                 out = f"{a.out}/p{P}-c{C}-{tool}-{r}.json"
-                if tool == "ovrun":
-                    cmd = [a.ovrun, "generate", "--model", a.model, "--capacity", str(C), "--prompt-ids", ids,
-                           "--max-new-tokens", str(a.new_tokens), "--json", out] + a.ovrun_arg
+                if tool.startswith("ovrun"):
+                    cmd = ovrun_cmd(out) + (["--cache-dir", cache] if tool == "ovrun-warm" else [])
                     wall, rss = run(cmd, out + ".stdout", log)
                     d = json.load(open(out))
                     d = dict(decode_tok_s=d["decode_tokens_per_s"], prefill_s=d["prefill_s"], decode_s=d["decode_s"],
-                             tokens=d.get("tokens") or d.get("predictions") or [])
+                             tokens=d.get("tokens") or d.get("predictions") or [], memory=d.get("memory") or {})
                 else:
                     cmd = [a.llama, a.model, str(C), str(a.threads), str(a.new_tokens - 1), ids]
                     wall, rss = run(cmd, out, log)
                     d = json.load(open(out))
                 d.update(wall_s=wall, peak_rss_bytes=rss, ready_s=wall - d["prefill_s"] - d["decode_s"])
                 runs[tool].append(d)
-            print(f"p{P} c{C} round {r + 1}/{a.rounds}: ovrun {runs['ovrun'][-1]['decode_tok_s']:.1f} tok/s, "
-                  f"llama.cpp {runs['llama.cpp'][-1]['decode_tok_s']:.1f} tok/s", file=log, flush=True)
+            print(f"p{P} c{C} round {r + 1}/{a.rounds}: ovrun {runs['ovrun'][-1]['decode_tok_s']:.1f} tok/s "
+                  f"(ready {runs['ovrun'][-1]['ready_s']:.2f} s cold, {runs['ovrun-warm'][-1]['ready_s']:.2f} s warm), "
+                  f"llama.cpp {runs['llama.cpp'][-1]['decode_tok_s']:.1f} tok/s (ready {runs['llama.cpp'][-1]['ready_s']:.2f} s)",
+                  file=log, flush=True)
         med = lambda tool, k: statistics.median(x[k] for x in runs[tool])
+        mems.append((P, C, {k: statistics.median(x["memory"].get(k, 0) for x in runs["ovrun"]) for k in MEMORY_PARTS}))
         o, l = runs["ovrun"][0]["tokens"], runs["llama.cpp"][0]["tokens"]
         n = min(len(o), len(l))
         agrees = f"{agree(o, l)}/{n}"
         if not a.no_reference:
             ref = reference(sys.executable, a.model, ids_all[:P], a.new_tokens, a.out, f"c{C}")
             agrees += f"; reference: ovrun {agree(o, ref)}, llama.cpp {agree(l, ref)}"
-        rows.append((P, C, {k: (med("ovrun", k), med("llama.cpp", k)) for k in ("decode_tok_s", "prefill_s", "ready_s", "peak_rss_bytes")},
-                     agrees))
+        m = {k: (med("ovrun", k), med("llama.cpp", k)) for k in ("decode_tok_s", "prefill_s", "ready_s", "peak_rss_bytes")}
+        m["warm"] = (med("ovrun-warm", "ready_s"), med("ovrun-warm", "peak_rss_bytes"))
+        rows.append((P, C, m, agrees))
     print(f"| prompt, context | decode tok/s ovrun / llama.cpp | llama.cpp ahead | prefill s | ovrun / llama.cpp "
-          f"| ready s | ovrun / llama.cpp | peak RSS MiB | ovrun / llama.cpp | leading tokens equal: ovrun = llama.cpp; each = float64 reference |")
+          f"| ready s cold / warm / llama.cpp | ovrun / llama.cpp cold, warm | peak RSS MiB cold / warm / llama.cpp "
+          f"| ovrun / llama.cpp cold, warm | leading tokens equal: ovrun = llama.cpp; each = float64 reference |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     for P, C, m, agrees in rows:
-        d, p, r, s = m["decode_tok_s"], m["prefill_s"], m["ready_s"], m["peak_rss_bytes"]
+        d, p, r, s, w = m["decode_tok_s"], m["prefill_s"], m["ready_s"], m["peak_rss_bytes"], m["warm"]
         print(f"| {P}, {C} | {d[0]:.1f} / {d[1]:.1f} | {d[1] / d[0]:.2f}x | {p[0]:.3f} / {p[1]:.3f} | {p[0] / p[1]:.2f}x "
-              f"| {r[0]:.2f} / {r[1]:.2f} | {r[0] / r[1]:.1f}x | {s[0] / 2**20:.0f} / {s[1] / 2**20:.0f} | {s[0] / s[1]:.2f}x | {agrees} |")
+              f"| {r[0]:.2f} / {w[0]:.2f} / {r[1]:.2f} | {r[0] / r[1]:.1f}x, {w[0] / r[1]:.1f}x "
+              f"| {s[0] / 2**20:.0f} / {w[1] / 2**20:.0f} / {s[1] / 2**20:.0f} | {s[0] / s[1]:.2f}x, {w[1] / s[1]:.2f}x | {agrees} |")
+    print()
+    print("ovrun's resident memory mid-answer, MiB (generate --json \"memory\", medians of the cold runs):")
+    print()
+    print("| prompt, context | " + " | ".join(MEMORY_PARTS) + " |")
+    print("|---|" + "---|" * len(MEMORY_PARTS))
+    for P, C, v in mems:
+        print(f"| {P}, {C} | " + " | ".join(f"{v[k] / 2**20:.0f}" for k in MEMORY_PARTS) + " |")
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -14,11 +15,12 @@ import (
 
 	"github.com/ovtoolkit/ovrun/internal/cliutil"
 	"github.com/ovtoolkit/ovrun/internal/rungcache"
+	_ "github.com/ovtoolkit/ovrun/internal/rungcache/s3store" // --cache-dir s3://bucket/prefix
 	"github.com/ovtoolkit/ovrun/internal/safefile"
 )
 
 var (
-	cacheFolderFlag = &cli.StringFlag{Name: "cache-dir", Usage: "the compiled-rung cache `DIR` (as given to run, generate, bench)", Required: true, EnvVars: []string{"OVRUN_CACHE_DIR"}}
+	cacheFolderFlag = &cli.StringFlag{Name: "cache-dir", Usage: "the compiled-rung cache `DIR`, or s3://BUCKET/PREFIX (as given to run, generate, bench, serve)", Required: true, EnvVars: []string{"OVRUN_CACHE_DIR"}}
 	cacheJSONFlag   = &cli.BoolFlag{Name: "json", Usage: "print the entries as a JSON array instead of a table"}
 	maxSizeFlag     = &cli.StringFlag{Name: "max-size", Usage: "evict least recently used entries until the rest take at most `SIZE` (e.g. 2GiB)",
 		Action: func(_ *cli.Context, v string) error { _, err := cliutil.ParseSize("max-size", v); return err }}
@@ -27,7 +29,7 @@ var (
 
 	cacheCommand = &cli.Command{
 		Name:  "cache",
-		Usage: "list, prune or clear the compiled-rung cache (--cache-dir of run, generate, bench)",
+		Usage: "list, prune or clear the compiled-rung cache (--cache-dir of run, generate, bench, serve)",
 		Description: `An entry is one compiled graph: a blob OpenVINO exported and a small JSON
 file with its size, CRC-32C and what it was compiled from. Only files named
 like entries (64 hex digits, .blob or .json) are read or removed:
@@ -35,7 +37,17 @@ like entries (64 hex digits, .blob or .json) are read or removed:
    ovrun cache ls --cache-dir /tmp/rungs
    ovrun cache ls --cache-dir /tmp/rungs --json
    ovrun cache prune --cache-dir /tmp/rungs --max-size 2GiB --older-than 7d
-   ovrun cache clear --cache-dir /tmp/rungs`,
+   ovrun cache clear --cache-dir /tmp/rungs
+
+A bucket (--cache-dir s3://BUCKET/PREFIX, reached as run and serve reach
+it) holds an entry as KEY.json, the blob it names (KEY.ID.blob) and
+KEY.used, whose time is its last use; prune and clear there also remove
+blobs no metadata names (a writer that died, or lost a race) once they are
+an hour old, or at once for clear. The local folder in front of a bucket is
+a cache folder like any other (--cache-dir ~/.cache/ovrun/rungs):
+
+   ovrun cache ls --cache-dir s3://rungs/smollm2
+   ovrun cache prune --cache-dir s3://rungs/smollm2 --older-than 30d`,
 		Subcommands: []*cli.Command{
 			{Name: "ls", Usage: "list the entries, most recently used first", Flags: []cli.Flag{cacheFolderFlag, cacheJSONFlag}, Action: cacheLsAction},
 			{Name: "prune", Usage: "remove least recently used entries past --max-size and entries unused for --older-than", Flags: []cli.Flag{cacheFolderFlag, maxSizeFlag, olderThanFlag}, Action: cachePruneAction},
@@ -56,11 +68,35 @@ func parseAge(s string) (time.Duration, error) {
 	return 0, fmt.Errorf("--older-than %q: want a positive age such as 36h or 7d", s)
 }
 
-// openCache opens an existing cache folder: listing or pruning a folder
-// that is not there is a mistake, not an empty cache. A folder only read
-// (cache ls) may be read-only.
-func openCache(c *cli.Context, write bool) (*rungcache.Cache, error) {
+// entryStore is what cache ls, prune and clear work on: a cache folder
+// or a bucket (rungcache.Remote).
+type entryStore interface {
+	List(ctx context.Context) ([]rungcache.Entry, error)
+	Prune(ctx context.Context, maxBytes int64, olderThan time.Duration) ([]rungcache.Entry, error)
+	Clear(ctx context.Context) ([]rungcache.Entry, error)
+}
+
+// folderStore is a cache folder as an entryStore.
+type folderStore struct{ *rungcache.Folder }
+
+func (f folderStore) List(context.Context) ([]rungcache.Entry, error) { return f.Folder.List() }
+func (f folderStore) Prune(_ context.Context, maxBytes int64, olderThan time.Duration) ([]rungcache.Entry, error) {
+	return f.Folder.Prune(maxBytes, olderThan)
+}
+func (f folderStore) Clear(context.Context) ([]rungcache.Entry, error) { return f.Folder.Clear() }
+
+// openCache opens an existing cache folder, or a bucket: listing or
+// pruning a folder that is not there is a mistake, not an empty cache. A
+// folder only read (cache ls) may be read-only.
+func openCache(c *cli.Context, write bool) (entryStore, error) {
 	dir := cacheFolderFlag.Get(c)
+	if rungcache.IsStoreURL(dir) {
+		r, err := rungcache.OpenRemote(dir)
+		if err != nil {
+			return nil, fmt.Errorf("--cache-dir: %w", err)
+		}
+		return r, nil
+	}
 	fi, err := os.Stat(dir)
 	switch {
 	case err != nil:
@@ -69,10 +105,16 @@ func openCache(c *cli.Context, write bool) (*rungcache.Cache, error) {
 		return nil, fmt.Errorf("--cache-dir %s is %s, not a folder", dir, safefile.Kind(fi.Mode()))
 	}
 	waitForCacheLock(c, rungcache.DefaultLockWait, "")
+	var f *rungcache.Folder
 	if !write {
-		return rungcache.OpenRead(dir)
+		f, err = rungcache.OpenFolderRead(dir)
+	} else {
+		f, err = rungcache.OpenFolder(dir, 0)
 	}
-	return rungcache.Open(dir, 0)
+	if err != nil {
+		return nil, err
+	}
+	return folderStore{f}, nil
 }
 
 // cacheEntry is one entry in `cache ls --json`.
@@ -96,7 +138,7 @@ func cacheLsAction(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	es, err := rc.List()
+	es, err := rc.List(c.Context)
 	if err != nil {
 		return err
 	}
@@ -153,7 +195,7 @@ func cachePruneAction(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	gone, err := rc.Prune(maxBytes, age)
+	gone, err := rc.Prune(c.Context, maxBytes, age)
 	return reportRemoved(c, gone, err)
 }
 
@@ -162,7 +204,7 @@ func cacheClearAction(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	gone, err := rc.Clear()
+	gone, err := rc.Clear(c.Context)
 	return reportRemoved(c, gone, err)
 }
 

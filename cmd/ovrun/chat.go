@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -73,10 +74,6 @@ func chatAction(c *cli.Context) error {
 	}
 	defer ck.Close()
 	defer comp.Close()
-	tok, tmpl, err := textModel(c.Context, ck)
-	if err != nil {
-		return err
-	}
 	// One ladder for the whole conversation: later turns reuse its rungs.
 	l, err := runtime.NewCompiledLadder(c.Context, comp, runtime.LadderConfig{Ladder: ladder, Policy: policy,
 		Shape: comp.KVShape(), PrefillChunk: prefillChunk(c, comp), Prefill: prefill, KeepRungs: true,
@@ -86,6 +83,18 @@ func chatAction(c *cli.Context) error {
 	}
 	defer l.Close()
 	eng := engine.NewSequential(l, engine.SequentialConfig{})
+	// The first rung compiles from now on, while the tokenizer and the
+	// chat template are read and while the user types the first message
+	// (the first turn waits for the same compile, not a second one). A
+	// failed compile is the first turn's error.
+	wctx, stopWarm := context.WithCancel(c.Context)
+	warmed := make(chan struct{})
+	go func() { defer close(warmed); eng.Warm(wctx) }()
+	defer func() { stopWarm(); <-warmed }() // before the ladder closes
+	tok, tmpl, err := textModel(c.Context, ck)
+	if err != nil {
+		return err
+	}
 	var msgs []chat.Message
 	if s := systemFlag.Get(c); s != "" {
 		msgs = append(msgs, chat.Message{Role: "system", Content: s})

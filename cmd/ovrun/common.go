@@ -40,8 +40,10 @@ var (
 			return nil
 		}}
 	threadsFlag  = &cli.IntFlag{Name: "infer-threads", Usage: "INFERENCE_NUM_THREADS for the compiled graphs (0: OpenVINO decides)"}
-	cacheDirFlag = &cli.StringFlag{Name: "cache-dir", Usage: "compiled-rung cache `DIR`: a graph compiled before with the same weights, graph, device, precision, properties and OpenVINO is imported instead of compiled, and a compiled one is stored there (checked by CRC-32C before an import, least recently used evicted past --cache-max); off by default so compile costs are real", EnvVars: []string{"OVRUN_CACHE_DIR"}}
-	cacheMaxFlag = &cli.StringFlag{Name: "cache-max", Value: "8GiB", Usage: "`SIZE` cap of the --cache-dir folder (e.g. 512MiB, 8GiB); least recently used entries are evicted past it",
+	cacheDirFlag = &cli.StringFlag{Name: "cache-dir", Usage: "compiled-rung cache `DIR` or s3://BUCKET/PREFIX: a graph compiled before with the same weights, graph, device, precision, properties, OpenVINO and device driver is imported instead of compiled, and a compiled one is stored there (checked by CRC-32C before an import, least recently used evicted past --cache-max); a bucket is shared between machines, read through the local folder --cache-local-dir, with the endpoint, region and credentials of the AWS environment (AWS_ENDPOINT_URL, AWS_REGION, AWS_ACCESS_KEY_ID, AWS_PROFILE; path-style with a custom endpoint); a bucket that cannot be reached is a note and the run goes on with the local folder; off by default so compile costs are real", EnvVars: []string{"OVRUN_CACHE_DIR"},
+		Action: func(_ *cli.Context, v string) error { return checkCacheDir(v) }}
+	cacheLocalDirFlag = &cli.StringFlag{Name: "cache-local-dir", Usage: "with --cache-dir s3://..., the local `DIR` a graph from the bucket is kept in, so later imports read it here (default: ovrun/rungs in the user's cache folder, $XDG_CACHE_HOME or ~/.cache); its size is capped by --cache-max", EnvVars: []string{rungcache.LocalDirEnv}}
+	cacheMaxFlag      = &cli.StringFlag{Name: "cache-max", Value: "8GiB", Usage: "`SIZE` cap of the --cache-dir folder, or of the local folder in front of a bucket (e.g. 512MiB, 8GiB); least recently used entries are evicted past it (a bucket is pruned by ovrun cache prune)",
 		Action: func(_ *cli.Context, v string) error { _, err := cliutil.ParseSize("cache-max", v); return err }}
 	propFlag         = cliutil.PropFlag()
 	jsonFlag         = &cli.StringFlag{Name: "json", Usage: "write a machine-readable summary to `FILE`"}
@@ -147,7 +149,7 @@ func attentionOf(c *cli.Context) (model.Attention, error) {
 var graphPerRungFlag = &cli.BoolFlag{Name: "graph-per-rung", Usage: "compile a graph for every rung even where one compiled graph serves them all: paged graphs (--attention auto on the CPU) are compiled once, for the model's whole context, and every later rung is a new infer request on that graph, so a rung boundary waits for no compile; with this flag each rung compiles its own, as static graphs (NPU) must"}
 
 func compileFlags() []cli.Flag {
-	return []cli.Flag{modelFlag, deviceFlag, precisionFlag, weightsFlag, attentionFlag, kvPrecisionFlag, threadsFlag, cacheDirFlag, cacheMaxFlag, cacheLockWaitFlag, propFlag,
+	return []cli.Flag{modelFlag, deviceFlag, precisionFlag, weightsFlag, attentionFlag, kvPrecisionFlag, threadsFlag, cacheDirFlag, cacheLocalDirFlag, cacheMaxFlag, cacheLockWaitFlag, propFlag,
 		compileInFlag, compileTimeoutFlag, compileMemoryFlag, graphPerRungFlag}
 }
 
@@ -165,6 +167,14 @@ func ovOptions(c *cli.Context) (ovexec.Options, error) {
 	}
 	if d := cacheLockWaitFlag.Get(c); d <= 0 {
 		return o, fmt.Errorf("--%s %s: want a positive duration such as 30s or 5m", cacheLockWaitFlag.Name, d)
+	}
+	if err := checkCacheDir(o.CacheDir); err != nil {
+		return o, err
+	}
+	if d := cacheLocalDirFlag.Get(c); d != "" {
+		// The caches are opened deep inside the compilers, and in compile
+		// workers, which inherit the environment.
+		os.Setenv(rungcache.LocalDirEnv, d)
 	}
 	if o.Precision, err = cliutil.ParsePrecision(precisionFlag.Get(c)); err != nil {
 		return o, err
@@ -196,21 +206,27 @@ func openModel(c *cli.Context, adjust ...func(*ovexec.Options)) (*model.Checkpoi
 	for _, f := range adjust {
 		f(&opts)
 	}
+	t := time.Now()
 	if err := ov.Load(); err != nil {
 		return nil, nil, err
 	}
+	startup.OpenVINOS = time.Since(t).Seconds()
 	if opts.CacheDir != "" {
 		waitForCacheLock(c, cacheLockWaitFlag.Get(c), " (--"+cacheLockWaitFlag.Name+")")
 	}
+	t = time.Now()
 	ck, err := model.Load(modelFlag.Get(c))
 	if err != nil {
 		return nil, nil, err
 	}
+	startup.ModelS = time.Since(t).Seconds()
+	t = time.Now()
 	comp, err := ovexec.NewCompiler(ck, opts)
 	if err != nil {
 		ck.Close()
 		return nil, nil, err
 	}
+	startup.WeightsS = time.Since(t).Seconds()
 	if why := comp.PagedUnavailable(); why != nil && comp.Attention() == model.AttentionAuto && strings.EqualFold(comp.Options().Device, "CPU") {
 		// Auto falls back to the slower forms: say why, once.
 		fmt.Fprintf(c.App.ErrWriter, "ovrun: note: %v; --attention auto uses static and bounded graphs\n", why)
@@ -218,16 +234,43 @@ func openModel(c *cli.Context, adjust ...func(*ovexec.Options)) (*model.Checkpoi
 	return ck, comp, nil
 }
 
+// startupTimes are the seconds a process spent before its first graph:
+// from the process's start to main, loading OpenVINO, reading the model and
+// laying out its weights (NewCompiler). --json reports them as "startup".
+type startupTimes struct {
+	ProcessS  float64 `json:"process_s"`
+	OpenVINOS float64 `json:"openvino_s"`
+	ModelS    float64 `json:"model_s"`
+	WeightsS  float64 `json:"weights_s"`
+}
+
+// startup is this process's startupTimes, filled by openModel.
+var startup startupTimes
+
 // waitForCacheLock sets how the rung caches this process opens wait for a
 // lock another process holds: at most limit, saying so on stderr (hint
 // ends the line), and not past Ctrl-C, so that a run interrupted while
-// waiting still writes what it did.
+// waiting still writes what it did. A bucket that cannot be reached (or
+// answers again) is a note on stderr the moment it happens.
 func waitForCacheLock(c *cli.Context, limit time.Duration, hint string) {
 	rungcache.SetLockWait(rungcache.LockWait{
 		Limit:   limit,
 		Waiting: func(msg string) { fmt.Fprintf(c.App.ErrWriter, "ovrun: %s%s\n", msg, hint) },
 		Done:    c.Context.Done(),
 	})
+	rungcache.SetNotice(func(msg string) { fmt.Fprintf(c.App.ErrWriter, "ovrun: note: %s\n", msg) })
+}
+
+// checkCacheDir checks the form of a --cache-dir that names a bucket
+// (s3://bucket/prefix); a folder is checked when it is opened.
+func checkCacheDir(dir string) error {
+	if !rungcache.IsStoreURL(dir) {
+		return nil
+	}
+	if err := rungcache.CheckStoreURL(dir); err != nil {
+		return fmt.Errorf("--cache-dir: %w", err)
+	}
+	return nil
 }
 
 // prompt resolves --prompt-ids or --prompt-tokens.

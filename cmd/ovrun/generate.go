@@ -136,6 +136,18 @@ func generateAction(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
+	// Where the memory is, taken once mid-answer: every graph compiled,
+	// the KV cache half grown (the end of the run has closed the graphs).
+	var mem runtime.MemoryParts
+	emitted, onToken := 0, dec.OnToken
+	dec.OnToken = func(tok int64) {
+		if emitted++; emitted == newTokens/2+1 {
+			mem = runtime.Memory(comp.WeightsRegion(), int64(len(in.ids)+emitted)*comp.KVShape().TokenBytes())
+		}
+		if onToken != nil {
+			onToken(tok)
+		}
+	}
 	res, genErr := runtime.Generate(c.Context, comp, comp.KVShape(), runtime.GenerateConfig{
 		Capacity: capacity, PrefillChunk: prefillChunk(c, comp), Prefill: prefill,
 		Prompt: in.ids, MaxNewTokens: newTokens, KeepLogits: dumpLogitsFlag.Get(c) != "",
@@ -198,6 +210,8 @@ func generateAction(c *cli.Context) error {
 		"peak_rss_bytes": runtime.PeakRSS(),
 		"weights":        comp.Weights().Format(), "weight_bytes": comp.Weights().TensorBytes(),
 		"compile_in": compileIn(comp),
+		"startup":    startup,
+		"memory":     mem,
 	}
 	if genErr != nil {
 		js["error"] = genErr.Error()

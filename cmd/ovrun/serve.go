@@ -11,11 +11,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/urfave/cli/v2"
 
+	"github.com/ovtoolkit/ovrun/chat"
 	"github.com/ovtoolkit/ovrun/engine"
 	"github.com/ovtoolkit/ovrun/internal/cliutil"
 	"github.com/ovtoolkit/ovrun/model"
 	"github.com/ovtoolkit/ovrun/runtime"
 	"github.com/ovtoolkit/ovrun/serve"
+	"github.com/ovtoolkit/ovrun/tokenizer"
 )
 
 // rungIdleFlag frees the shared ladder's idle rungs (runtime/idle.go).
@@ -155,10 +157,16 @@ func serveAction(c *cli.Context) error {
 	}
 	defer ck.Close()
 	defer comp.Close()
-	tok, tmpl, err := textModel(c.Context, ck)
-	if err != nil {
-		return err
-	}
+	// The tokenizer and chat template are read while the engine is set up
+	// and the first rung compiles; the server needs them only to listen.
+	var (
+		tok      *tokenizer.Tokenizer
+		tmpl     *chat.Template
+		textErr  error
+		textRead = make(chan struct{})
+	)
+	go func() { defer close(textRead); tok, tmpl, textErr = textModel(c.Context, ck) }()
+	defer func() { <-textRead }() // ck stays open while it is read
 	batching, err := useBatching(c, comp)
 	if err != nil {
 		return err
@@ -198,6 +206,7 @@ func serveAction(c *cli.Context) error {
 	// after the server's Shutdown.
 	ectx, stopEngine := context.WithCancel(context.WithoutCancel(c.Context))
 	defer stopEngine()
+	t0 := time.Now()
 	reg := prometheus.NewRegistry()
 	var (
 		eng  engine.Engine
@@ -242,11 +251,22 @@ func serveAction(c *cli.Context) error {
 		reg.MustRegister(metrics)
 		eng, warm, what = seq, seq.Warm, string(policy)
 	}
+	wctx, stopWarm := context.WithCancel(c.Context)
+	defer stopWarm()
+	warmed := make(chan error, 1)
+	go func() { warmed <- warm(wctx) }()
+	if <-textRead; textErr != nil {
+		stopWarm()
+		<-warmed
+		return textErr
+	}
 	srv, err := serve.New(serve.Config{Engine: eng, Tokenizer: tok, Template: tmpl, ModelName: name, Registry: reg,
 		MaxSeqs: maxSeqsFlag.Get(c), MaxQueue: queueFlag.Get(c), Timeout: timeoutFlag.Get(c), DefaultMaxTokens: defaultMaxFlag.Get(c),
 		Limits: limits, ControlInContent: controlInContentFlag.Get(c),
 		Access: serve.Access{Hosts: splitList(allowedHosts.Get(c)), Origins: splitList(allowOrigin.Get(c)), Key: apiKeyFlag.Get(c)}})
 	if err != nil {
+		stopWarm()
+		<-warmed
 		return err
 	}
 	served := make(chan error, 1)
@@ -257,8 +277,7 @@ func serveAction(c *cli.Context) error {
 		}
 	}
 	logf("listening on http://%s (model %s, ladder %v, %s); compiling rung %d", ln.Addr(), name, []int(ladder), what, ladder[0])
-	t0 := time.Now()
-	if err := warm(c.Context); err != nil {
+	if err := <-warmed; err != nil {
 		srv.Shutdown(context.Background())
 		return fmt.Errorf("compile the first rung: %w", err)
 	}

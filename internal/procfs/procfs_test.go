@@ -3,6 +3,7 @@ package procfs
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -21,5 +22,32 @@ func TestKB(t *testing.T) {
 	}
 	if Status("self", "VmRSS:") <= 0 {
 		t.Error("this process's VmRSS reads as 0")
+	}
+}
+
+func TestAge(t *testing.T) {
+	a := Age()
+	if a < 0 || a > 3600 {
+		t.Fatalf("Age() = %v s for a test process that just started", a)
+	}
+}
+
+func TestSmaps(t *testing.T) {
+	ms := Smaps()
+	if len(ms) == 0 {
+		t.Skip("no /proc/self/smaps")
+	}
+	var rss, file int64
+	for _, m := range ms {
+		if m.End <= m.Start || m.Rss < 0 || m.Anon > m.Rss+4096 {
+			t.Fatalf("implausible mapping %+v", m)
+		}
+		rss += m.Rss
+		if strings.HasSuffix(m.Path, ".test") {
+			file += m.Rss
+		}
+	}
+	if rss <= 0 || file <= 0 {
+		t.Fatalf("resident %d bytes in all, %d of the test binary: want both > 0", rss, file)
 	}
 }

@@ -59,6 +59,17 @@ type Blob struct {
 // Bytes are the blob's bytes, valid until Close.
 func (b *Blob) Bytes() []byte { return b.b }
 
+// Release drops the blob's pages from the process's resident set
+// (MADV_DONTNEED on its file mapping): the page cache keeps them, and a
+// later read faults them back in. For a blob OpenVINO imported in place
+// (ov.Core.ImportMapped), which it reads no more once the graph is built.
+func (b *Blob) Release() error {
+	if b == nil || b.mapped == nil {
+		return nil
+	}
+	return syscall.Madvise(b.mapped, syscall.MADV_DONTNEED)
+}
+
 // Close unmaps the blob.
 func (b *Blob) Close() error {
 	if b == nil || b.mapped == nil {

@@ -13,7 +13,7 @@ import (
 
 func key(i int) Key { return KeyOf(Parts{Device: "CPU", Capacity: i, Chunk: 1, Kind: "decode"}) }
 
-func putBytes(t *testing.T, c *Cache, k Key, b []byte) []string {
+func putBytes(t *testing.T, c *Folder, k Key, b []byte) []string {
 	t.Helper()
 	notes, err := c.Put(k, Meta{Capacity: 64, Chunk: 1, Kind: "decode", Device: "CPU"}, func(p string) error { return os.WriteFile(p, b, 0o644) })
 	if err != nil {
@@ -23,7 +23,7 @@ func putBytes(t *testing.T, c *Cache, k Key, b []byte) []string {
 }
 
 func TestPutGetRoundTrip(t *testing.T) {
-	c, err := Open(t.TempDir(), 0)
+	c, err := OpenFolder(t.TempDir(), 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,36 +50,36 @@ func TestDamagedEntriesAreDiscarded(t *testing.T) {
 	blob := bytes.Repeat([]byte("0123456789"), 100)
 	for _, tc := range []struct {
 		name, want string
-		damage     func(c *Cache, k Key)
+		damage     func(c *Folder, k Key)
 	}{
-		{"flipped byte", "CRC-32C", func(c *Cache, k Key) {
+		{"flipped byte", "CRC-32C", func(c *Folder, k Key) {
 			b, _ := os.ReadFile(c.blobPath(k))
 			b[500] ^= 0x40
 			os.WriteFile(c.blobPath(k), b, 0o644)
 		}},
-		{"truncated blob", "truncated", func(c *Cache, k Key) { os.Truncate(c.blobPath(k), 300) }},
-		{"missing blob", "no such file", func(c *Cache, k Key) { os.Remove(c.blobPath(k)) }},
-		{"garbage metadata", "not valid JSON", func(c *Cache, k Key) { os.WriteFile(c.metaPath(k), []byte("{\x00"), 0o644) }},
-		{"foreign metadata", "format 7", func(c *Cache, k Key) {
+		{"truncated blob", "truncated", func(c *Folder, k Key) { os.Truncate(c.blobPath(k), 300) }},
+		{"missing blob", "no such file", func(c *Folder, k Key) { os.Remove(c.blobPath(k)) }},
+		{"garbage metadata", "not valid JSON", func(c *Folder, k Key) { os.WriteFile(c.metaPath(k), []byte("{\x00"), 0o644) }},
+		{"foreign metadata", "format 7", func(c *Folder, k Key) {
 			os.WriteFile(c.metaPath(k), []byte(`{"format":7}`), 0o644)
 		}},
-		{"metadata of another key", "metadata is for key", func(c *Cache, k Key) {
+		{"metadata of another key", "metadata is for key", func(c *Folder, k Key) {
 			b, _ := os.ReadFile(c.metaPath(k))
 			os.WriteFile(c.metaPath(k), bytes.Replace(b, []byte(k.String()), []byte(key(1).String()), 1), 0o644)
 		}},
-		{"blob is a symlink", "too many levels", func(c *Cache, k Key) {
+		{"blob is a symlink", "too many levels", func(c *Folder, k Key) {
 			outside := filepath.Join(filepath.Dir(c.dir), "outside")
 			os.WriteFile(outside, blob, 0o644)
 			os.Remove(c.blobPath(k))
 			os.Symlink(outside, c.blobPath(k))
 		}},
-		{"blob is a folder", "is a folder", func(c *Cache, k Key) {
+		{"blob is a folder", "is a folder", func(c *Folder, k Key) {
 			os.Remove(c.blobPath(k))
 			os.Mkdir(c.blobPath(k), 0o755)
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c, err := Open(filepath.Join(t.TempDir(), "cache"), 0)
+			c, err := OpenFolder(filepath.Join(t.TempDir(), "cache"), 0)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -108,7 +108,7 @@ func TestDamagedEntriesAreDiscarded(t *testing.T) {
 
 func TestLRUEviction(t *testing.T) {
 	dir := t.TempDir()
-	c, err := Open(dir, 1<<20)
+	c, err := OpenFolder(dir, 1<<20)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -145,7 +145,7 @@ func TestLRUEviction(t *testing.T) {
 
 func TestPruneAndClearKeepOtherFiles(t *testing.T) {
 	dir := t.TempDir()
-	c, err := Open(dir, 0)
+	c, err := OpenFolder(dir, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -187,7 +187,7 @@ func TestConcurrentPutGet(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			c, err := Open(dir, 20000)
+			c, err := OpenFolder(dir, 20000)
 			if err != nil {
 				errs <- err.Error()
 				return
@@ -242,7 +242,7 @@ func FuzzParseMeta(f *testing.F) {
 // Every piece of a blob of several pieces is checked.
 func TestEveryPieceIsChecked(t *testing.T) {
 	dir := t.TempDir()
-	c, err := Open(dir, 0)
+	c, err := OpenFolder(dir, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

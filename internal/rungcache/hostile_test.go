@@ -36,10 +36,10 @@ func TestSwappedEntries(t *testing.T) {
 	blobA, blobB := bytes.Repeat([]byte("A"), 1000), bytes.Repeat([]byte("B"), 1000) // the same size
 	for _, tc := range []struct {
 		name, want string
-		move       func(c *Cache)
+		move       func(c *Folder)
 	}{
-		{"blobs swapped", "CRC-32C", func(c *Cache) { swap(t, c.blobPath(ka), c.blobPath(kb)) }},
-		{"entries swapped, metadata keys edited to match", "is entry " + kb.Short() + "'s, not this one's", func(c *Cache) {
+		{"blobs swapped", "CRC-32C", func(c *Folder) { swap(t, c.blobPath(ka), c.blobPath(kb)) }},
+		{"entries swapped, metadata keys edited to match", "is entry " + kb.Short() + "'s, not this one's", func(c *Folder) {
 			swap(t, c.blobPath(ka), c.blobPath(kb))
 			swap(t, c.metaPath(ka), c.metaPath(kb))
 			for _, k := range []Key{ka, kb} {
@@ -48,13 +48,13 @@ func TestSwappedEntries(t *testing.T) {
 				os.WriteFile(c.metaPath(k), bytes.Replace(b, []byte(other.String()), []byte(k.String()), 1), 0o644)
 			}
 		}},
-		{"an entry copied over another, key edited", "is entry " + kb.Short() + "'s", func(c *Cache) {
+		{"an entry copied over another, key edited", "is entry " + kb.Short() + "'s", func(c *Folder) {
 			b, _ := os.ReadFile(c.blobPath(kb))
 			os.WriteFile(c.blobPath(ka), b, 0o644)
 			m, _ := os.ReadFile(c.metaPath(kb))
 			os.WriteFile(c.metaPath(ka), bytes.Replace(m, []byte(kb.String()), []byte(ka.String()), 1), 0o644)
 		}},
-		{"a blob of no key", "does not end with its key", func(c *Cache) {
+		{"a blob of no key", "does not end with its key", func(c *Folder) {
 			b, _ := os.ReadFile(c.blobPath(ka))
 			b[len(b)-5] = 'x' // inside the key
 			os.WriteFile(c.blobPath(ka), b, 0o644)
@@ -66,7 +66,7 @@ func TestSwappedEntries(t *testing.T) {
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c, err := Open(t.TempDir(), 0)
+			c, err := OpenFolder(t.TempDir(), 0)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -132,7 +132,7 @@ func within(t *testing.T, f func()) {
 // note; Ctrl-C ends the wait.
 func TestHeldLockIsWaitedForWithALimit(t *testing.T) {
 	dir := t.TempDir()
-	c, err := Open(dir, 0)
+	c, err := OpenFolder(dir, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -170,7 +170,7 @@ func TestHeldLockIsWaitedForWithALimit(t *testing.T) {
 	}
 
 	// Ctrl-C while waiting ends the wait.
-	c2, err := Open(dir, 0)
+	c2, err := OpenFolder(dir, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -183,7 +183,7 @@ func TestHeldLockIsWaitedForWithALimit(t *testing.T) {
 	}
 
 	// Released in time, the wait ends with the lock.
-	c3, err := Open(dir, 0)
+	c3, err := OpenFolder(dir, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -246,7 +246,7 @@ func TestReadOnlyFolder(t *testing.T) {
 	for _, withLock := range []bool{true, false} {
 		t.Run(fmt.Sprintf("lock file %v", withLock), func(t *testing.T) {
 			dir := filepath.Join(root, fmt.Sprint(withLock))
-			c, err := Open(dir, 0)
+			c, err := OpenFolder(dir, 0)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -267,10 +267,10 @@ func TestReadOnlyFolder(t *testing.T) {
 					t.Error("the folder is writable: the test tests nothing")
 					return
 				}
-				if _, err := Open(dir, 0); err == nil {
+				if _, err := OpenFolder(dir, 0); err == nil {
 					t.Error("Open, to write, took a read-only folder")
 				}
-				ro, err := OpenRead(dir)
+				ro, err := OpenFolderRead(dir)
 				if err != nil {
 					t.Error(err)
 					return

@@ -51,6 +51,11 @@ type Parts struct {
 	// the IR shows them too.
 	Attention   string `json:"attention,omitempty"`
 	KVPrecision string `json:"kv_precision,omitempty"`
+	// Driver is the device's driver and compiler versions where it
+	// reports them (NPU_DRIVER_VERSION=...,NPU_COMPILER_VERSION=...): a
+	// blob compiled for one NPU driver may not import under another. The
+	// CPU reports none, and an empty Driver leaves the key as it was.
+	Driver string `json:"driver,omitempty"`
 }
 
 // KeyOf is the key of p under this FormatVersion.
@@ -78,6 +83,11 @@ type Meta struct {
 	OpenVINO  string    `json:"openvino,omitempty"`
 	CompileS  float64   `json:"compile_s,omitempty"` // what compiling it cost
 	Created   time.Time `json:"created"`
+	// Object is the name of the object that holds the blob in a Store
+	// (under the store's prefix): each writer uploads its own, and the
+	// metadata, written last, names the one it describes. Empty in a
+	// folder.
+	Object string `json:"object,omitempty"`
 }
 
 // maxMetaBytes bounds a metadata file read.

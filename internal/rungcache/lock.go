@@ -19,7 +19,7 @@ import (
 // The folder's lock is an flock on its lock file: exclusive for what
 // changes the folder (Get, which marks and discards entries, Put, Prune,
 // Clear), shared for List. A lock another process holds is waited for, by
-// polling, for at most LockWait.Limit: past it (or at Ctrl-C) the Cache
+// polling, for at most LockWait.Limit: past it (or at Ctrl-C) the Folder
 // goes on without the folder for the rest of its life, Get missing and Put
 // failing with a note, so a cache never fails or hangs a run. A process
 // stopped with the lock held (SIGSTOP, a debugger, a hung disk) costs one
@@ -34,12 +34,12 @@ const DefaultLockWait = time.Minute
 // a moment's contention between a run's own compiles says nothing.
 const lockNotice = time.Second
 
-// ErrLockWait is wrapped by the errors of a Cache that gave up waiting
+// ErrLockWait is wrapped by the errors of a Folder that gave up waiting
 // for its folder's lock (or was interrupted waiting) and goes on without
 // the folder.
 var ErrLockWait = errors.New("rung cache lock not taken")
 
-// LockWait is how a Cache waits for its folder's lock.
+// LockWait is how a Folder waits for its folder's lock.
 type LockWait struct {
 	// Limit is the longest wait; 0 means DefaultLockWait.
 	Limit time.Duration
@@ -47,7 +47,7 @@ type LockWait struct {
 	// whom it waits for ("waiting for the rung cache lock held by pid N
 	// ...").
 	Waiting func(msg string)
-	// Done, when closed, ends every wait at once (Ctrl-C): the Cache goes
+	// Done, when closed, ends every wait at once (Ctrl-C): the Folder goes
 	// on without its folder.
 	Done <-chan struct{}
 }
@@ -73,14 +73,14 @@ func defaultLockWait() LockWait {
 }
 
 // SetLockWait sets how c waits for its folder's lock.
-func (c *Cache) SetLockWait(w LockWait) {
+func (c *Folder) SetLockWait(w LockWait) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.wait = w
 }
 
 // offErr is non-nil once c goes on without its folder.
-func (c *Cache) offErr() error {
+func (c *Folder) offErr() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.off
@@ -91,7 +91,7 @@ func (c *Cache) offErr() error {
 // (a read-only folder) is read without the lock when shared: entries
 // appear only by rename and go only by unlink, so a reader sees whole
 // files.
-func (c *Cache) lock(shared bool) (func(), error) {
+func (c *Folder) lock(shared bool) (func(), error) {
 	if err := c.offErr(); err != nil {
 		return nil, err
 	}
@@ -124,7 +124,7 @@ func readOnly(err error) bool {
 
 // waitLock flocks f, polling while another holder has it, for at most the
 // wait's limit.
-func (c *Cache) waitLock(f *os.File, how int) error {
+func (c *Folder) waitLock(f *os.File, how int) error {
 	err := flock(f, how|syscall.LOCK_NB)
 	if !errors.Is(err, syscall.EWOULDBLOCK) {
 		if err != nil {
@@ -165,7 +165,7 @@ func (c *Cache) waitLock(f *os.File, how int) error {
 }
 
 // goOff turns c off for good with err, and returns it.
-func (c *Cache) goOff(err error) error {
+func (c *Folder) goOff(err error) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.off == nil {

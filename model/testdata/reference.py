@@ -1,11 +1,17 @@
 #!/usr/bin/env python3
-"""Independent float64 reference forward pass for Hugging Face Llama / Qwen2
-decoder checkpoints, written with numpy only.
+"""Independent float64 reference forward pass for Hugging Face Llama / Qwen2 /
+Gemma decoder checkpoints, written with numpy only.
 
 It shares nothing with the Go code of this repository: it parses config.json
 and safetensors files itself and follows the Hugging Face `transformers`
-modeling code (modeling_llama.py / modeling_qwen2.py) directly, with every
-weight and every intermediate value in float64.
+modeling code (modeling_llama.py / modeling_qwen2.py / modeling_gemma.py)
+directly, with every weight and every intermediate value in float64. Gemma
+(v1) differs from Llama in four places, each marked "Gemma" below:
+GemmaRMSNorm multiplies by (1 + w), the embeddings are multiplied by
+sqrt(hidden_size), the MLP's activation is GELU's tanh approximation
+(hidden_activation, default gelu_pytorch_tanh; hidden_act is ignored as
+GemmaMLP of transformers 4.38-4.46 does), and GemmaConfig's defaults tie
+the embeddings and set head_dim 256.
 
 Usage:
     reference.py --model DIR|FILE.gguf (--ids 1,2,3 | --ids-file F) --steps N \
@@ -22,11 +28,12 @@ array of shape [1+N, vocab]. TOKENS.json holds
     {"tokens": [the N tokens fed after the prompt],
      "argmax": [argmax of each of the 1+N rows]}.
 
---model may name a GGUF file (llama or qwen2): the `gguf` package
+--model may name a GGUF file (llama, qwen2 or gemma): the `gguf` package
 (llama.cpp's gguf-py) reads it and gguf.quants.dequantize decodes every
 tensor exactly to float32; the weights are then widened to float64, renamed
-to Hugging Face names, and for llama the q/k rows llama.cpp's converter
-permuted are put back (see load_gguf). With --round-zero-points, Q4_1
+to Hugging Face names, for llama the q/k rows llama.cpp's converter
+permuted are put back, and for gemma the 1 the converter added to every
+norm weight is taken off again (exact in float64; see load_gguf). With --round-zero-points, Q4_1
 and Q4_K blocks are decoded as OpenVINO GenAI's GGUF reader (and ovrun
 --weights rounded) store them: w = d * (q - z) with the block minimum's
 zero point z = -m/d (Q4_1) or dm/d (Q4_K sub-blocks) rounded half away
@@ -187,7 +194,7 @@ def dequantize_rounded(data, qtype):
 
 
 def load_gguf(path, round_zero_points=False):
-    """(config dict, {HF name: float64 array}) of a llama / qwen2 GGUF file."""
+    """(config dict, {HF name: float64 array}) of a llama / qwen2 / gemma GGUF file."""
     import gguf  # only GGUF runs need the package
 
     r = gguf.GGUFReader(path)
@@ -209,6 +216,8 @@ def load_gguf(path, round_zero_points=False):
              rope_theta=float(field(arch + ".rope.freq_base", 10000.0)),
              tie_word_embeddings="output.weight" not in names,
              attention_bias="blk.0.attn_q.bias" in names)
+    if arch == "gemma":
+        d["hidden_activation"] = "gelu_pytorch_tanh"  # what llama.cpp runs
     vocab = field(arch + ".vocab_size")
     d["vocab_size"] = int(vocab) if vocab is not None else len(field("tokenizer.ggml.tokens"))
     key_length = field(arch + ".attention.key_length")
@@ -234,6 +243,9 @@ def load_gguf(path, round_zero_points=False):
             w = gguf_unpermute(w, heads)
         elif arch == "llama" and ".k_proj." in name:
             w = gguf_unpermute(w, d["num_key_value_heads"])
+        if arch == "gemma" and name.endswith("norm.weight"):
+            # convert_hf_to_gguf.py's GemmaModel stores norm weights + 1.
+            w = w - 1.0
         weights[name] = w
     return d, weights
 
@@ -243,12 +255,13 @@ def load_gguf(path, round_zero_points=False):
 # ---------------------------------------------------------------------------
 
 class Config:
-    """The config.json fields the Llama / Qwen2 decoders use, with HF defaults."""
+    """The config.json fields the Llama / Qwen2 / Gemma decoders use, with HF defaults."""
 
     def __init__(self, d):
         self.model_type = d.get("model_type")
-        if self.model_type not in ("llama", "qwen2"):
+        if self.model_type not in ("llama", "qwen2", "gemma"):
             raise ValueError("unsupported model_type %r" % self.model_type)
+        gemma = self.model_type == "gemma"
         self.vocab_size = int(d["vocab_size"])
         self.hidden_size = int(d["hidden_size"])
         self.intermediate_size = int(d["intermediate_size"])
@@ -256,14 +269,25 @@ class Config:
         self.num_heads = int(d["num_attention_heads"])
         nkv = d.get("num_key_value_heads")
         self.num_kv_heads = int(nkv) if nkv else self.num_heads
-        hd = d.get("head_dim")
+        # GemmaConfig's head_dim defaults to 256, the others' to hidden/heads.
+        hd = d.get("head_dim", 256 if gemma else None)
         self.head_dim = int(hd) if hd else self.hidden_size // self.num_heads
         self.rms_norm_eps = float(d.get("rms_norm_eps", 1e-6))
         self.rope_theta = float(d.get("rope_theta", 10000.0))
         self.rope_scaling = d.get("rope_scaling")
-        # Both LlamaConfig and Qwen2Config default tie_word_embeddings=False.
-        self.tie_word_embeddings = bool(d.get("tie_word_embeddings", False))
-        if self.model_type == "qwen2":
+        # LlamaConfig and Qwen2Config default tie_word_embeddings=False,
+        # GemmaConfig True.
+        self.tie_word_embeddings = bool(d.get("tie_word_embeddings", gemma))
+        # Gemma: GemmaRMSNorm scales by (1 + w), GemmaModel multiplies the
+        # embeddings by sqrt(hidden_size).
+        self.norm_offset = 1.0 if gemma else 0.0
+        self.embed_scale = math.sqrt(self.hidden_size) if gemma else 1.0
+        if gemma:
+            # GemmaAttention: attention_bias on q, k, v and o; GemmaMLP: none.
+            self.qkv_bias = bool(d.get("attention_bias", False))
+            self.o_bias = self.qkv_bias
+            self.mlp_bias = False
+        elif self.model_type == "qwen2":
             # Qwen2 always has q/k/v biases and no o_proj bias.
             self.qkv_bias = True
             self.o_bias = False
@@ -274,9 +298,16 @@ class Config:
             self.qkv_bias = bool(d.get("attention_bias", False))
             self.o_bias = self.qkv_bias
             self.mlp_bias = bool(d.get("mlp_bias", False))
-        act = d.get("hidden_act", "silu")
-        if act != "silu":
-            raise ValueError("unsupported hidden_act %r" % act)
+        if gemma:
+            # GemmaMLP: hidden_activation, or gelu_pytorch_tanh when absent.
+            act = d.get("hidden_activation") or "gelu_pytorch_tanh"
+            if act != "gelu_pytorch_tanh":
+                raise ValueError("unsupported hidden_activation %r" % act)
+        else:
+            act = d.get("hidden_act", "silu")
+            if act != "silu":
+                raise ValueError("unsupported hidden_act %r" % act)
+        self.act = act
         if self.num_heads % self.num_kv_heads:
             raise ValueError("num_attention_heads not a multiple of num_key_value_heads")
         if self.head_dim % 2:
@@ -333,6 +364,14 @@ def silu(x):
     return x / (1.0 + np.exp(-x))
 
 
+def gelu_tanh(x):
+    """torch.nn.functional.gelu(x, approximate="tanh") (gelu_pytorch_tanh)."""
+    return 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)))
+
+
+ACTIVATIONS = {"silu": silu, "gelu_pytorch_tanh": gelu_tanh}
+
+
 def rotate_half(x):
     """concat(-x2, x1) where x1, x2 are the two halves of the last axis."""
     h = x.shape[-1] // 2
@@ -343,6 +382,7 @@ class Model:
     def __init__(self, cfg, weights):
         self.cfg = cfg
         self.inv_freq = rope_inv_freq(cfg)
+        self.act = ACTIVATIONS[cfg.act]
         W = weights
 
         def get(name, shape):
@@ -435,10 +475,11 @@ class Model:
         masked = kpos > qpos                            # [S, T]
         scale = 1.0 / math.sqrt(D)
 
-        x = self.embed[np.asarray(ids, dtype=np.int64)]  # [S, H]
+        x = self.embed[np.asarray(ids, dtype=np.int64)] * cfg.embed_scale  # [S, H]
+        off = cfg.norm_offset
         for li, L in enumerate(self.layers):
             # --- self attention ---
-            h = rms_norm(x, L["in_norm"], cfg.rms_norm_eps)
+            h = rms_norm(x, off + L["in_norm"], cfg.rms_norm_eps)
             q = self._linear(h, L["q"], L["q_b"]).reshape(S, Nh, D).transpose(1, 0, 2)
             k = self._linear(h, L["k"], L["k_b"]).reshape(S, Nkv, D).transpose(1, 0, 2)
             v = self._linear(h, L["v"], L["v_b"]).reshape(S, Nkv, D).transpose(1, 0, 2)
@@ -459,14 +500,14 @@ class Model:
             attn = (p @ Vq).transpose(1, 0, 2).reshape(S, Nh * D)
             x = x + self._linear(attn, L["o"], L["o_b"])
 
-            # --- MLP: down(silu(gate(x)) * up(x)) ---
-            h = rms_norm(x, L["post_norm"], cfg.rms_norm_eps)
+            # --- MLP: down(act(gate(x)) * up(x)) ---
+            h = rms_norm(x, off + L["post_norm"], cfg.rms_norm_eps)
             g = self._linear(h, L["gate"], L["gate_b"])
             u = self._linear(h, L["up"], L["up_b"])
-            x = x + self._linear(silu(g) * u, L["down"], L["down_b"])
+            x = x + self._linear(self.act(g) * u, L["down"], L["down_b"])
 
         cache["len"] = T
-        x = rms_norm(x, self.final_norm, cfg.rms_norm_eps)
+        x = rms_norm(x, off + self.final_norm, cfg.rms_norm_eps)
         return x @ self.lm_head.T
 
 
@@ -611,12 +652,13 @@ def random_checkpoint(cfg_dict, seed):
     def mat(o, i):
         return rng.standard_normal((o, i)) / math.sqrt(i)
 
+    one = 1 - cfg.norm_offset  # norm weights around 1 as the norm applies them
     t = {"model.embed_tokens.weight": rng.standard_normal((V, H)),
-         "model.norm.weight": 1 + 0.1 * rng.standard_normal(H)}
+         "model.norm.weight": one + 0.1 * rng.standard_normal(H)}
     for i in range(cfg.num_layers):
         p = "model.layers.%d." % i
-        t[p + "input_layernorm.weight"] = 1 + 0.1 * rng.standard_normal(H)
-        t[p + "post_attention_layernorm.weight"] = 1 + 0.1 * rng.standard_normal(H)
+        t[p + "input_layernorm.weight"] = one + 0.1 * rng.standard_normal(H)
+        t[p + "post_attention_layernorm.weight"] = one + 0.1 * rng.standard_normal(H)
         # Larger q/k so attention is far from uniform and errors show up.
         t[p + "self_attn.q_proj.weight"] = 3 * mat(Nh * D, H)
         t[p + "self_attn.k_proj.weight"] = 3 * mat(Nkv * D, H)
@@ -661,9 +703,15 @@ def naive_logits(model, seq):
         return w @ x + (0 if b is None else b)
 
     def norm(x, w):
-        return x / math.sqrt(sum(float(e) ** 2 for e in x) / len(x) + cfg.rms_norm_eps) * w
+        return x / math.sqrt(sum(float(e) ** 2 for e in x) / len(x) + cfg.rms_norm_eps) * (cfg.norm_offset + w)
 
-    xs = [model.embed[t].copy() for t in seq]
+    def act(g):
+        if cfg.act == "silu":
+            return g / (1 + np.exp(-g))
+        return np.array([0.5 * e * (1 + math.tanh(math.sqrt(2 / math.pi) * (e + 0.044715 * e * e * e))) for e in g])
+
+    xs = [model.embed[t] * math.sqrt(cfg.hidden_size) if cfg.model_type == "gemma" else model.embed[t].copy()
+          for t in seq]
     for L in model.layers:
         qs, ks, vs = [], [], []
         for m, x in enumerate(xs):
@@ -688,7 +736,7 @@ def naive_logits(model, seq):
             h = norm(x, L["post_norm"])
             g = lin(h, L["gate"], L["gate_b"])
             u = lin(h, L["up"], L["up_b"])
-            x = x + lin(g / (1 + np.exp(-g)) * u, L["down"], L["down_b"])
+            x = x + lin(act(g) * u, L["down"], L["down_b"])
             new.append(x)
         xs = new
     return np.stack([model.lm_head @ norm(x, model.final_norm) for x in xs])
@@ -713,6 +761,12 @@ SELFTEST_CASES = [
                                head_dim=32, rope_theta=1000000.0), "BF16", True),
     ("qwen2-gqa-tied", dict(model_type="qwen2", num_attention_heads=4, num_key_value_heads=2,
                             tie_word_embeddings=True), "F32", False),
+    # Gemma: tied by default, hidden_act ignored (the base config's silu).
+    ("gemma-mqa-headdim-tied", dict(model_type="gemma", num_attention_heads=4, num_key_value_heads=1,
+                                    head_dim=32), "F32", False),
+    ("gemma-gqa-bias-untied", dict(model_type="gemma", num_attention_heads=4, num_key_value_heads=2,
+                                   head_dim=16, attention_bias=True, tie_word_embeddings=False,
+                                   hidden_activation="gelu_pytorch_tanh"), "BF16", True),
 ]
 
 

@@ -4,15 +4,18 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"regexp"
 	goruntime "runtime"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/ovtoolkit/ovrun/internal/rungcache"
+	_ "github.com/ovtoolkit/ovrun/internal/rungcache/s3store" // --cache-dir s3://bucket/prefix
 	"github.com/ovtoolkit/ovrun/model"
 	"github.com/ovtoolkit/ovrun/ov"
 	"github.com/ovtoolkit/ovrun/runtime"
@@ -24,13 +27,19 @@ import (
 // compiled result: the weights the graph reads (a SHA-256 of the shared
 // blob's checkpoint part, once per Compiler), the IR XML and the small
 // constants it references, the graph's kind and shape, the device, every
-// compile property and OpenVINO's build number.
+// compile property, OpenVINO's build number and the device's driver and
+// compiler versions where it reports them (NPU). The cache is a folder, or
+// a bucket (--cache-dir s3://bucket/prefix) with a local folder in front
+// of it (internal/rungcache).
 
-// rungCache is a Compiler's view of its cache folder.
+// rungCache is a Compiler's view of its cache.
 type rungCache struct {
 	store   *rungcache.Cache
 	version string // OpenVINO's build number
 	weights string // digest of the checkpoint part of the weights blob (weightsDigest)
+
+	driverOnce sync.Once
+	driver     string // the device's driver and compiler versions (deviceDriver)
 
 	mu   sync.Mutex
 	keys map[model.GraphSpec]rungcache.Key // keys computed so far (a spec's key never changes)
@@ -125,6 +134,7 @@ func (c *Compiler) key(spec model.GraphSpec, xml []byte) rungcache.Key {
 		Chunk:       spec.Chunk,
 		Attention:   string(spec.Attention),
 		KVPrecision: spec.KVPrecision,
+		Driver:      rc.deviceDriver(c.core, c.opts.Device),
 	}
 	for _, pr := range c.props {
 		p.Properties = append(p.Properties, pr.Key+"="+pr.Value)
@@ -134,6 +144,35 @@ func (c *Compiler) key(spec model.GraphSpec, xml []byte) rungcache.Key {
 	rc.keys[spec] = k
 	rc.mu.Unlock()
 	return k
+}
+
+// driverProperties are the read-only properties, by device, that name the
+// driver and compiler a blob was compiled with: an NPU blob is compiled by
+// the driver's compiler and may not import under another. The CPU plugin
+// compiles inside OpenVINO (its build number is in the key already) and
+// reports none; GPU reports no driver version (only GPU_UARCH_VERSION, the
+// hardware's).
+var driverProperties = map[string][]string{
+	"NPU": {"NPU_DRIVER_VERSION", "NPU_COMPILER_VERSION"},
+}
+
+// deviceDriver is rungcache.Parts.Driver for device, read once from core.
+func (rc *rungCache) deviceDriver(core *ov.Core, device string) string {
+	rc.driverOnce.Do(func() { rc.driver = driverOf(device, core.Property) })
+	return rc.driver
+}
+
+// driverOf is "KEY=VALUE,..." of device's driver properties that get
+// reads ("" for a device with none, or none it reports).
+func driverOf(device string, get func(device, key string) (string, error)) string {
+	family, _, _ := strings.Cut(strings.ToUpper(device), ".")
+	var parts []string
+	for _, key := range driverProperties[family] {
+		if v, err := get(device, key); err == nil && v != "" {
+			parts = append(parts, key+"="+v)
+		}
+	}
+	return strings.Join(parts, ",")
 }
 
 func kindOf(spec model.GraphSpec) string {
@@ -196,9 +235,23 @@ func (c *Compiler) importEntry(store *rungcache.Cache, key rungcache.Key) (cm *o
 	if !ok {
 		return nil, 0, note
 	}
-	defer blob.Close()
 	start := time.Now()
-	cm, err := c.core.ImportModel(blob.Bytes(), c.opts.Device)
+	// In place: the plugin shares the blob's constants instead of copying
+	// them (ov/ext/import_mapped.cc), so the mapping lives as long as the
+	// graph, and its pages are the page cache's, dropped after the import.
+	// Without the library, a copying import and the mapping goes at once.
+	stop := releasing(func() { blob.Release() }) // the plugin reads each constant once
+	cm, err := c.core.ImportMapped(blob.Bytes(), c.opts.Device, func() { blob.Close() })
+	stop()
+	switch {
+	case errors.Is(err, ov.ErrNoImportMapped):
+		cm, err = c.core.ImportModel(blob.Bytes(), c.opts.Device)
+		blob.Close()
+	case err == nil:
+		blob.Release()
+	default:
+		blob.Close()
+	}
 	if err != nil {
 		store.Discard(key)
 		return nil, 0, fmt.Sprintf("rung cache: OpenVINO refused entry %s (%v); discarded it, compiling it again", key.Short(), err)

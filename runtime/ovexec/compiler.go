@@ -249,7 +249,22 @@ func AllocWeights(w *model.Weights) (*ov.HostBuffer, error) {
 		blob.Free()
 		return nil, err
 	}
+	// The converted weights (dequantized, repacked: all of a GGUF's
+	// quantized tensors) go to an unlinked file, so that like the
+	// checkpoint's own pages they leave the resident set between compiles
+	// (README "Memory"). Where no file can be made they stay in memory.
+	_ = blob.Spill(os.TempDir())
 	return blob, nil
+}
+
+// WeightsRegion is where the weights blob lies in memory (empty when the
+// graphs compile in workers, which hold the weights): for
+// runtime.Memory.
+func (c *Compiler) WeightsRegion() runtime.Region {
+	if c.blob == nil {
+		return runtime.Region{}
+	}
+	return runtime.Region{Start: uintptr(c.blob.Ptr()), Len: uintptr(c.blob.Len())}
 }
 
 // HostViews reports whether graphs on this device read their KV inputs in
@@ -309,6 +324,25 @@ func SplitsMLP(core *ov.Core, device string, props []ov.Property) bool {
 // precision (export-ir, which has no core to ask for the default).
 func SplitsMLPAt(device, precision string) bool {
 	return strings.EqualFold(device, "CPU") && cpu.X86.HasAMXBF16 && strings.EqualFold(precision, "bf16")
+}
+
+// MinByElementsOn says whether graphs for device compute Q4_1's minimum
+// planes at decode element-wise (model.WeightOptions.MinByElements): on
+// the CPU when its plugin has AVX2 kernels alone, because the CPU has no
+// AVX-512 or because ONEDNN_MAX_CPU_ISA caps the plugin at AVX2 (how
+// scripts/bench-vs-llama.sh --isa avx2 measures an AVX2 CPU on this one).
+func MinByElementsOn(device string) bool {
+	return strings.EqualFold(device, "CPU") && (!cpu.X86.HasAVX512F || avx2Cap(os.Getenv("ONEDNN_MAX_CPU_ISA")))
+}
+
+// minByElementsOn is MinByElementsOn; tests turn the form on everywhere.
+var minByElementsOn = MinByElementsOn
+
+// avx2Cap reports whether a oneDNN ISA cap (ONEDNN_MAX_CPU_ISA) leaves no
+// AVX-512: SSE41, AVX, AVX2 and AVX2_VNNI(_2).
+func avx2Cap(isa string) bool {
+	isa = strings.ToUpper(isa)
+	return isa != "" && !strings.HasPrefix(isa, "AVX512") && !strings.HasPrefix(isa, "AVX10") && isa != "ALL" && !strings.HasPrefix(isa, "AMX")
 }
 
 // kvElement is the OpenVINO element type of a resolved KV precision.
@@ -401,6 +435,7 @@ func (c *Compiler) CompileIR(ctx context.Context, spec model.GraphSpec, xml []by
 			var more []string
 			origin, more = c.export(spec, key, cm, time.Since(start).Seconds())
 			notes = append(notes, more...)
+			c.blob.ReleaseFiles() // the export read the weights the graph shares with the blob
 		}
 	}
 	return c.newExecutable(spec, cm, len(xml), origin, notes...)
@@ -429,6 +464,7 @@ func (c *Compiler) compileModel(spec model.GraphSpec, xml []byte) (*ov.CompiledM
 		cm.Close()
 		return nil, err
 	}
+	ov.TrimHeap() // what the compile's transformations freed leaves the resident set
 	return cm, nil
 }
 
@@ -443,9 +479,12 @@ const releaseInterval = 100 * time.Millisecond
 // together at the compile's peak. A page read again faults back in from
 // the page cache.
 func (c *Compiler) releaseWhile() (stop func()) {
-	if len(c.weights.Files()) == 0 {
-		return func() {}
-	}
+	return releasing(func() { c.blob.ReleaseFiles() }) // best effort; the final release reports errors
+}
+
+// releasing calls release every releaseInterval until the returned stop
+// is called.
+func releasing(release func()) (stop func()) {
 	done := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Go(func() {
@@ -456,7 +495,7 @@ func (c *Compiler) releaseWhile() (stop func()) {
 			case <-done:
 				return
 			case <-t.C:
-				c.blob.ReleaseFiles() // best effort; the final release reports errors
+				release()
 			}
 		}
 	})

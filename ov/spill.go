@@ -1,0 +1,86 @@
+package ov
+
+import (
+	"fmt"
+	"os"
+	"sort"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// Spill moves the parts of a MapHost buffer that no file backs (weights
+// converted into it, the room after them) into an unlinked file in dir,
+// mapped shared and writable at the same addresses: the bytes stay the
+// same and later writes go to the file, but the pages become the page
+// cache's, so ReleaseFiles can drop them from the process's resident set
+// as it drops the checkpoint files' (a later read faults them back in).
+// The file is gone from dir at once; its space is freed with the mapping.
+// On error b is unchanged.
+func (b *HostBuffer) Spill(dir string) error {
+	if b == nil || b.base == nil || !b.mapped {
+		return fmt.Errorf("ov: spill: only a MapHost buffer can spill")
+	}
+	page := int64(os.Getpagesize())
+	gaps := b.gaps(page)
+	if len(gaps) == 0 {
+		return nil
+	}
+	fd, err := unix.Open(dir, unix.O_TMPFILE|unix.O_RDWR|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		return fmt.Errorf("ov: spill into %s: %w", dir, err)
+	}
+	f := os.NewFile(uintptr(fd), dir)
+	defer f.Close() // the mappings keep the file
+	var at int64
+	for _, g := range gaps {
+		at += g.Size
+	}
+	if err := f.Truncate(at); err != nil { // whole pages behind every mapping
+		return fmt.Errorf("ov: spill into %s: %w", dir, err)
+	}
+	at = 0
+	for _, g := range gaps {
+		end := min(g.Offset+g.Size, int64(b.n))
+		if _, err := f.WriteAt(b.Bytes()[g.Offset:end], at); err != nil {
+			return fmt.Errorf("ov: spill into %s: %w", dir, err)
+		}
+		at += g.Size
+	}
+	at = 0
+	for i, g := range gaps {
+		// MAP_FIXED replaces the anonymous pages with the file's, which
+		// hold the same bytes: no reader sees a difference.
+		if _, err := unix.MmapPtr(int(f.Fd()), at, unsafe.Add(b.base, g.Offset), uintptr(g.Size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|unix.MAP_FIXED); err != nil {
+			if i == 0 {
+				return fmt.Errorf("ov: spill into %s: %w", dir, err)
+			}
+			// Some gaps are file-backed already: they stay so (same bytes).
+			b.files = append(b.files, gaps[:i]...)
+			return fmt.Errorf("ov: spill into %s: %w", dir, err)
+		}
+		at += g.Size
+	}
+	b.files = append(b.files, gaps...)
+	return nil
+}
+
+// gaps are the page-aligned regions of b that none of its files backs.
+func (b *HostBuffer) gaps(page int64) []HostFile {
+	files := append([]HostFile(nil), b.files...)
+	sort.Slice(files, func(i, j int) bool { return files[i].Offset < files[j].Offset })
+	var out []HostFile
+	var from int64
+	name := "spilled weights"
+	add := func(to int64) {
+		if to > from {
+			out = append(out, HostFile{Path: name, Offset: from, Size: to - from})
+		}
+	}
+	for _, f := range files {
+		add(f.Offset)
+		from = max(from, (f.Offset+f.Size+page-1)/page*page)
+	}
+	add((int64(b.n) + page - 1) / page * page)
+	return out
+}
