@@ -20,14 +20,17 @@ import (
 )
 
 var (
-	armsFlag = &cli.StringFlag{Name: "arms", Value: "grow-eager,grow-one-ahead", Usage: "`ARMS` to compare, the control first: policies (" + strings.Join(runtime.PolicyNames(), ", ") + "), each optionally +prefill=MODE (" + strings.Join(runtime.PrefillModes(), ", ") + "), +compile-in=WHERE (process, worker), +weights=FORMAT (native, rounded, f32) and +attention=FORM (auto, bounded, static)",
+	// benchModelFlag is --model, checked by the action rather than by the
+	// parser, so that "ovrun bench merge DIR" needs no --model.
+	benchModelFlag = cliutil.ModelFlag(false)
+	armsFlag       = &cli.StringFlag{Name: "arms", Value: "grow-eager,grow-one-ahead", Usage: "`ARMS` to compare, the control first: policies (" + strings.Join(runtime.PolicyNames(), ", ") + "), each optionally +prefill=MODE (" + strings.Join(runtime.PrefillModes(), ", ") + "), +compile-in=WHERE (process, worker), +weights=FORMAT (native, rounded, f32) and +attention=FORM (auto, bounded, static)",
 		Action: func(_ *cli.Context, v string) error { _, err := parseArms(v); return err }}
 	pairsFlag             = &cli.IntFlag{Name: "pairs", Value: stats.MinPairs, Usage: "measured blocks `N` (each runs every arm once); default 6, or a whole number of Williams cycles for 3+ arms"}
 	allowSmallFlag        = &cli.BoolFlag{Name: "allow-small", Usage: "accept --pairs below 6, odd, or not a whole number of counterbalancing cycles"}
 	benchPromptTokensFlag = &cli.IntFlag{Name: "prompt-tokens", Value: 128, Usage: "a seeded random prompt of `N` tokens"}
 	verifyBoundariesFlag  = &cli.BoolFlag{Name: "verify-boundaries", Usage: "pass --verify to every run: boundary logits compared with a never-switched control (outside the timed path)"}
 	runFlagFlag           = &cli.StringSliceFlag{Name: "run-flag", Usage: "extra `FLAG` for every ovrun run, e.g. --run-flag=--infer-threads=1 (repeatable; commas are kept)"}
-	benchOutFlag          = &cli.StringFlag{Name: "out", Required: true, Usage: "campaign `DIR`"}
+	benchOutFlag          = &cli.StringFlag{Name: "out", Usage: "campaign `DIR` (required)"}
 	resumeFlag            = &cli.BoolFlag{Name: "resume", Usage: "continue the campaign in --out, reusing its complete runs"}
 	keepGoingFlag         = &cli.BoolFlag{Name: "keep-going", Usage: "record a failed run and go on instead of stopping"}
 	benchCacheFlag        = &cli.StringFlag{Name: "cache", Usage: "compiled-rung cache `MODE` of the runs: cold gives every run a fresh empty --cache-dir (compile and export), warm one campaign --cache-dir that the warm-up runs fill (every measured run imports); unset: no cache",
@@ -71,14 +74,28 @@ An arm may also say where graphs compile, to measure compile workers:
 --cache cold|warm measures the compiled-rung cache: cold gives every run a
 fresh empty --cache-dir (each rung compiled, then exported into it), warm
 gives every run the campaign's DIR/rung-cache, which the warm-up runs fill,
-so that every measured run imports its rungs.`,
+so that every measured run imports its rungs.
+
+--queue nats://HOST:PORT runs the blocks on other machines instead of here:
+the campaign publishes each block as one work item (its own warm-up run per
+arm, its arms in their counterbalanced order, the run flags) to NATS
+JetStream; "ovrun worker"s whose --labels meet the block's --requires class
+run it whole, and the runs come back into --out/classes/CLASS/ in the layout
+above (plus blocks/, where each block ran), one folder and one set of
+statistics per class. Repeat --requires to run the design on several classes
+of machine; they are never pooled unless "ovrun bench merge --pool". The
+campaign waits for every block (Ctrl-C leaves them running; --detach does not
+wait); "ovrun bench merge DIR" collects and reports at any time. See
+"ovrun bench merge --help", "ovrun worker --help" and docs/fleet.md.`,
 	Flags: []cli.Flag{
-		modelFlag, ladderFlag, armsFlag, pairsFlag, allowSmallFlag,
+		benchModelFlag, ladderFlag, armsFlag, pairsFlag, allowSmallFlag,
 		promptFlag, promptFileFlag, benchPromptTokensFlag, decodeTokensFlag, teacherFlag, seedFlag, precisionFlag, attentionFlag,
 		verifyBoundariesFlag, compileCostFlag, benchCacheFlag, runFlagFlag, benchOutFlag, resumeFlag, keepGoingFlag,
+		campaignQueueFlag, requiresFlag, detachFlag, ackWaitFlag,
 		quietFlag,
 	},
-	Action: benchAction,
+	Subcommands: []*cli.Command{benchMergeCommand},
+	Action:      benchAction,
 }
 
 func benchAction(c *cli.Context) error {
@@ -86,7 +103,10 @@ func benchAction(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	model, err := filepath.Abs(modelFlag.Get(c))
+	if benchModelFlag.Get(c) == "" {
+		return errors.New("give the model: --model FILE.gguf or --model DIR")
+	}
+	model, err := filepath.Abs(benchModelFlag.Get(c))
 	if err != nil {
 		return err
 	}
@@ -132,11 +152,20 @@ func benchAction(c *cli.Context) error {
 	if err := checkModelPath(model); err != nil {
 		return err
 	}
+	out := benchOutFlag.Get(c)
+	if out == "" {
+		return errors.New("give the campaign folder: --out DIR")
+	}
+	if campaignQueueFlag.Get(c) != "" {
+		return queuedBench(c, cfg, out)
+	}
+	if err := checkQueueFlagsUnset(c); err != nil {
+		return err
+	}
 	exe, err := os.Executable()
 	if err != nil {
 		return fmt.Errorf("find the ovrun binary to run: %w", err)
 	}
-	out := benchOutFlag.Get(c)
 	prog := bench.NewTerminal(os.Stderr, quietFlag.Get(c))
 	opt := bench.Options{
 		Dir: out, Resume: resumeFlag.Get(c), KeepGoing: keepGoingFlag.Get(c),

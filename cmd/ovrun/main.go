@@ -14,10 +14,12 @@ import (
 	"github.com/ovtoolkit/ovrun/internal/cliutil"
 	"github.com/ovtoolkit/ovrun/internal/hugepages"
 	"github.com/ovtoolkit/ovrun/internal/plancmd"
+	"github.com/ovtoolkit/ovrun/internal/procfs"
 )
 
 func main() {
 	hugepages.Reexec() // before anything else: glibc reads its tunables at start
+	startup.ProcessS = procfs.Age()
 	ctx, stop := cliutil.SignalContext(context.Background(), "ovrun", os.Stderr)
 	defer stop()
 	app := newApp()
@@ -66,6 +68,7 @@ directory or its parents.`,
 			benchCommand,
 			cacheCommand,
 			compileWorkerCommand,
+			workerCommand,
 		},
 	}
 }

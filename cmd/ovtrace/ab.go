@@ -18,7 +18,7 @@ import (
 )
 
 var (
-	variantFlag       = &cli.StringSliceFlag{Name: "variant", Usage: "`NAME=SPEC` (repeatable; the first is the control)", Required: true}
+	variantFlag       = &cli.StringSliceFlag{Name: "variant", Usage: "`NAME=SPEC` (repeatable, at least two; the first is the control)"}
 	pairsFlag         = &cli.IntFlag{Name: "pairs", Value: abtest.MinPairs, Usage: "paired blocks `N` (even, >= 6; whole Williams cycles for 3+ variants, which the default follows)"}
 	endpointsFlag     = &cli.StringFlag{Name: "endpoints", Value: strings.Join(abtest.DefaultEndpoints, ","), Usage: "`LIST` of compile_s, compile_cpu_s, peak_rss_bytes, ir_build_s"}
 	allowSmallFlag    = &cli.BoolFlag{Name: "allow-small", Usage: "allow fewer than 6 pairs, an odd number, or not whole Williams cycles"}
@@ -56,7 +56,19 @@ for 4), and the default is the smallest such number >= 6, as in ovrun bench.
 
 Per endpoint the report gives the arm means, the paired difference and %
 change, the paired-t 95% CI, the exact sign-flip p, the treatment's wins and
-the raw values. --json writes it (also when stopped by Ctrl-C or a failure).`,
+the raw values. --json writes it (also when stopped by Ctrl-C or a failure).
+
+--queue nats://HOST:PORT --out DIR runs the blocks on other machines: each
+block (one warm-up per variant, with its own equivalence logits, then the
+block's trials in its order, each compile-once command line as it would run
+here) is a work item on NATS JetStream for the "ovrun worker"s whose --labels
+meet its --requires class; each worker runs its blocks whole with this
+ovtrace (ovrun worker --ovtrace). Repeat --requires for several classes: each
+runs all --pairs blocks and gets its own report, DIR/classes/CLASS/ab.json (the
+--json report over that class's trials, plus where each block ran);
+DIR/merge.json names the overall result. --merge DIR collects and reports at
+any time (--wait for every block); classes are pooled only with --pool, and
+a pooled report says so. See "ovrun worker --help" and docs/fleet.md.`,
 	Flags: append(compileFlags(), capacityFlag,
 		variantFlag,
 		pairsFlag,
@@ -65,11 +77,19 @@ the raw values. --json writes it (also when stopped by Ctrl-C or a failure).`,
 		toleranceFlag,
 		noEquivalenceFlag,
 		jsonFlag, quietFlag,
+		abQueueFlag, abRequiresFlag, abOutFlag, abDetachFlag, abAckWaitFlag,
+		abMergeFlag, abPoolFlag, abWaitFlag,
 	),
 	Action: abAction,
 }
 
 func abAction(c *cli.Context) error {
+	if dir := abMergeFlag.Get(c); dir != "" {
+		return abMerge(c, dir)
+	}
+	if len(variantFlag.Get(c)) < 2 {
+		return fmt.Errorf("give at least two variants: --variant NAME=SPEC --variant NAME=SPEC (the first is the control)")
+	}
 	once, err := onceConfig(c, capacityFlag.Get(c))
 	if err != nil {
 		return err
@@ -109,6 +129,12 @@ func abAction(c *cli.Context) error {
 		Tolerance:  toleranceFlag.Get(c),
 	}
 	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	if abQueueFlag.Get(c) != "" {
+		return queuedAB(c, once, cfg)
+	}
+	if err := checkABQueueFlagsUnset(c); err != nil {
 		return err
 	}
 	if !noEquivalenceFlag.Get(c) {

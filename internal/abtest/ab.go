@@ -85,12 +85,21 @@ type Report struct {
 	// Memo summarises, per variant whose compiles counted, a memoization
 	// patch's counters over the measured trials.
 	Memo []MemoSummary `json:"memo,omitempty"`
-	// FinishReason is "complete", "interrupted" or "error".
+	// FinishReason is "complete", "interrupted" or "error"; a queued
+	// experiment's class report (ovtrace ab --queue) is "partial" while
+	// blocks are missing or failed.
 	FinishReason string   `json:"finish_reason"`
 	Error        string   `json:"error,omitempty"`
 	Notes        []string `json:"notes,omitempty"`
 	StartedAt    string   `json:"started_at"`
 	WallS        float64  `json:"wall_s"`
+	// Class is the requirement class of a queued experiment's class
+	// report; Blocks say where each of its blocks ran.
+	Class  string     `json:"class,omitempty"`
+	Blocks []BlockRun `json:"blocks,omitempty"`
+	// PooledClasses are the classes a pooled report (--merge --pool)
+	// joins; its pairs are numbered class after class.
+	PooledClasses []string `json:"pooled_classes,omitempty"`
 }
 
 // Progress reports a trial about to start.

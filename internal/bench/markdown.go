@@ -34,7 +34,12 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 	if len(r.Arms) > 2 {
 		design = fmt.Sprintf("Williams design (%d sequences per cycle)", stats.CycleLen(len(r.Arms)))
 	}
-	fmt.Fprintf(&b, "%d blocks in %s, each run a fresh process, one warm-up run per arm first (excluded). Status: %s.\n\n", cfg.Pairs, design, r.Status)
+	if r.queued() {
+		fmt.Fprintf(&b, "%d blocks in %s, each run a fresh process, each block whole on one worker machine after its own warm-up run per arm (excluded). Status: %s.\n\n", len(r.Order), design, r.Status)
+		r.writeClass(&b)
+	} else {
+		fmt.Fprintf(&b, "%d blocks in %s, each run a fresh process, one warm-up run per arm first (excluded). Status: %s.\n\n", cfg.Pairs, design, r.Status)
+	}
 
 	for _, arm := range r.Arms[1:] {
 		r.writeTable(&b, arm)
@@ -162,7 +167,10 @@ func (r *Report) writeRuns(b *strings.Builder) {
 	b.WriteString("## Runs\n\n| pair | pos | arm | foreground compile s | first token s | critical path s | decode s | boundary wait s | status |\n|---:|---:|---|---:|---:|---:|---:|---:|---|\n")
 	for _, rr := range r.Runs {
 		pair := fmt.Sprint(rr.Pair)
-		if rr.Warmup {
+		switch {
+		case rr.Warmup && rr.Pair > 0:
+			pair = fmt.Sprintf("warm-up %d", rr.Pair)
+		case rr.Warmup:
 			pair = "warm-up"
 		}
 		status := "ok"
@@ -183,6 +191,10 @@ func (r *Report) writeRuns(b *strings.Builder) {
 }
 
 func (r *Report) writeMachine(b *strings.Builder) {
+	if r.queued() {
+		r.writeBlockMachines(b)
+		return
+	}
 	m := r.Machine
 	b.WriteString("## Machine and versions\n\n")
 	fmt.Fprintf(b, "- CPU: %s, %d logical CPUs, %s memory\n", orUnknown(m.CPUModel), m.Cores, fmtBytes(float64(m.MemoryBytes)))

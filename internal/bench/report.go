@@ -34,6 +34,13 @@ type Report struct {
 	Command string `json:"command"`
 	// Plots are the SVG files next to the report.
 	Plots []string `json:"plots,omitempty"`
+	// Class is the requirement class of a queued campaign's class report
+	// (ovrun bench --queue); Blocks say where each of its blocks ran.
+	Class  string     `json:"class,omitempty"`
+	Blocks []BlockRun `json:"blocks,omitempty"`
+	// PooledClasses are the classes a pooled report (ovrun bench merge
+	// --pool) joins; its pairs are numbered class after class.
+	PooledClasses []string `json:"pooled_classes,omitempty"`
 }
 
 // RunRecord is one planned run and what became of it.
