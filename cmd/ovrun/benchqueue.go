@@ -136,7 +136,7 @@ func benchMergeAction(c *cli.Context) error {
 		q, err := campaignq.Open(c.Context, url, "ovrun bench merge")
 		if err != nil {
 			// Report what is here, and say why the rest is not.
-			mr, merr := bench.Merge(dir, benchMergeOptions(c))
+			mr, merr := bench.Merge(dir, benchMergeOptions(poolFlag.Get(c)))
 			if mr != nil {
 				printMerge(mr, dir)
 			}
@@ -145,7 +145,7 @@ func benchMergeAction(c *cli.Context) error {
 		defer q.Close()
 		return collectAndReport(c, q, st, dir, mergeWaitFlag.Get(c), true, poolFlag.Get(c))
 	}
-	mr, err := bench.Merge(dir, benchMergeOptions(c))
+	mr, err := bench.Merge(dir, benchMergeOptions(poolFlag.Get(c)))
 	if mr != nil {
 		printMerge(mr, dir)
 	}
@@ -169,9 +169,7 @@ func collectAndReport(c *cli.Context, q *campaignq.Queue, st *campaignq.State, d
 		status.Show("blocks collected %d of %d%s (%s)%s", p.Collected, p.Total, gave, time.Since(start).Round(time.Second), last)
 	})
 	status.Clear()
-	opt := benchMergeOptions(c)
-	opt.Pool = pool
-	mr, merr := bench.Merge(dir, opt)
+	mr, merr := bench.Merge(dir, benchMergeOptions(pool))
 	if mr != nil {
 		printMerge(mr, dir)
 	}
@@ -181,8 +179,9 @@ func collectAndReport(c *cli.Context, q *campaignq.Queue, st *campaignq.State, d
 	return errors.Join(err, merr)
 }
 
-func benchMergeOptions(c *cli.Context) bench.MergeOptions {
-	return bench.MergeOptions{Pool: poolFlag.Get(c), Meta: bench.Meta{GoVersion: goruntime.Version(), Command: shellJoin(os.Args)}}
+// benchMergeOptions are the merge's options; pool pools the classes.
+func benchMergeOptions(pool bool) bench.MergeOptions {
+	return bench.MergeOptions{Pool: pool, Meta: bench.Meta{GoVersion: goruntime.Version(), Command: shellJoin(os.Args)}}
 }
 
 // printMerge writes each class's comparison table and the overall result.

@@ -1,5 +1,6 @@
 // Package clidoc finds the command lines that the project's documentation
-// shows (README.md, docs/*.md, patches/*/README.md) and checks each against
+// shows (README.md, docs/*.md, patches/*/README.md, and the containers'
+// command lines of the Kubernetes examples in docs/k8s) and checks each against
 // the real command definitions, so documentation that drifts from the code
 // fails the build: a subcommand or flag that does not exist, a value a flag
 // refuses, a required flag left out.
@@ -63,7 +64,8 @@ func Find(root, prog string) ([]Line, error) {
 		rel, _ := filepath.Rel(root, f)
 		out = append(out, findIn(rel, string(b), prog)...)
 	}
-	return out, nil
+	more, err := findManifests(root, prog)
+	return append(out, more...), err
 }
 
 var inlineCode = regexp.MustCompile("`([^`]+)`")

@@ -134,3 +134,11 @@ func helper(c *cli.Context) error { _ = bFlag.Get(c); _ = c.String("a"); _ = cFl
 		t.Errorf("got %q, want one message about c.String(\"a\"), one about bFlag and one about cFlag", msgs)
 	}
 }
+
+func TestContainerLines(t *testing.T) {
+	text := "      containers:\n        - name: w\n          command: [\"ovrun\"]\n          args:\n            - worker\n            - --queue=nats://n:4222\n          env:\n"
+	got := containerLines("x.yaml", text, "ovrun")
+	if len(got) != 1 || strings.Join(got[0].Args, " ") != "ovrun worker --queue=nats://n:4222" || !got[0].Strict {
+		t.Fatalf("containerLines = %+v", got)
+	}
+}
