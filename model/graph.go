@@ -604,39 +604,9 @@ func (b *decoderBuilder) linear(x port, name string, out int64) port {
 		groups := g.op("Reshape", "opset1", []attr{{"special_zero", "true"}}, append(b.lastDim(x, in/G), G), x.et,
 			x, g.constI64([]int64{int64(len(keep))}, keep...)) // [.., in/G, G]
 		sums := g.op("ReduceSum", "opset1", []attr{{"keep_dims", "false"}}, b.lastDim(x, in/G), f32, groups, g.constI64([]int64{1}, -1)) // [.., in/G]
-		y = b.add(y, b.minProduct(sums, m, out), s)                                                                                      // [.., out]
+		y = b.add(y, b.matmulT(sums, m, s), s)                                                                                           // [.., out]
 	}
 	return y
-}
-
-// minProductRows is the most rows of input for which minProduct may
-// multiply element-wise instead of through a matrix product.
-const minProductRows = 8
-
-// minProduct is sums [.., in/G] @ m^T, m [out, in/G]: the minimum plane's
-// share of a linear layer. With K = in/G of 18 to 48 the product is tiny.
-// Where the weights ask for it (WeightOptions.MinByElements) and the input
-// has a few rows (decode), it is a broadcast Multiply and a ReduceSum over
-// K instead of a MatMul: on AVX2 kernels alone the CPU plugin runs each
-// such MatMul as a FullyConnected of its own (gemm_mlas_f32) whose fixed
-// cost is most of its time, and SmolLM2's decode step took 30-40% less
-// time element-wise; with AVX-512 (brgemm) the MatMul is the faster form
-// (scripts/profile_ir.py, docs/design.md "Q4_1's minimum at decode").
-func (b *decoderBuilder) minProduct(sums, m port, out int64) port {
-	g := b.g
-	lead := sums.shape[:len(sums.shape)-1]
-	k := sums.shape[len(sums.shape)-1]
-	rows := int64(1)
-	for _, d := range lead {
-		rows *= d
-	}
-	if !g.w.minByElements || rows < 1 || rows > minProductRows { // many rows, or a dynamic axis (-1)
-		return b.matmulT(sums, m, b.lastDim(sums, out))
-	}
-	col := append(append([]int64{}, lead...), 1, k)    // [.., 1, K]
-	wide := append(append([]int64{}, lead...), out, k) // [.., out, K]
-	p := g.op("Multiply", "opset1", []attr{{"auto_broadcast", "numpy"}}, wide, f32, b.reshape(sums, col), m)
-	return g.op("ReduceSum", "opset1", []attr{{"keep_dims", "false"}}, b.lastDim(sums, out), f32, p, g.constI64([]int64{1}, -1)) // [.., out]
 }
 
 // lastDim is x's shape with the last dimension n.

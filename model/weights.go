@@ -53,11 +53,6 @@ type WeightOptions struct {
 	// SplitMLP keeps 16-bit gate and up weights read in place apart
 	// instead of fused (fusesMLP): for a device that fuses the MLP itself.
 	SplitMLP bool
-	// MinByElements computes the minimum planes' products (zpMin) of a
-	// few rows as element-wise operations instead of matrix products
-	// (decoderBuilder.minProduct): for a device whose small matrix
-	// products cost more than they compute.
-	MinByElements bool
 }
 
 // slotKind says how a tensor is placed in the blob.
@@ -117,14 +112,11 @@ type slot struct {
 type Weights struct {
 	ck     *Checkpoint
 	format WeightFormat
-	// minByElements is WeightOptions.MinByElements: a choice of the graphs
-	// over these weights, kept here because every graph reads it.
-	minByElements bool
-	slots         map[string]*slot
-	fused         map[string]*slot // by Fused name: groups of slots stored as one matrix
-	files         []FileRegion
-	names         []string
-	size          int64 // checkpoint part, aligned
+	slots  map[string]*slot
+	fused  map[string]*slot // by Fused name: groups of slots stored as one matrix
+	files  []FileRegion
+	names  []string
+	size   int64 // checkpoint part, aligned
 
 	mu       sync.Mutex
 	buf      []byte
@@ -143,7 +135,7 @@ func NewWeightsWith(ck *Checkpoint, opts WeightOptions) *Weights {
 	if format == "" {
 		format = WeightsNative
 	}
-	w := &Weights{ck: ck, format: format, minByElements: opts.MinByElements, slots: map[string]*slot{}, fused: map[string]*slot{}, pool: map[string]int64{}}
+	w := &Weights{ck: ck, format: format, slots: map[string]*slot{}, fused: map[string]*slot{}, pool: map[string]int64{}}
 	for _, s := range RequiredTensors(ck.Config) {
 		w.names = append(w.names, s.Name)
 	}

@@ -92,7 +92,7 @@ attention.`,
 		// auto never picks paged here: an IR file with paged attention
 		// reads back only where ovrun's extension is added to the core.
 		attention = ovexec.ResolveAttention(attention, deviceFlag.Get(c), shape.BufferBytes(capacity), false)
-		w := model.NewWeightsWith(ck, model.WeightOptions{Format: format, SplitMLP: ovexec.SplitsMLPAt(deviceFlag.Get(c), precision), MinByElements: ovexec.MinByElementsOn(deviceFlag.Get(c))})
+		w := model.NewWeightsWith(ck, model.WeightOptions{Format: format, SplitMLP: ovexec.SplitsMLPAt(deviceFlag.Get(c), precision)})
 		blob := make([]byte, w.Size())
 		if err := w.Bind(blob); err != nil {
 			return err

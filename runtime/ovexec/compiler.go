@@ -326,25 +326,6 @@ func SplitsMLPAt(device, precision string) bool {
 	return strings.EqualFold(device, "CPU") && cpu.X86.HasAMXBF16 && strings.EqualFold(precision, "bf16")
 }
 
-// MinByElementsOn says whether graphs for device compute Q4_1's minimum
-// planes at decode element-wise (model.WeightOptions.MinByElements): on
-// the CPU when its plugin has AVX2 kernels alone, because the CPU has no
-// AVX-512 or because ONEDNN_MAX_CPU_ISA caps the plugin at AVX2 (how
-// scripts/bench-vs-llama.sh --isa avx2 measures an AVX2 CPU on this one).
-func MinByElementsOn(device string) bool {
-	return strings.EqualFold(device, "CPU") && (!cpu.X86.HasAVX512F || avx2Cap(os.Getenv("ONEDNN_MAX_CPU_ISA")))
-}
-
-// minByElementsOn is MinByElementsOn; tests turn the form on everywhere.
-var minByElementsOn = MinByElementsOn
-
-// avx2Cap reports whether a oneDNN ISA cap (ONEDNN_MAX_CPU_ISA) leaves no
-// AVX-512: SSE41, AVX, AVX2 and AVX2_VNNI(_2).
-func avx2Cap(isa string) bool {
-	isa = strings.ToUpper(isa)
-	return isa != "" && !strings.HasPrefix(isa, "AVX512") && !strings.HasPrefix(isa, "AVX10") && isa != "ALL" && !strings.HasPrefix(isa, "AMX")
-}
-
 // kvElement is the OpenVINO element type of a resolved KV precision.
 func kvElement(p string) ov.ElementType {
 	switch p {

@@ -132,7 +132,7 @@ func PagedAttentionAvailable(core *ov.Core, device string) error {
 // weight format, 16-bit gate and up weights apart where the device fuses
 // the MLP itself (SplitsMLP).
 func (f *Form) Weights(ck *model.Checkpoint) *model.Weights {
-	return model.NewWeightsWith(ck, model.WeightOptions{Format: f.opts.Weights, SplitMLP: f.splitMLP, MinByElements: minByElementsOn(f.opts.Device)})
+	return model.NewWeightsWith(ck, model.WeightOptions{Format: f.opts.Weights, SplitMLP: f.splitMLP})
 }
 
 // CompileProperties are the properties every graph over w is compiled

@@ -176,21 +176,3 @@ func rowErrors(got, want [][]float32) string {
 	}
 	return fmt.Sprintf("min cosine %.7f, max abs error %.3g", minCos, maxErr)
 }
-
-// TestMinByElementsMatchesReference runs SmolLM2 (Q4_1: every projection
-// has a minimum plane) with the minimum planes' products element-wise, as
-// AVX2-only CPUs get them (MinByElementsOn), here on any CPU: the same
-// greedy tokens and logits as the float64 reference, as the MatMul form.
-func TestMinByElementsMatchesReference(t *testing.T) {
-	path := testenv.SmolLM2(t)
-	if testing.Short() {
-		t.Skip("compiles a graph of a 135M-parameter model")
-	}
-	defer func(f func(string) bool) { minByElementsOn = f }(minByElementsOn)
-	minByElementsOn = func(string) bool { return true }
-	const steps = 16
-	want, wantTok := reference(t, path, smolPrompt, steps)
-	got, _ := generateGGUF(t, path, model.WeightsNative, smolPrompt, steps)
-	last := matchUpToTie(t, "min by elements", got, want, wantTok)
-	t.Logf("rows 0..%d: %s", last, rowErrors(got.Logits[:last+1], want[:last+1]))
-}

@@ -101,11 +101,3 @@ func TestSplitsMLP(t *testing.T) {
 		comp.Close()
 	}
 }
-
-func TestAVX2Cap(t *testing.T) {
-	for isa, want := range map[string]bool{"": false, "AVX2": true, "avx2_vnni": true, "SSE41": true, "AVX512_CORE": false, "AVX512_CORE_AMX": false, "ALL": false, "AVX10_1_512": false} {
-		if got := avx2Cap(isa); got != want {
-			t.Errorf("avx2Cap(%q) = %v, want %v", isa, got, want)
-		}
-	}
-}
