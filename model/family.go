@@ -2,6 +2,7 @@ package model
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 )
 
@@ -143,7 +144,7 @@ type Preset struct {
 var families = []*Family{llamaFamily, qwen2Family, gemmaFamily}
 
 // Families lists the supported architectures.
-func Families() []*Family { return families }
+func Families() []*Family { return slices.Clone(families) }
 
 // LookupFamily returns the family of a model_type (or GGUF
 // general.architecture), nil when unsupported.

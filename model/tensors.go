@@ -32,7 +32,7 @@ type TensorSpec struct {
 	Shape []int64
 }
 
-// RequiredTensors lists the tensors a Llama or Qwen2 decoder with cfg needs,
+// RequiredTensors lists the tensors the decoder of cfg's family needs,
 // in a fixed order: the embedding, each layer's tensors in forward order, the
 // final norm, then lm_head.weight unless the embeddings are tied. Shapes are
 // the PyTorch [out, in] layout of the checkpoint. q/k/v biases appear when
@@ -78,8 +78,9 @@ func RequiredTensors(cfg *Config) []TensorSpec {
 }
 
 // UsedTensors lists every tensor the decoder of cfg reads:
-// RequiredTensors, and for Llama the o_proj biases of attention_bias and
-// the MLP biases of mlp_bias.
+// RequiredTensors, and the o_proj and MLP biases of the families that have
+// them (Family.Biases: Llama's and Gemma's attention_bias, Llama's
+// mlp_bias).
 func UsedTensors(cfg *Config) []TensorSpec {
 	specs := RequiredTensors(cfg)
 	h, in := int64(cfg.HiddenSize), int64(cfg.IntermediateSize)
@@ -107,7 +108,7 @@ func ParamCount(cfg *Config) int64 {
 }
 
 // CheckTensors verifies that tensors holds every tensor cfg's decoder reads
-// (UsedTensors: RequiredTensors and Llama's o_proj and MLP biases) with the
+// (UsedTensors: RequiredTensors and the o_proj and MLP biases) with the
 // right shape and a weight dtype, and reports the first failure in
 // RequiredTensors order: a missing tensor wraps ErrMissingTensor, a wrong
 // shape is a *ShapeError (ErrShape), a dtype that is not a weight type

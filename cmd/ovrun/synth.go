@@ -32,7 +32,10 @@ var synthCommand = &cli.Command{
 	Name:  "synth",
 	Usage: "write a deterministic random-weight checkpoint with a real architecture's shapes",
 	Description: `Writes config.json and model.safetensors in Hugging Face layout. The same
-preset, seed and dtype always give byte-identical files. Presets: ` + strings.Join(model.Presets(), ", ") + `.`,
+preset, seed and dtype always give byte-identical files. Presets, smallest
+first, with their architectures (model/family_*.go):
+` + presetList() + `.
+scripts/synth_to_gguf.py writes such a folder as one GGUF file.`,
 	Flags: []cli.Flag{
 		presetFlag, synthSeedFlag, dtypeFlag, outDirFlag,
 	},
@@ -48,4 +51,15 @@ preset, seed and dtype always give byte-identical files. Presets: ` + strings.Jo
 		fmt.Printf("wrote %s checkpoint (%s, seed %d) to %s\n", preset, dt, synthSeedFlag.Get(c), outDirFlag.Get(c))
 		return nil
 	},
+}
+
+// presetList names the presets with their architectures: "tiny (qwen2), ...".
+func presetList() string {
+	names := model.Presets()
+	for i, p := range names {
+		if c, err := model.PresetConfig(p); err == nil {
+			names[i] = fmt.Sprintf("%s (%s)", p, c.ModelType)
+		}
+	}
+	return strings.Join(names, ", ")
 }

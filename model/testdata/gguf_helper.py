@@ -16,12 +16,14 @@ dequantization, and small random GGUF models.
         q/k projections, NAME.hf.f32: every row dequantized and put back in
         Hugging Face order the way reference.py does it.
 
-    gguf_helper.py model OUT.gguf --arch llama|qwen2 [--seed N]
+    gguf_helper.py model OUT.gguf --arch llama|qwen2|gemma [--seed N]
         A random 2-layer model (hidden 256, FFN 512, vocab 512, 4 heads of 64,
         2 KV heads) whose matrices use every block type (raw random blocks
         with scales that give weights of a sensible size); llama stores q/k
         permuted as llama.cpp's converter does; qwen2 has q/k/v biases and
-        tied embeddings.
+        tied embeddings; gemma is tied, without biases, with its key and
+        value lengths written as llama.cpp writes them (its norm weights
+        stand for 1 + w, as the converter stores them).
 """
 
 import argparse
@@ -126,8 +128,11 @@ def cmd_model(a):
     w.add_feed_forward_length(I)
     w.add_head_count(Nh)
     w.add_head_count_kv(Nkv)
-    w.add_rope_freq_base(10000.0 if a.arch == "llama" else 1e6)
+    w.add_rope_freq_base(1e6 if a.arch == "qwen2" else 10000.0)
     w.add_layer_norm_rms_eps(1e-5 if a.arch == "llama" else 1e-6)
+    if a.arch == "gemma":
+        w.add_key_length(D)
+        w.add_value_length(D)
     w.add_vocab_size(V)
     w.add_string("tokenizer.chat_template", "  {{ messages }}\n")
 
@@ -144,8 +149,9 @@ def cmd_model(a):
 
     llama = a.arch == "llama"
     # With tied embeddings the residual stream must move well away from the
-    # input token's embedding, or the model just repeats its input.
-    out_std = 1 / 16 if llama else 1
+    # input token's embedding, or the model just repeats its input; Gemma
+    # scales the embeddings by sqrt(H) = 16.
+    out_std = {"llama": 1 / 16, "qwen2": 1, "gemma": 16}[a.arch]
     add("token_embd.weight", "Q6_K", rows=V, cols=H, std=1.0)
     for i in range(L):
         p = "blk.%d." % i
@@ -158,7 +164,7 @@ def cmd_model(a):
         add(p + "ffn_gate.weight", "Q6_K", rows=I, cols=H, std=1 / 16)
         add(p + "ffn_up.weight", "F16", rng.standard_normal((I, H)) / 16)
         add(p + "ffn_down.weight", "Q4_K", rows=H, cols=I, std=out_std)
-        if not llama:
+        if a.arch == "qwen2":
             add(p + "attn_q.bias", "F32", 0.5 * rng.standard_normal(Nh * D))
             add(p + "attn_k.bias", "F32", 0.5 * rng.standard_normal(Nkv * D))
             add(p + "attn_v.bias", "F32", 0.5 * rng.standard_normal(Nkv * D))
@@ -185,7 +191,7 @@ def main():
     r.add_argument("names", nargs="+")
     m = sub.add_parser("model")
     m.add_argument("out")
-    m.add_argument("--arch", choices=["llama", "qwen2"], required=True)
+    m.add_argument("--arch", choices=["llama", "qwen2", "gemma"], required=True)
     m.add_argument("--seed", type=int, default=1)
     a = ap.parse_args()
     {"blocks": cmd_blocks, "real": cmd_real, "model": cmd_model}[a.cmd](a)

@@ -71,3 +71,31 @@ func TestGemmaGGUFMatchesReference(t *testing.T) {
 		})
 	}
 }
+
+// TestGemmaGGUFBlockTypesMatchReference is TestGGUFSyntheticMatchesReference
+// for a Gemma file (model/testdata/gguf_helper.py model --arch gemma):
+// every block type (a Q6_K embedding gathered, scaled and tied; Q4_1 and
+// Q4_K minima), in every weight format and through a shared graph.
+func TestGemmaGGUFBlockTypesMatchReference(t *testing.T) {
+	const steps = 12
+	path := filepath.Join(t.TempDir(), "gemma.gguf")
+	testenv.Run(t, testenv.Python(t), filepath.Join(testenv.RepoRoot(t), "model", "testdata", "gguf_helper.py"),
+		"model", path, "--arch", "gemma", "--seed", "3")
+	prompt := runtime.SeededTokens(5, 11, 512)
+	exact, exactTok := reference(t, path, prompt, steps)
+	rounded, roundedTok := reference(t, path, prompt, steps, "--round-zero-points")
+	for _, format := range []model.WeightFormat{model.WeightsNative, model.WeightsF32, model.WeightsRounded} {
+		t.Run(string(format), func(t *testing.T) {
+			want, wantTok := exact, exactTok
+			if format == model.WeightsRounded {
+				want, wantTok = rounded, roundedTok
+			}
+			res, _ := generateGGUF(t, path, format, prompt, steps)
+			matchReference(t, res, want, wantTok)
+		})
+	}
+	t.Run("native shared", func(t *testing.T) {
+		res, _ := generateGGUF(t, path, model.WeightsNative, prompt, steps, runtime.PrefillShared)
+		matchReference(t, res, exact, exactTok)
+	})
+}
