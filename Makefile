@@ -151,9 +151,10 @@ FUZZ_TARGETS := \
 	./model:FuzzParseSafetensorsHeader ./model:FuzzOpenSafetensors \
 	./model:FuzzLoadConfig ./model:FuzzReadIndex \
 	./tracing:FuzzReadTrace ./compilecost:FuzzLoad \
-	./internal/abtest:FuzzParseVariants ./internal/abtest:FuzzParseMemoStats \
-	./internal/profiling:FuzzParsePerfScript ./internal/profiling:FuzzParseCallgrind \
-	./internal/profiling:FuzzReadFile ./internal/npy:FuzzParse \
+	./app/compilebench:FuzzParseVariants ./app/compilebench:FuzzParseMemoStats \
+	./app/profiling:FuzzParsePerfScript ./app/profiling:FuzzParseCallgrind \
+	./app/profiling:FuzzReadFile ./internal/npy:FuzzParse \
+	./rungcache:FuzzParseMeta \
 	./model:FuzzGGUFHeader ./tokenizer:FuzzEncodeDecode \
 	./tokenizer:FuzzRE2Route ./tokenizer:FuzzSplitPattern \
 	./chat:FuzzRender ./serve:FuzzRequest

@@ -12,8 +12,8 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/ovtoolkit/ovrun/app/bench"
 	"github.com/ovtoolkit/ovrun/compilecost"
-	"github.com/ovtoolkit/ovrun/internal/bench"
 	"github.com/ovtoolkit/ovrun/internal/cliutil"
 	"github.com/ovtoolkit/ovrun/internal/stats"
 	"github.com/ovtoolkit/ovrun/runtime"

@@ -13,8 +13,8 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/ovtoolkit/ovrun/internal/bench"
-	"github.com/ovtoolkit/ovrun/internal/campaignq"
+	"github.com/ovtoolkit/ovrun/app/bench"
+	"github.com/ovtoolkit/ovrun/app/campaignq"
 	"github.com/ovtoolkit/ovrun/internal/cliutil"
 )
 

@@ -14,9 +14,9 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/ovtoolkit/ovrun/internal/cliutil"
-	"github.com/ovtoolkit/ovrun/internal/rungcache"
-	_ "github.com/ovtoolkit/ovrun/internal/rungcache/s3store" // --cache-dir s3://bucket/prefix
 	"github.com/ovtoolkit/ovrun/internal/safefile"
+	"github.com/ovtoolkit/ovrun/rungcache"
+	_ "github.com/ovtoolkit/ovrun/rungcache/s3store" // --cache-dir s3://bucket/prefix
 )
 
 var (

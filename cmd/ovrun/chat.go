@@ -145,10 +145,7 @@ func chatTurn(c *cli.Context, eng *engine.Sequential, comp *ovexec.Compiler, tok
 	if err != nil {
 		return "", err
 	}
-	in := promptInput{text: tok.Decode(ids), tok: tok}
-	for _, id := range ids {
-		in.ids = append(in.ids, int64(id))
-	}
+	in := promptInput{text: tok.Decode(ids), tok: tok, ids: ids}
 	req, err := request(c, in, chatMaxNewFlag.Get(c))
 	if err != nil {
 		return "", err

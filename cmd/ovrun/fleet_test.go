@@ -15,10 +15,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ovtoolkit/ovrun/internal/abtest"
-	"github.com/ovtoolkit/ovrun/internal/bench"
-	"github.com/ovtoolkit/ovrun/internal/campaignq"
-	"github.com/ovtoolkit/ovrun/internal/campaignq/natstest"
+	"github.com/ovtoolkit/ovrun/app/bench"
+	"github.com/ovtoolkit/ovrun/app/campaignq"
+	"github.com/ovtoolkit/ovrun/app/campaignq/natstest"
+	"github.com/ovtoolkit/ovrun/app/compilebench"
 	"github.com/ovtoolkit/ovrun/internal/testenv"
 	"github.com/ovtoolkit/ovrun/model"
 )
@@ -276,8 +276,8 @@ func TestQueuedABExperimentOnAWorker(t *testing.T) {
 	if err := cmd.Run(); err != nil {
 		t.Fatalf("ovtrace ab --queue: %v\n%s\n%s", err, stdout.String(), stderr.String())
 	}
-	var rep abtest.Report
-	readJSON(t, filepath.Join(out, abtest.ClassesDir, "device=CPU", abtest.ReportFile), &rep)
+	var rep compilebench.Report
+	readJSON(t, filepath.Join(out, compilebench.ClassesDir, "device=CPU", compilebench.ReportFile), &rep)
 	if rep.FinishReason != "complete" || len(rep.Warmup) != 4 || len(rep.Trials) != 4 || len(rep.Blocks) != 2 || rep.Equivalent == nil || rep.Equivalent.Compiled == nil {
 		t.Fatalf("class report: finish %s (%s), %d warm-ups, %d trials, %d blocks, equivalence %+v", rep.FinishReason, rep.Error, len(rep.Warmup), len(rep.Trials), len(rep.Blocks), rep.Equivalent)
 	}
@@ -286,13 +286,13 @@ func TestQueuedABExperimentOnAWorker(t *testing.T) {
 	}
 	// The local experiment's code over the same measurements, replayed in
 	// run order (warm-ups, then each block's trials).
-	var replay []*abtest.Measurement
+	var replay []*compilebench.Measurement
 	for _, t := range append(slices.Clone(rep.Warmup[:2]), rep.Trials...) {
-		replay = append(replay, &abtest.Measurement{CompileS: t.Values["compile_s"], CompileCPUS: t.Values["compile_cpu_s"], PeakRSSBytes: int64(t.Values["peak_rss_bytes"])})
+		replay = append(replay, &compilebench.Measurement{CompileS: t.Values["compile_s"], CompileCPUS: t.Values["compile_cpu_s"], PeakRSSBytes: int64(t.Values["peak_rss_bytes"])})
 	}
-	variants, _ := abtest.ParseVariants([]string{"base=", "latency=prop:PERFORMANCE_HINT=LATENCY"})
-	local, err := abtest.Run(t.Context(), abtest.Config{Variants: variants, Pairs: 2, AllowSmall: true},
-		func(context.Context, abtest.Variant, string) (*abtest.Measurement, error) {
+	variants, _ := compilebench.ParseVariants([]string{"base=", "latency=prop:PERFORMANCE_HINT=LATENCY"})
+	local, err := compilebench.Run(t.Context(), compilebench.Config{Variants: variants, Pairs: 2, AllowSmall: true},
+		func(context.Context, compilebench.Variant, string) (*compilebench.Measurement, error) {
 			m := replay[0]
 			replay = replay[1:]
 			return m, nil

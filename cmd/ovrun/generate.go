@@ -196,25 +196,21 @@ func generateAction(c *cli.Context) error {
 	if tok == nil {
 		tok, _ = ck.Tokenizer() // text of token prompts too, where the model has a tokenizer
 	}
-	js := map[string]any{
-		"model": modelFlag.Get(c), "device": comp.Options().Device, "openvino_version": ver,
-		"huge_pages": hugepages.On(),
-		"precision":  comp.Options().Precision, "precision_effective": comp.EffectivePrecision(), "attention": attention, "kv_precision": comp.KVPrecision(),
-		"capacity": capacity, "prompt": in.ids, "prompt_ids": in.ids,
-		"tokens": res.Tokens, "generated_ids": res.Tokens, "text": generatedText(tok, res.Tokens),
-		"finish_reason": res.FinishReason,
-		"compile_s":     res.CompileS, "prefill_s": res.PrefillS,
-		"prefill_used": res.PrefillUsed, "prefill_reason": res.PrefillReason, "shared_step_penalty": res.SharedStepPenalty,
-		"decode_s": res.DecodeS, "decode_tokens_per_s": res.DecodeTokensPerS(),
-		"decode_step_ms": stepPercentiles(res.StepS),
-		"peak_rss_bytes": runtime.PeakRSS(),
-		"weights":        comp.Weights().Format(), "weight_bytes": comp.Weights().TensorBytes(),
-		"compile_in": compileIn(comp),
-		"startup":    startup,
-		"memory":     mem,
+	js := generateOutput{Schema: generateSchema,
+		Model: modelFlag.Get(c), Device: comp.Options().Device, OpenVINOVersion: ver, HugePages: hugepages.On(),
+		Precision: comp.Options().Precision, PrecisionEffective: comp.EffectivePrecision(), Attention: attention, KVPrecision: comp.KVPrecision(),
+		Capacity: capacity, Prompt: in.ids, PromptIDs: in.ids,
+		Tokens: res.Tokens, GeneratedIDs: res.Tokens, Text: generatedText(tok, res.Tokens),
+		FinishReason: res.FinishReason,
+		CompileS:     res.CompileS, PrefillS: res.PrefillS,
+		PrefillUsed: res.PrefillUsed, PrefillReason: res.PrefillReason, SharedStepPenalty: res.SharedStepPenalty,
+		DecodeS: res.DecodeS, DecodeTokensPerS: res.DecodeTokensPerS(), DecodeStepMS: stepPercentiles(res.StepS),
+		PeakRSSBytes: runtime.PeakRSS(),
+		Weights:      string(comp.Weights().Format()), WeightBytes: comp.Weights().TensorBytes(),
+		CompileIn: compileIn(comp), Startup: startup, Memory: mem,
 	}
 	if genErr != nil {
-		js["error"] = genErr.Error()
+		js.Error = genErr.Error()
 	}
 	if err := cliutil.WriteJSON(p, js); err != nil {
 		return errors.Join(genErr, err)
@@ -222,15 +218,62 @@ func generateAction(c *cli.Context) error {
 	return cliutil.Interrupted(genErr, p)
 }
 
+// generateSchema is generateOutput's schema field (docs/outputs.md).
+const generateSchema = "ovrun.generate/1"
+
+// generateOutput is what generate --json writes: the ids, the text, the
+// timings, and where they were made (docs/outputs.md, "ovrun generate
+// --json"). Fields ending in _s are seconds, in _ms milliseconds, in
+// _bytes bytes.
+type generateOutput struct {
+	Schema             string  `json:"schema"`
+	Model              string  `json:"model"`
+	Device             string  `json:"device"`
+	OpenVINOVersion    string  `json:"openvino_version"`
+	HugePages          bool    `json:"huge_pages"`
+	Precision          string  `json:"precision"`           // asked for; "" the device's default
+	PrecisionEffective string  `json:"precision_effective"` // what the device reports it runs
+	Attention          string  `json:"attention"`
+	KVPrecision        string  `json:"kv_precision"`
+	Capacity           int     `json:"capacity"`
+	Prompt             []int64 `json:"prompt"` // the same as prompt_ids, the older name
+	PromptIDs          []int64 `json:"prompt_ids"`
+	Tokens             []int64 `json:"tokens"` // the same as generated_ids, the older name
+	GeneratedIDs       []int64 `json:"generated_ids"`
+	Text               string  `json:"text"`
+	FinishReason       string  `json:"finish_reason"`
+	CompileS           float64 `json:"compile_s"`
+	PrefillS           float64 `json:"prefill_s"`
+	PrefillUsed        string  `json:"prefill_used"`
+	PrefillReason      string  `json:"prefill_reason"`
+	SharedStepPenalty  float64 `json:"shared_step_penalty"`
+	DecodeS            float64 `json:"decode_s"`
+	DecodeTokensPerS   float64 `json:"decode_tokens_per_s"`
+	DecodeStepMS       stepMS  `json:"decode_step_ms"`
+	PeakRSSBytes       int64   `json:"peak_rss_bytes"`
+	Weights            string  `json:"weights"`
+	WeightBytes        int64   `json:"weight_bytes"`
+	CompileIn          string  `json:"compile_in"`
+	// Startup is the seconds before the first graph; Memory where the
+	// resident memory was mid-answer.
+	Startup startupTimes        `json:"startup"`
+	Memory  runtime.MemoryParts `json:"memory"`
+	Error   string              `json:"error,omitempty"`
+}
+
+// stepMS are percentiles of decode step times in milliseconds.
+type stepMS struct {
+	P10 float64 `json:"p10"`
+	P50 float64 `json:"p50"`
+	P90 float64 `json:"p90"`
+}
+
 // stepPercentiles are the 10th, 50th and 90th percentiles of decode step
 // times in milliseconds, for --json: on a shared machine the fastest steps
 // show what the graph costs, the slow ones what the machine took from it.
-func stepPercentiles(steps []float64) map[string]float64 {
-	ms := map[string]float64{}
-	for _, q := range []int{10, 50, 90} {
-		ms[fmt.Sprintf("p%d", q)] = 1e3 * stats.Quantile(steps, float64(q)/100)
-	}
-	return ms
+func stepPercentiles(steps []float64) stepMS {
+	q := func(p float64) float64 { return 1e3 * stats.Quantile(steps, p) }
+	return stepMS{P10: q(0.1), P50: q(0.5), P90: q(0.9)}
 }
 
 // promptFits checks that a prompt of n tokens and newTokens generated

@@ -11,9 +11,9 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/ovtoolkit/ovrun/app/plan"
 	"github.com/ovtoolkit/ovrun/internal/cliutil"
 	"github.com/ovtoolkit/ovrun/internal/hugepages"
-	"github.com/ovtoolkit/ovrun/internal/plancmd"
 	"github.com/ovtoolkit/ovrun/internal/procfs"
 )
 
@@ -64,7 +64,7 @@ directory or its parents.`,
 			runCommand,
 			timelineCommand,
 			contentionCommand,
-			plancmd.Command,
+			plan.Command,
 			benchCommand,
 			cacheCommand,
 			compileWorkerCommand,

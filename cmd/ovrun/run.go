@@ -114,7 +114,7 @@ func runAction(c *cli.Context) error {
 		}
 	}
 	// From here on --json gets a summary whatever happens.
-	sum := &runtime.Summary{Policy: string(policy), Model: modelFlag.Get(c), Ladder: ladder,
+	sum := &runtime.Summary{Schema: runtime.SummarySchema, Policy: string(policy), Model: modelFlag.Get(c), Ladder: ladder,
 		DecodeTokens: decodeTokensFlag.Get(c), Seed: seedFlag.Get(c), FinishReason: "error"}
 	fail := func(err error) error {
 		sum.Error = err.Error()

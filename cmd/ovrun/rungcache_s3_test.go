@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ovtoolkit/ovrun/internal/rungcache"
 	"github.com/ovtoolkit/ovrun/internal/testenv"
+	"github.com/ovtoolkit/ovrun/rungcache"
 	"github.com/ovtoolkit/ovrun/runtime"
 )
 

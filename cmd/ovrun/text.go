@@ -75,10 +75,7 @@ func readPrompt(c *cli.Context, ck *model.Checkpoint) (promptInput, error) {
 	if err != nil {
 		return promptInput{}, err
 	}
-	in := promptInput{text: text, tok: tok}
-	for _, id := range tok.Encode(text, false) {
-		in.ids = append(in.ids, int64(id))
-	}
+	in := promptInput{text: text, tok: tok, ids: tok.Encode(text, false)}
 	if len(in.ids) == 0 {
 		return promptInput{}, errors.New("the prompt has no tokens")
 	}
@@ -148,8 +145,7 @@ func request(c *cli.Context, in promptInput, maxTokens int) (engine.Request, err
 	s, err := sampling(c)
 	r := engine.Request{Prompt: in.ids, MaxTokens: maxTokens, Sampling: s}
 	if in.tok != nil && !ignoreEOSFlag.Get(c) {
-		tok := in.tok
-		r.IsEOG = func(id int64) bool { return tok.IsEOG(int(id)) }
+		r.IsEOG = in.tok.IsEOG
 	}
 	return r, err
 }
@@ -160,14 +156,10 @@ func generatedText(tok *tokenizer.Tokenizer, ids []int64) string {
 	if tok == nil {
 		return ""
 	}
-	out := make([]int, 0, len(ids))
-	for _, id := range ids {
-		out = append(out, int(id))
+	if n := len(ids); n > 0 && tok.IsEOG(ids[n-1]) {
+		ids = ids[:n-1]
 	}
-	if n := len(out); n > 0 && tok.IsEOG(out[n-1]) {
-		out = out[:n-1]
-	}
-	return tok.Decode(out)
+	return tok.Decode(ids)
 }
 
 // textStream prints tokens as text as they are generated, holding back
@@ -185,8 +177,8 @@ func newTextStream(w io.Writer, tok *tokenizer.Tokenizer) *textStream {
 // emit prints a token, as an engine.Request's Emit: it never stops the
 // generation.
 func (s *textStream) emit(id int64) bool {
-	if !s.tok.IsEOG(int(id)) {
-		fmt.Fprint(s.w, s.dec.Next(int(id)))
+	if !s.tok.IsEOG(id) {
+		fmt.Fprint(s.w, s.dec.Next(id))
 	}
 	return true
 }

@@ -47,13 +47,9 @@ func tokenizeAction(c *cli.Context) error {
 		if c.Args().Len() > 0 {
 			return errors.New("give --decode IDS or TEXT, not both")
 		}
-		ids64, err := parseIDs(decodeIDsFlag.Name, s, tok.VocabSize())
+		ids, err := parseIDs(decodeIDsFlag.Name, s, tok.VocabSize())
 		if err != nil {
 			return err
-		}
-		ids := make([]int, len(ids64))
-		for i, id := range ids64 {
-			ids[i] = int(id)
 		}
 		fmt.Fprintln(w, tok.Decode(ids))
 		return nil
@@ -64,7 +60,7 @@ func tokenizeAction(c *cli.Context) error {
 	ids := tok.Encode(c.Args().First(), addSpecialFlag.Get(c))
 	if showTokensFlag.Get(c) {
 		for _, id := range ids {
-			fmt.Fprintf(w, "%d\t%q\n", id, tok.Decode([]int{id}))
+			fmt.Fprintf(w, "%d\t%q\n", id, tok.Decode([]int64{id}))
 		}
 		return nil
 	}

@@ -10,9 +10,9 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/ovtoolkit/ovrun/internal/abtest"
-	"github.com/ovtoolkit/ovrun/internal/bench"
-	"github.com/ovtoolkit/ovrun/internal/campaignq"
+	"github.com/ovtoolkit/ovrun/app/bench"
+	"github.com/ovtoolkit/ovrun/app/campaignq"
+	"github.com/ovtoolkit/ovrun/app/compilebench"
 )
 
 var (
@@ -107,7 +107,7 @@ func workerAction(c *cli.Context) error {
 		},
 		Runners: map[string]campaignq.Runner{
 			campaignq.KindBench: &bench.BlockRunner{Runner: &bench.ExecRunner{Binary: exe}, Log: logf},
-			campaignq.KindAB:    &abtest.BlockRunner{Exe: ovtrace, Log: logf},
+			campaignq.KindAB:    &compilebench.BlockRunner{Exe: ovtrace, Log: logf},
 		},
 	}
 	logf("waiting for blocks on %s with labels %q", q.URL, labels.String())

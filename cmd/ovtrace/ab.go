@@ -11,7 +11,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/ovtoolkit/ovrun/internal/abtest"
+	"github.com/ovtoolkit/ovrun/app/compilebench"
 	"github.com/ovtoolkit/ovrun/internal/cliutil"
 	"github.com/ovtoolkit/ovrun/internal/safefile"
 	"github.com/ovtoolkit/ovrun/internal/stats"
@@ -19,8 +19,8 @@ import (
 
 var (
 	variantFlag       = &cli.StringSliceFlag{Name: "variant", Usage: "`NAME=SPEC` (repeatable, at least two; the first is the control)"}
-	pairsFlag         = &cli.IntFlag{Name: "pairs", Value: abtest.MinPairs, Usage: "paired blocks `N` (even, >= 6; whole Williams cycles for 3+ variants, which the default follows)"}
-	endpointsFlag     = &cli.StringFlag{Name: "endpoints", Value: strings.Join(abtest.DefaultEndpoints, ","), Usage: "`LIST` of compile_s, compile_cpu_s, peak_rss_bytes, ir_build_s"}
+	pairsFlag         = &cli.IntFlag{Name: "pairs", Value: compilebench.MinPairs, Usage: "paired blocks `N` (even, >= 6; whole Williams cycles for 3+ variants, which the default follows)"}
+	endpointsFlag     = &cli.StringFlag{Name: "endpoints", Value: strings.Join(compilebench.DefaultEndpoints, ","), Usage: "`LIST` of compile_s, compile_cpu_s, peak_rss_bytes, ir_build_s"}
 	allowSmallFlag    = &cli.BoolFlag{Name: "allow-small", Usage: "allow fewer than 6 pairs, an odd number, or not whole Williams cycles"}
 	toleranceFlag     = &cli.Float64Flag{Name: "tolerance", Usage: "largest logit difference still reported as equal"}
 	noEquivalenceFlag = &cli.BoolFlag{Name: "no-equivalence", Usage: "skip the logits and compiled-model comparisons"}
@@ -108,7 +108,7 @@ func abAction(c *cli.Context) error {
 			return fmt.Errorf("--json: %w", err)
 		}
 	}
-	variants, err := abtest.ParseVariants(variantFlag.Get(c))
+	variants, err := compilebench.ParseVariants(variantFlag.Get(c))
 	if err != nil {
 		return err
 	}
@@ -121,7 +121,7 @@ func abAction(c *cli.Context) error {
 	if !c.IsSet(pairsFlag.Name) {
 		pairs = stats.BalancedPairs(len(variants))
 	}
-	cfg := abtest.Config{
+	cfg := compilebench.Config{
 		Variants:   variants,
 		Pairs:      pairs,
 		Endpoints:  strings.Split(endpointsFlag.Get(c), ","),
@@ -146,13 +146,13 @@ func abAction(c *cli.Context) error {
 		cfg.LogitsDir = dir
 	}
 	st := cliutil.NewStatus(os.Stderr, quietFlag.Get(c))
-	run := func(ctx context.Context, v abtest.Variant, dumpLogits string) (*abtest.Measurement, error) {
+	run := func(ctx context.Context, v compilebench.Variant, dumpLogits string) (*compilebench.Measurement, error) {
 		o := once
 		o.DumpLogits = dumpLogits
 		o.ExportHash = !noEquivalenceFlag.Get(c)
 		return runOnce(ctx, o, v)
 	}
-	rep, err := abtest.Run(c.Context, cfg, run, func(p abtest.Progress) {
+	rep, err := compilebench.Run(c.Context, cfg, run, func(p compilebench.Progress) {
 		if p.Warmup {
 			st.Show("warm-up %s (excluded; equivalence logits)", p.Variant)
 			return
@@ -171,7 +171,7 @@ func abAction(c *cli.Context) error {
 		}
 	}
 	fmt.Fprintf(c.App.Writer, "%s, capacity %d on %s: ", rep.Model, rep.Capacity, rep.Device)
-	if werr := abtest.WriteReport(c.App.Writer, rep); werr != nil {
+	if werr := compilebench.WriteReport(c.App.Writer, rep); werr != nil {
 		return errors.Join(err, werr)
 	}
 	return err

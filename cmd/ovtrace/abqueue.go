@@ -11,8 +11,8 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/ovtoolkit/ovrun/internal/abtest"
-	"github.com/ovtoolkit/ovrun/internal/campaignq"
+	"github.com/ovtoolkit/ovrun/app/campaignq"
+	"github.com/ovtoolkit/ovrun/app/compilebench"
 	"github.com/ovtoolkit/ovrun/internal/cliutil"
 )
 
@@ -41,13 +41,13 @@ func checkABQueueFlagsUnset(c *cli.Context) error {
 
 // queuedAB publishes the experiment's blocks and, unless --detach,
 // collects them and reports.
-func queuedAB(c *cli.Context, once abtest.OnceConfig, cfg abtest.Config) error {
+func queuedAB(c *cli.Context, once compilebench.OnceConfig, cfg compilebench.Config) error {
 	out := abOutFlag.Get(c)
 	if out == "" {
 		return errors.New("--queue needs the experiment's folder: --out DIR")
 	}
 	if jsonFlag.Get(c) != "" {
-		return fmt.Errorf("--json with --queue: the reports go into --out (classes/CLASS/%s)", abtest.ReportFile)
+		return fmt.Errorf("--json with --queue: the reports go into --out (classes/CLASS/%s)", compilebench.ReportFile)
 	}
 	classes, err := campaignq.ParseClasses(abRequiresFlag.Get(c))
 	if err != nil {
@@ -61,7 +61,7 @@ func queuedAB(c *cli.Context, once abtest.OnceConfig, cfg abtest.Config) error {
 		return err
 	}
 	equivalence := !noEquivalenceFlag.Get(c)
-	qc := &abtest.QueuedCampaign{Model: once.Model, Capacity: once.Capacity, Device: once.Device, Precision: once.Precision,
+	qc := &compilebench.QueuedCampaign{Model: once.Model, Capacity: once.Capacity, Device: once.Device, Precision: once.Precision,
 		Variants: cfg.Variants, Pairs: cfg.Pairs, Endpoints: cfg.Endpoints, Equivalence: equivalence, Tolerance: cfg.Tolerance}
 	for _, v := range cfg.Variants {
 		o := once
@@ -75,7 +75,7 @@ func queuedAB(c *cli.Context, once abtest.OnceConfig, cfg abtest.Config) error {
 	}
 	defer q.Close()
 	id := campaignq.NewCampaignID(time.Now(), rand.Uint32())
-	st, err := abtest.StartQueued(c.Context, q, qc, out, id, classes, ackWait)
+	st, err := compilebench.StartQueued(c.Context, q, qc, out, id, classes, ackWait)
 	if err != nil {
 		return err
 	}
@@ -99,7 +99,7 @@ func abMerge(c *cli.Context, dir string) error {
 	if st.Kind != campaignq.KindAB {
 		return fmt.Errorf("--merge %s: the folder holds an ovrun bench campaign; collect it with: ovrun bench merge %s", dir, dir)
 	}
-	sink, err := abtest.NewQueueSink(dir)
+	sink, err := compilebench.NewQueueSink(dir)
 	if err != nil {
 		return err
 	}
@@ -120,7 +120,7 @@ func abMerge(c *cli.Context, dir string) error {
 func abCollect(c *cli.Context, q *campaignq.Queue, st *campaignq.State, dir string, wait, pool bool) error {
 	status := cliutil.NewStatus(os.Stderr, quietFlag.Get(c))
 	start := time.Now()
-	err := abtest.Collect(c.Context, q, dir, st, wait, func(p campaignq.Progress) {
+	err := compilebench.Collect(c.Context, q, dir, st, wait, func(p campaignq.Progress) {
 		status.Show("blocks collected %d of %d (%d given up)  %s", p.Collected, p.Total, p.GaveUp, time.Since(start).Round(time.Second))
 	})
 	status.Clear()
@@ -133,7 +133,7 @@ func abCollect(c *cli.Context, q *campaignq.Queue, st *campaignq.State, dir stri
 
 // abReport writes the merged reports and prints each class's.
 func abReport(c *cli.Context, dir string, pool bool) error {
-	mr, err := abtest.Merge(dir, pool)
+	mr, err := compilebench.Merge(dir, pool)
 	if mr == nil {
 		return err
 	}
@@ -145,10 +145,10 @@ func abReport(c *cli.Context, dir string, pool bool) error {
 	for _, cr := range results {
 		r := cr.Report
 		fmt.Fprintf(w, "%s (%d of %d blocks; workers %v), %s, capacity %d on %s: ", cr.Class, cr.Collected, cr.Blocks, cr.Workers, r.Model, r.Capacity, r.Device)
-		if werr := abtest.WriteReport(w, r); werr != nil {
+		if werr := compilebench.WriteReport(w, r); werr != nil {
 			return errors.Join(err, werr)
 		}
 	}
-	fmt.Fprintf(w, "overall: %s; %s: %s\n", mr.Overall, mr.Status, filepath.Join(dir, abtest.MergeJSON))
+	fmt.Fprintf(w, "overall: %s; %s: %s\n", mr.Overall, mr.Status, filepath.Join(dir, compilebench.MergeJSON))
 	return err
 }

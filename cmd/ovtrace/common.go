@@ -10,7 +10,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/ovtoolkit/ovrun/internal/abtest"
+	"github.com/ovtoolkit/ovrun/app/compilebench"
 	"github.com/ovtoolkit/ovrun/internal/cliutil"
 	"github.com/ovtoolkit/ovrun/ladder"
 	"github.com/ovtoolkit/ovrun/model"
@@ -38,8 +38,8 @@ const maxCapacity = ladder.MaxCapacity
 
 // onceConfig reads the compile flags; capacity is the graph's (0 where the
 // command measures a whole ladder).
-func onceConfig(c *cli.Context, capacity int) (abtest.OnceConfig, error) {
-	cfg := abtest.OnceConfig{
+func onceConfig(c *cli.Context, capacity int) (compilebench.OnceConfig, error) {
+	cfg := compilebench.OnceConfig{
 		Model:    modelFlag.Get(c),
 		Capacity: capacity,
 		Chunk:    chunkFlag.Get(c),

@@ -10,8 +10,8 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/ovtoolkit/ovrun/app/compilebench"
 	"github.com/ovtoolkit/ovrun/compilecost"
-	"github.com/ovtoolkit/ovrun/internal/abtest"
 	"github.com/ovtoolkit/ovrun/internal/cliutil"
 	"github.com/ovtoolkit/ovrun/internal/safefile"
 	"github.com/ovtoolkit/ovrun/model"
@@ -156,14 +156,14 @@ func compileAction(c *cli.Context) error {
 		}
 	}
 	st := cliutil.NewStatus(os.Stderr, quietFlag.Get(c))
-	sweep := abtest.SweepConfig{Ladder: ladder, Reps: repsFlag.Get(c), Model: cfg.Model, Device: cfg.Device, Precision: cfg.Precision}
-	run := func(ctx context.Context, capacity int) (*abtest.Measurement, error) {
+	sweep := compilebench.SweepConfig{Ladder: ladder, Reps: repsFlag.Get(c), Model: cfg.Model, Device: cfg.Device, Precision: cfg.Precision}
+	run := func(ctx context.Context, capacity int) (*compilebench.Measurement, error) {
 		once := cfg
 		once.Capacity, once.Import = capacity, measureImportFlag.Get(c)
-		return runOnce(ctx, once, abtest.Variant{})
+		return runOnce(ctx, once, compilebench.Variant{})
 	}
 	st.Show("compile 1/%d: capacity %d", len(ladder)*sweep.Reps, ladder[0])
-	prof, err := abtest.Sweep(c.Context, sweep, run, func(p abtest.SweepProgress) {
+	prof, err := compilebench.Sweep(c.Context, sweep, run, func(p compilebench.SweepProgress) {
 		left := p.Elapsed / time.Duration(p.Done) * time.Duration(p.Total-p.Done)
 		st.Show("compile %d/%d done: capacity %d in %.2f s  ETA %s", p.Done, p.Total, p.Capacity, p.Last.CompileS, eta(left))
 	})
@@ -174,16 +174,16 @@ func compileAction(c *cli.Context) error {
 		kinds, chunk = withPrefillChunk(kinds, runtime.PagedPrefillChunk), runtime.PagedPrefillChunk
 	}
 	if prof != nil && err == nil && len(kinds) > 0 {
-		run := func(ctx context.Context, capacity int, k compilecost.Kind, after []model.GraphSpec) (*abtest.Measurement, error) {
+		run := func(ctx context.Context, capacity int, k compilecost.Kind, after []model.GraphSpec) (*compilebench.Measurement, error) {
 			once := cfg
 			once.Capacity, once.Chunk, once.After = capacity, k.Chunk, after
 			once.UnderDecode, once.CompileNice = k.UnderDecode, compileNiceFlag.Get(c)
 			if k.UnderDecode {
 				once.Batch = underDecodeBatchFlag.Get(c)
 			}
-			return runOnce(ctx, once, abtest.Variant{})
+			return runOnce(ctx, once, compilebench.Variant{})
 		}
-		err = abtest.SweepKinds(c.Context, sweep, prof, kinds, chunk, run, func(p abtest.KindsSweepProgress) {
+		err = compilebench.SweepKinds(c.Context, sweep, prof, kinds, chunk, run, func(p compilebench.KindsSweepProgress) {
 			left := p.Elapsed / time.Duration(p.Done) * time.Duration(p.Total-p.Done)
 			st.Show("other kinds %d/%d done: capacity %d %s in %.2f s  ETA %s", p.Done, p.Total, p.Capacity, p.Kind, p.Last.CompileS, eta(left))
 		})
@@ -201,7 +201,7 @@ func compileAction(c *cli.Context) error {
 				fmt.Fprintf(os.Stderr, "ovtrace: wrote the partial profile to %s\n", path)
 			}
 		}
-		if werr := abtest.WriteProfile(c.App.Writer, prof); werr != nil {
+		if werr := compilebench.WriteProfile(c.App.Writer, prof); werr != nil {
 			return errors.Join(err, werr)
 		}
 	}

@@ -13,7 +13,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/ovtoolkit/ovrun/internal/abtest"
+	"github.com/ovtoolkit/ovrun/app/compilebench"
 	"github.com/ovtoolkit/ovrun/internal/childproc"
 	"github.com/ovtoolkit/ovrun/runtime"
 )
@@ -21,7 +21,7 @@ import (
 const compileOnceName = "compile-once"
 
 // compileOnceCommand is the child process of compile, profile and ab: one
-// measured compile, printed as one JSON line (abtest.Measurement).
+// measured compile, printed as one JSON line (compilebench.Measurement).
 var (
 	dumpLogitsFlag   = &cli.StringFlag{Name: "dump-logits", Usage: "after measuring, write the logits of a seeded prompt and one decode step to `FILE.npy`"}
 	promptTokensFlag = &cli.IntFlag{Name: "prompt-tokens", Value: 8, Usage: "prompt length for --dump-logits"}
@@ -62,7 +62,7 @@ var compileOnceCommand = &cli.Command{
 		cfg.Seed = seedFlag.Get(c)
 		cfg.ExportHash = exportHashFlag.Get(c)
 		cfg.Import = importFlag.Get(c)
-		if cfg.After, err = abtest.ParseSpecs(afterFlag.Get(c), maxCapacity); err != nil {
+		if cfg.After, err = compilebench.ParseSpecs(afterFlag.Get(c), maxCapacity); err != nil {
 			return fmt.Errorf("--after: %w", err)
 		}
 		if cfg.UnderDecode = onceUnderDecode.Get(c); cfg.UnderDecode {
@@ -80,7 +80,7 @@ var compileOnceCommand = &cli.Command{
 			}
 			cfg.Batch = b
 		}
-		m, err := abtest.MeasureCompile(c.Context, cfg)
+		m, err := compilebench.MeasureCompile(c.Context, cfg)
 		if err != nil {
 			return err
 		}
@@ -95,7 +95,7 @@ var compileOnceCommand = &cli.Command{
 
 // onceArgs is the command line of a compile-once child (without the
 // executable); the variant's properties override cfg's.
-func onceArgs(cfg abtest.OnceConfig, v abtest.Variant) []string {
+func onceArgs(cfg compilebench.OnceConfig, v compilebench.Variant) []string {
 	args := []string{compileOnceName, "--model", cfg.Model, "--capacity", fmt.Sprint(cfg.Capacity),
 		"--chunk", fmt.Sprint(max(cfg.Chunk, 1)), "--device", cmp.Or(cfg.Device, "CPU")}
 	if cfg.Precision != "" {
@@ -128,7 +128,7 @@ func onceArgs(cfg abtest.OnceConfig, v abtest.Variant) []string {
 		args = append(args, "--import")
 	}
 	if len(cfg.After) > 0 {
-		args = append(args, "--after", abtest.FormatSpecs(cfg.After))
+		args = append(args, "--after", compilebench.FormatSpecs(cfg.After))
 	}
 	return args
 }
@@ -145,18 +145,18 @@ func selfExe() (string, error) {
 // runOnce runs one compile-once child for variant v and parses its line.
 // The child's OVTRACE_MEMO_STATS names a fresh file (on /dev/shm), where a
 // preloaded memoization patch keeps its counters.
-func runOnce(ctx context.Context, cfg abtest.OnceConfig, v abtest.Variant) (*abtest.Measurement, error) {
+func runOnce(ctx context.Context, cfg compilebench.OnceConfig, v compilebench.Variant) (*compilebench.Measurement, error) {
 	exe, err := selfExe()
 	if err != nil {
 		return nil, err
 	}
-	stats, cleanup, err := abtest.NewMemoStatsPath()
+	stats, cleanup, err := compilebench.NewMemoStatsPath()
 	if err != nil {
 		return nil, err
 	}
 	defer cleanup()
 	out, err := childproc.Run(ctx, childproc.Cmd{Name: compileOnceName, Path: exe, Args: onceArgs(cfg, v),
-		Env: append(v.Environ(os.Environ()), abtest.EnvMemoStats+"="+stats)})
+		Env: append(v.Environ(os.Environ()), compilebench.EnvMemoStats+"="+stats)})
 	var ce *childproc.Error
 	if errors.As(err, &ce) && ce.LastStderr != "" {
 		return nil, fmt.Errorf("compile-once: %s", strings.TrimPrefix(ce.LastStderr, "ovtrace: "))
@@ -168,8 +168,8 @@ func runOnce(ctx context.Context, cfg abtest.OnceConfig, v abtest.Variant) (*abt
 }
 
 // parseMeasurement reads the last JSON line of a compile-once output.
-func parseMeasurement(out []byte) (*abtest.Measurement, error) {
-	var m abtest.Measurement
+func parseMeasurement(out []byte) (*compilebench.Measurement, error) {
+	var m compilebench.Measurement
 	if err := childproc.DecodeLastJSONLine(out, &m); err != nil {
 		return nil, fmt.Errorf("compile-once %w", err)
 	}

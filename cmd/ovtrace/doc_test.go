@@ -3,13 +3,13 @@ package main
 import (
 	"testing"
 
-	"github.com/ovtoolkit/ovrun/internal/clidoc"
+	"github.com/ovtoolkit/ovrun/internal/doccheck"
 )
 
 // Every ovtrace command line in README.md and docs/ parses against the real
 // command definitions, with flags after arguments as main allows.
 func TestDocumentedCommandLines(t *testing.T) {
-	lines, err := clidoc.Find("../..", "ovtrace")
+	lines, err := doccheck.Find("../..", "ovtrace")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -17,7 +17,7 @@ func TestDocumentedCommandLines(t *testing.T) {
 		t.Fatalf("found only %d documented ovtrace command lines; is the extraction broken?", len(lines))
 	}
 	for _, l := range lines {
-		if err := clidoc.Check(newApp(), l, flagsFirst); err != nil {
+		if err := doccheck.Check(newApp(), l, flagsFirst); err != nil {
 			t.Errorf("%s\n\t%v", l, err)
 		}
 	}

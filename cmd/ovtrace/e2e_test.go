@@ -8,10 +8,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ovtoolkit/ovrun/app/compilebench"
+	"github.com/ovtoolkit/ovrun/app/plan"
+	"github.com/ovtoolkit/ovrun/app/profiling"
 	"github.com/ovtoolkit/ovrun/compilecost"
-	"github.com/ovtoolkit/ovrun/internal/abtest"
-	"github.com/ovtoolkit/ovrun/internal/plancmd"
-	"github.com/ovtoolkit/ovrun/internal/profiling"
 	"github.com/ovtoolkit/ovrun/internal/testenv"
 	"github.com/ovtoolkit/ovrun/model"
 	"github.com/ovtoolkit/ovrun/runtime"
@@ -110,7 +110,7 @@ func TestMeasuredPropertiesAreOvruns(t *testing.T) {
 	if err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
-	var m abtest.Measurement
+	var m compilebench.Measurement
 	if err := json.Unmarshal([]byte(out), &m); err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
@@ -164,7 +164,7 @@ func TestABEndToEnd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var rep abtest.Report
+	var rep compilebench.Report
 	if err := json.Unmarshal(b, &rep); err != nil {
 		t.Fatal(err)
 	}
@@ -230,7 +230,7 @@ func TestPlan(t *testing.T) {
 			t.Errorf("table lacks %s:\n%s", p, out)
 		}
 	}
-	var rep plancmd.Report
+	var rep plan.Report
 	b, _ := os.ReadFile(path)
 	if err := json.Unmarshal(b, &rep); err != nil || len(rep.Results) != len(compilecost.Policies()) {
 		t.Fatalf("plan.json: %v, %d results", err, len(rep.Results))

@@ -13,9 +13,9 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/ovtoolkit/ovrun/app/plan"
 	"github.com/ovtoolkit/ovrun/internal/cliutil"
 	"github.com/ovtoolkit/ovrun/internal/hugepages"
-	"github.com/ovtoolkit/ovrun/internal/plancmd"
 )
 
 func main() {
@@ -63,7 +63,7 @@ directory or its parents.`,
 			topCommand,
 			diffCommand,
 			abCommand,
-			plancmd.Command,
+			plan.Command,
 			compileOnceCommand,
 		},
 	}

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/ovtoolkit/ovrun/internal/abtest"
+	"github.com/ovtoolkit/ovrun/app/compilebench"
 	"github.com/ovtoolkit/ovrun/internal/testenv"
 )
 
@@ -47,7 +47,7 @@ func TestABPreloadedPatch(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var rep abtest.Report
+	var rep compilebench.Report
 	if err := json.Unmarshal(b, &rep); err != nil {
 		t.Fatal(err)
 	}

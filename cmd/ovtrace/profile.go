@@ -9,9 +9,9 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/ovtoolkit/ovrun/internal/abtest"
+	"github.com/ovtoolkit/ovrun/app/compilebench"
+	"github.com/ovtoolkit/ovrun/app/profiling"
 	"github.com/ovtoolkit/ovrun/internal/cliutil"
-	"github.com/ovtoolkit/ovrun/internal/profiling"
 	"github.com/ovtoolkit/ovrun/internal/safefile"
 )
 
@@ -88,7 +88,7 @@ func profileAction(c *cli.Context) error {
 		}
 	}
 	var meta [][2]string
-	var once *abtest.Measurement
+	var once *compilebench.Measurement
 	if c.Args().Len() > 0 {
 		if c.IsSet(modelFlag.Name) || c.IsSet(capacityFlag.Name) || c.IsSet(profVariant.Name) {
 			return fmt.Errorf("give either --model and --capacity (and --variant) or a command after --, not both")
@@ -107,19 +107,19 @@ func profileAction(c *cli.Context) error {
 		if err != nil {
 			return err
 		}
-		v, err := abtest.ParseVariant("profiled=" + profVariant.Get(c))
+		v, err := compilebench.ParseVariant("profiled=" + profVariant.Get(c))
 		if err != nil {
 			return fmt.Errorf("--variant: %w", err)
 		}
 		if err := v.Check(); err != nil {
 			return fmt.Errorf("--variant: %w", err)
 		}
-		stats, cleanup, err := abtest.NewMemoStatsPath()
+		stats, cleanup, err := compilebench.NewMemoStatsPath()
 		if err != nil {
 			return err
 		}
 		defer cleanup()
-		rc.Env = append(v.Environ(os.Environ()), abtest.EnvMemoStats+"="+stats)
+		rc.Env = append(v.Environ(os.Environ()), compilebench.EnvMemoStats+"="+stats)
 		rc.Command = append([]string{exe}, onceArgs(cfg, v)...)
 		collect := collectFlag.Get(c)
 		if collect != "compile" && collect != "all" {
@@ -181,7 +181,7 @@ func profileAction(c *cli.Context) error {
 }
 
 // memoLine prints a patch's counters for one compile on one line.
-func memoLine(m *abtest.MemoStats) string {
+func memoLine(m *compilebench.MemoStats) string {
 	line := fmt.Sprintf("%s: %d calls, hit rate %.2f%%", m.Patch, m.Counters["calls"], 100*m.HitRate())
 	for _, k := range slices.Sorted(maps.Keys(m.Counters)) {
 		if k != "calls" && k != "hits" {

@@ -5,8 +5,8 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/ovtoolkit/ovrun/app/profiling"
 	"github.com/ovtoolkit/ovrun/internal/cliutil"
-	"github.com/ovtoolkit/ovrun/internal/profiling"
 )
 
 var (

@@ -1,5 +1,5 @@
 // Package svg is the small SVG writer both timeline drawers use
-// (tracing.WriteTimeline and the plots of internal/bench): elements with
+// (tracing.WriteTimeline and the plots of app/bench): elements with
 // coordinates rounded to 0.1 px, so that output is stable for golden files,
 // XML escaping, and round tick values for axes.
 package svg

@@ -14,10 +14,10 @@ import (
 	"sync"
 	"time"
 
-	"github.com/ovtoolkit/ovrun/internal/rungcache"
-	_ "github.com/ovtoolkit/ovrun/internal/rungcache/s3store" // --cache-dir s3://bucket/prefix
 	"github.com/ovtoolkit/ovrun/model"
 	"github.com/ovtoolkit/ovrun/ov"
+	"github.com/ovtoolkit/ovrun/rungcache"
+	_ "github.com/ovtoolkit/ovrun/rungcache/s3store" // --cache-dir s3://bucket/prefix
 	"github.com/ovtoolkit/ovrun/runtime"
 )
 
@@ -30,7 +30,7 @@ import (
 // compile property, OpenVINO's build number and the device's driver and
 // compiler versions where it reports them (NPU). The cache is a folder, or
 // a bucket (--cache-dir s3://bucket/prefix) with a local folder in front
-// of it (internal/rungcache).
+// of it (rungcache).
 
 // rungCache is a Compiler's view of its cache.
 type rungCache struct {

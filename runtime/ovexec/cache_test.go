@@ -8,9 +8,9 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/ovtoolkit/ovrun/internal/rungcache"
 	"github.com/ovtoolkit/ovrun/internal/testenv"
 	"github.com/ovtoolkit/ovrun/model"
+	"github.com/ovtoolkit/ovrun/rungcache"
 	"github.com/ovtoolkit/ovrun/runtime"
 )
 

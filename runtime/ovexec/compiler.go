@@ -18,9 +18,9 @@ import (
 	"golang.org/x/sys/cpu"
 
 	"github.com/ovtoolkit/ovrun/compilecost"
-	"github.com/ovtoolkit/ovrun/internal/rungcache"
 	"github.com/ovtoolkit/ovrun/model"
 	"github.com/ovtoolkit/ovrun/ov"
+	"github.com/ovtoolkit/ovrun/rungcache"
 	"github.com/ovtoolkit/ovrun/runtime"
 )
 
@@ -29,7 +29,7 @@ type Options struct {
 	Device         string            // CPU, GPU, NPU
 	Precision      string            // f32, bf16, f16; empty keeps the device default
 	InferThreads   int               // INFERENCE_NUM_THREADS; 0 keeps the default
-	CacheDir       string            // compiled-rung cache folder (internal/rungcache); empty: none
+	CacheDir       string            // compiled-rung cache folder (rungcache); empty: none
 	CacheMax       int64             // its size cap in bytes; 0: rungcache.DefaultMaxBytes
 	Properties     map[string]string // any further key/value
 	DisablePinning bool              // ENABLE_CPU_PINNING=NO (CPU only)

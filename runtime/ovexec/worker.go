@@ -14,9 +14,9 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/ovtoolkit/ovrun/internal/childproc"
-	"github.com/ovtoolkit/ovrun/internal/rungcache"
 	"github.com/ovtoolkit/ovrun/model"
 	"github.com/ovtoolkit/ovrun/ov"
+	"github.com/ovtoolkit/ovrun/rungcache"
 	"github.com/ovtoolkit/ovrun/runtime"
 )
 
