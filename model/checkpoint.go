@@ -34,7 +34,7 @@ type Checkpoint struct {
 	files []*SafetensorsFile
 }
 
-// Load opens a checkpoint: a GGUF file (see the GGUF section of the README),
+// Load opens a checkpoint: a GGUF file (see docs/benchmarks.md "GGUF weights"),
 // or a directory with config.json and model.safetensors or, when that is
 // absent (the order transformers uses), the shards named by
 // model.safetensors.index.json. It then checks that every tensor the

@@ -28,7 +28,7 @@ const (
 )
 
 // The defaults of the commands' --prefill and --prefill-chunk. auto is the
-// default because the paired campaigns in README.md ("Prefill and decode
+// default because the paired campaigns in docs/benchmarks.md ("Prefill and decode
 // compiled apart") measured it cutting the time to first token of 16-token
 // prompts by 43-46% with no measurable loss for 512-token prompts. 128
 // tokens a call (64 before 2026-12-02) put a 512-token SmolLM2 prompt

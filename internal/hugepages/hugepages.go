@@ -8,7 +8,7 @@
 // 4 KiB pages, compiling qwen2.5-0.5b takes some 900,000 page faults and a
 // decode step, which streams every weight once, walks 250,000 pages; on
 // 2 MiB pages the faults drop to 200,000 and the steps get 1-2% faster
-// (README "Huge pages"). glibc reads its tunables once, when the process
+// (docs/benchmarks.md "Huge pages"). glibc reads its tunables once, when the process
 // starts, so the process starts itself again with the tunable set: Reexec.
 package hugepages
 

@@ -252,7 +252,7 @@ func AllocWeights(w *model.Weights) (*ov.HostBuffer, error) {
 	// The converted weights (dequantized, repacked: all of a GGUF's
 	// quantized tensors) go to an unlinked file, so that like the
 	// checkpoint's own pages they leave the resident set between compiles
-	// (README "Memory"). Where no file can be made they stay in memory.
+	// (docs/design.md "The weights blob"). Where no file can be made they stay in memory.
 	_ = blob.Spill(os.TempDir())
 	return blob, nil
 }
