@@ -38,7 +38,7 @@ func newApp() *cli.App {
 	return &cli.App{
 		Name:  "ovrun",
 		Usage: "run decoder LLMs on a ladder of compiled context capacities (compile ahead, not up front)",
-		Description: `ovrun compiles a Llama/Qwen2 checkpoint into OpenVINO graphs of static context
+		Description: `ovrun compiles a Llama, Qwen2 or Gemma checkpoint into OpenVINO graphs of static context
 capacity and decodes with them. Start with:
 
    ovrun synth --preset small --out /tmp/small          # a synthetic checkpoint
