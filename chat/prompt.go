@@ -17,7 +17,7 @@ import (
 // tokens of its characters, so a user cannot end their turn or write one
 // for the assistant or the system. The template's own control tokens are
 // control tokens either way.
-func (t *Template) PromptIDs(ctx context.Context, tok *tokenizer.Tokenizer, msgs []Message, controlInContent bool) ([]int, error) {
+func (t *Template) PromptIDs(ctx context.Context, tok *tokenizer.Tokenizer, msgs []Message, controlInContent bool) ([]int64, error) {
 	controls := tok.ControlTexts()
 	if controlInContent || !mentionsAny(msgs, controls) {
 		text, err := t.Render(ctx, msgs, true)
@@ -46,7 +46,7 @@ func (t *Template) PromptIDs(ctx context.Context, tok *tokenizer.Tokenizer, msgs
 		return nil, err
 	}
 	marker := regexp.MustCompile("\uE000" + nonce + "([0-9]+)\uE001")
-	var ids []int
+	var ids []int64
 	last := 0
 	for _, m := range marker.FindAllStringSubmatchIndex(text, -1) {
 		ids = append(ids, tok.Encode(text[last:m[0]], false)...)

@@ -9,10 +9,15 @@ import (
 	"slices"
 
 	"github.com/ovtoolkit/ovrun/internal/safefile"
+	"github.com/ovtoolkit/ovrun/internal/schema"
 )
 
 // MaxProfileBytes is the largest cost.json Load reads.
 const MaxProfileBytes = 16 << 20
+
+// ProfileSchema is the schema field of the cost.json Save writes and the
+// newest Load reads (docs/outputs.md, "Cost profile").
+const ProfileSchema = "ovrun.cost/1"
 
 // ErrInvalidProfile is wrapped by every validation error of a Profile.
 var ErrInvalidProfile = errors.New("invalid compile-cost profile")
@@ -21,6 +26,9 @@ var ErrInvalidProfile = errors.New("invalid compile-cost profile")
 // OpenVINO version, one Rung per measured capacity, plus a Fit that extends it
 // to other capacities. It is stored as cost.json (see Load and Save).
 type Profile struct {
+	// Schema is ProfileSchema in what Save writes; "" in a file written
+	// before profiles carried one.
+	Schema string `json:"schema"`
 	// Model names the model (a preset or checkpoint directory name).
 	Model string `json:"model"`
 	// Device is the OpenVINO device the graphs were compiled for, e.g. "CPU".
@@ -254,6 +262,9 @@ func Load(path string) (*Profile, error) {
 	if err != nil {
 		return nil, fmt.Errorf("load compile-cost profile: %w", err)
 	}
+	if err := schema.CheckJSON(b, ProfileSchema); err != nil {
+		return nil, fmt.Errorf("load compile-cost profile %s: %w", path, err)
+	}
 	var p Profile
 	if err := json.Unmarshal(b, &p); err != nil {
 		return nil, fmt.Errorf("load compile-cost profile %s: %w", path, err)
@@ -265,8 +276,9 @@ func Load(path string) (*Profile, error) {
 	return &p, nil
 }
 
-// Save validates the profile, fills missing medians and a missing fit (in
-// p, too), and writes it as indented JSON to path through safefile:
+// Save validates the profile, fills missing medians, a missing fit and
+// the schema (in p, too), and writes it, ProfileSchema first, as indented JSON to path
+// through safefile:
 // atomically, never over anything but a regular file, "-" for standard
 // output.
 func (p *Profile) Save(path string) error {
@@ -274,6 +286,7 @@ func (p *Profile) Save(path string) error {
 		return fmt.Errorf("save %s: %w", path, err)
 	}
 	p.fillDerived()
+	p.Schema = ProfileSchema
 	out := *p
 	out.Rungs = slices.Clone(p.Rungs)
 	for i := range out.Rungs {

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/ovtoolkit/ovrun/internal/safefile"
+	"github.com/ovtoolkit/ovrun/internal/schema"
 )
 
 func TestMedian(t *testing.T) {
@@ -130,6 +131,9 @@ func TestSaveLoadRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if want := "{\n  \"schema\": \"" + ProfileSchema + "\","; !strings.HasPrefix(string(b), want) {
+		t.Errorf("saved file starts %.40q, want the schema first: %q", b, want)
+	}
 	for _, key := range []string{`"model"`, `"device"`, `"openvino_version"`, `"rungs"`, `"capacity"`, `"compile_s"`, `"compile_cpu_s"`, `"median_s"`, `"ir_build_s"`, `"peak_rss_bytes"`, `"fit"`, `"r2"`, `"max_rel_err"`} {
 		if !strings.Contains(string(b), key) {
 			t.Errorf("saved file lacks %s", key)
@@ -219,6 +223,10 @@ func TestLoadErrors(t *testing.T) {
 		{name: "zero capacity", path: write("zero.json", `{"model":"m","device":"CPU","rungs":[{"capacity":0,"compile_s":[2]}]}`),
 			is: ErrInvalidProfile, wantMsg: "not positive"},
 		{name: "a device", path: "/dev/zero", is: safefile.ErrNotRegular, wantMsg: "character device"},
+		{name: "a newer schema", path: write("newer.json", `{"schema":"ovrun.cost/2","model":"m","device":"CPU","rungs":{"changed":true}}`),
+			is: schema.ErrNewer, wantMsg: "ovrun.cost/2 is newer than this ovrun reads (ovrun.cost/1)"},
+		{name: "a run summary", path: write("run.json", `{"schema":"ovrun.run/1","policy":"direct"}`),
+			is: schema.ErrKind, wantMsg: "run.json: schema ovrun.run/1: another kind of file (want ovrun.cost)"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -111,7 +111,7 @@ func TestGemmaGGUFTokenizer(t *testing.T) {
 	}
 	eot, _ := tok.TokenID("<end_of_turn>")
 	got := []any{tok.Token(tok.BOS()), tok.Token(tok.EOS()), tok.IsEOG(eot), tok.Encode("ab", true)[0]}
-	want := []any{"<bos>", "<eos>", true, 2}
+	want := []any{"<bos>", "<eos>", true, int64(2)}
 	if !slices.Equal(got, want) {
 		t.Errorf("bos, eos, <end_of_turn> ends a turn, first id with specials: %v, want %v", got, want)
 	}

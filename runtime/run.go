@@ -50,7 +50,7 @@ func Run(ctx context.Context, comp Compiler, shape KVShape, cfg RunConfig) (*Sum
 	if cfg.ProcessStart.IsZero() {
 		cfg.ProcessStart = cfg.Clock()
 	}
-	s := &Summary{
+	s := &Summary{Schema: SummarySchema,
 		Policy: string(cfg.Policy), Ladder: cfg.Ladder, PromptTokens: len(cfg.Prompt),
 		DecodeTokens: cfg.DecodeTokens, TeacherForced: cfg.Forced != nil,
 		Predictions: []int64{}, Rungs: []RungSummary{}, Boundaries: []BoundarySummary{},

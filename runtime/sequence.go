@@ -69,7 +69,7 @@ type Sequence struct {
 // NewSequence checks cfg against the ladder and registers the sequence;
 // Close unregisters it.
 func (l *CompiledLadder) NewSequence(cfg SequenceConfig) (*Sequence, error) {
-	s := &Summary{Policy: string(l.cfg.Policy), Ladder: l.cfg.Ladder, PromptTokens: len(cfg.Prompt),
+	s := &Summary{Schema: SummarySchema, Policy: string(l.cfg.Policy), Ladder: l.cfg.Ladder, PromptTokens: len(cfg.Prompt),
 		DecodeTokens: cfg.DecodeTokens, TeacherForced: cfg.Forced != nil,
 		Predictions: []int64{}, Rungs: []RungSummary{}, Boundaries: []BoundarySummary{},
 		Compiles: []CompileRecord{}, KVTimeline: []KVSample{}, KVMeasured: Allocated, RemapFallback: l.fallback}

@@ -2,10 +2,17 @@ package runtime
 
 import "github.com/ovtoolkit/ovrun/tracing"
 
+// SummarySchema is a Summary's schema field (docs/outputs.md).
+const SummarySchema = "ovrun.run/1"
+
 // Summary is the run summary written by `ovrun run --json`. Fields ending in
 // _s are seconds: *_start_s and *_end_s are offsets from process start, the
-// rest durations. See docs/design.md §5 and §6 for the definitions.
+// rest durations. See docs/outputs.md for every field, and docs/design.md
+// §6 for the metrics' definitions.
 type Summary struct {
+	// Schema is SummarySchema in every summary made here; "" in a file
+	// written before summaries carried one.
+	Schema          string `json:"schema"`
 	Policy          string `json:"policy"`
 	Model           string `json:"model"`
 	Device          string `json:"device"`

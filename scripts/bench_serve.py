@@ -81,6 +81,8 @@ import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+import ovrun_json  # noqa: E402  ovrun's outputs, their schema checked (docs/outputs.md)
 ARMS = ("ovrun", "ovrun-rounded", "llama.cpp", "genai")
 # ovrun-rounded is ovrun serve --weights rounded: Q4_1/Q4_K blocks with the
 # float minimum rounded to an integer zero point, the form OpenVINO GenAI
@@ -260,7 +262,7 @@ def run_server_arm(a, arm, n, requests, name):
         s1, (b1, t1) = tree_cpu(proc.pid), cpu_times()
         if not os.path.exists(jf):
             raise RuntimeError(f"loadtest exited {rc} without JSON: " + open(f"{a.run_dir}/{name}.loadtest.log").read()[-1500:])
-        res.update(json.load(open(jf)))
+        res.update(ovrun_json.load(jf, "loadtest"))
         res["loadtest_exit"] = rc
         res["server_cpu_s"], res["client_cpu_s"] = s1 - s0, client_cpu
         res["other_cpu_frac"] = max(0.0, ((b1 - b0) / TICK - (s1 - s0) - client_cpu) * TICK / max(1, t1 - t0))

@@ -69,6 +69,8 @@ import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import ovrun_json  # noqa: E402  ovrun's outputs, their schema checked (docs/outputs.md)
 
 # Fixed English text, tokenized by the model's own tokenizer and repeated
 # until the longest prompt is covered.
@@ -263,7 +265,7 @@ def measure(a, model, folder, check, precisions, prompts, rows, failures, t_star
                 if prec == "f32" and check:
                     jf = f"{a.out}/{name}-ovrun-folder.json"
                     run(ovrun_cmd(a, check, C, ids, prec, jf), jf + ".log")
-                    kf = agree(json.load(open(jf))["generated_ids"], o[0]["generated_ids"])
+                    kf = agree(ovrun_json.load(jf, "generate")["generated_ids"], o[0]["generated_ids"])
                     st = json.load(open(os.path.join(check, "config.json"))).get("torch_dtype", "?")
                     eq += f"; ovrun {st} folder = GGUF {kf}/{a.new_tokens}"
                 for tool, runs in (("ovrun", o), ("GenAI", g)):
@@ -305,7 +307,7 @@ def run_genai(a, model, ids, prec, jg):
 def run_ovrun(a, model, C, ids, prec, jo):
     """One ovrun generate in a fresh process, the same fields as run_genai."""
     wall, rss = run(ovrun_cmd(a, model, C, ids, prec, jo), jo + ".log")
-    d = json.load(open(jo))
+    d = ovrun_json.load(jo, "generate")
     d.update(wall_s=wall, rusage_peak_rss_bytes=rss,
              load_compile_s=wall - d["prefill_s"] - d["decode_s"],
              first_token_s=wall - d["decode_s"])

@@ -48,6 +48,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from bench_vs_genai import agree, prompt_ids, reference  # noqa: E402  the same prompt text, agreement and float64 reference
+import ovrun_json  # noqa: E402  ovrun's outputs, their schema checked (docs/outputs.md)
 
 
 # The parts of generate --json "memory" (runtime.MemoryParts), in the order shown.
@@ -135,9 +136,9 @@ def main():
                 if tool.startswith("ovrun"):
                     cmd = ovrun_cmd(out) + (["--cache-dir", cache] if tool == "ovrun-warm" else [])
                     wall, rss = run(cmd, out + ".stdout", log)
-                    d = json.load(open(out))
+                    d = ovrun_json.load(out, "generate")
                     d = dict(decode_tok_s=d["decode_tokens_per_s"], prefill_s=d["prefill_s"], decode_s=d["decode_s"],
-                             tokens=d.get("tokens") or d.get("predictions") or [], memory=d.get("memory") or {})
+                             tokens=d["generated_ids"] or [], memory=d.get("memory") or {})
                 else:
                     cmd = [a.llama, a.model, str(C), str(a.threads), str(a.new_tokens - 1), ids]
                     wall, rss = run(cmd, out, log)

@@ -42,11 +42,16 @@ type LoadConfig struct {
 	APIKey    string // sent as Authorization: Bearer; "": none
 }
 
-// LoadResult is what a load test measured. The fields from /metrics are
-// the server's counters' change over the test (ovrun serve's; a server
-// without them leaves them zero and Metrics false); each is named as the
-// field of ovrun plan --serve that predicts it (docs/planning-a-server.md).
+// LoadResultSchema is a LoadResult's schema field (docs/outputs.md).
+const LoadResultSchema = "ovrun.loadtest/1"
+
+// LoadResult is what a load test measured (ovrun loadtest --json,
+// docs/outputs.md). The fields from /metrics are the server's counters'
+// change over the test (ovrun serve's; a server without them leaves them
+// zero and Metrics false); each is named as the field of ovrun plan
+// --serve that predicts it (docs/planning-a-server.md).
 type LoadResult struct {
+	Schema   string  `json:"schema"`
 	Clients  int     `json:"clients"`
 	Rate     float64 `json:"rate"`
 	Requests int     `json:"requests"`
@@ -151,7 +156,7 @@ func RunLoad(ctx context.Context, cfg LoadConfig) (*LoadResult, error) {
 		ctx, cancel = context.WithTimeout(ctx, cfg.Timeout)
 		defer cancel()
 	}
-	res := &LoadResult{Clients: cfg.Clients, Rate: cfg.Rate}
+	res := &LoadResult{Schema: LoadResultSchema, Clients: cfg.Clients, Rate: cfg.Rate}
 	if cfg.Rate > 0 {
 		res.Clients = 0
 	}

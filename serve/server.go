@@ -203,7 +203,7 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
 		if ids != nil {
 			return ids, nil
 		}
-		return widen(s.cfg.Tokenizer.Encode(text, false)), nil
+		return s.cfg.Tokenizer.Encode(text, false), nil
 	}})
 }
 
@@ -230,8 +230,7 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.run(w, r, job{endpoint: ep, opts: opts, stream: req.Stream, isChat: true, start: start, prompt: func(ctx context.Context) ([]int64, error) {
-		ids, err := s.cfg.Template.PromptIDs(ctx, s.cfg.Tokenizer, req.Messages, s.cfg.ControlInContent)
-		return widen(ids), err
+		return s.cfg.Template.PromptIDs(ctx, s.cfg.Tokenizer, req.Messages, s.cfg.ControlInContent)
 	}})
 }
 
@@ -270,18 +269,6 @@ func (s *Server) read(w http.ResponseWriter, r *http.Request, endpoint string, v
 	leave()
 	return nil, false
 }
-
-func widen(ids []int) []int64 {
-	out := make([]int64, len(ids))
-	for i, id := range ids {
-		out[i] = int64(id)
-	}
-	return out
-}
-
-// isEOG reports the tokenizer's end-of-generation tokens: the engine ends
-// a generation after one.
-func (s *Server) isEOG(id int64) bool { return s.cfg.Tokenizer.IsEOG(int(id)) }
 
 func (s *Server) badID(ids []int64) string {
 	for _, id := range ids {
@@ -450,7 +437,7 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, j job) {
 		}
 		return more && (sse == nil || sse.err == nil)
 	}
-	isEOG := s.isEOG
+	isEOG := s.cfg.Tokenizer.IsEOG // the engine ends a generation after one
 	if j.opts.IgnoreEOS {
 		isEOG = nil // ignore_eos: only max_tokens, the largest context or a stop sequence ends the answer
 	}
@@ -637,10 +624,10 @@ func (t *textOut) add(id int64) (string, bool) {
 	if t.stopped {
 		return "", false
 	}
-	if t.tok.IsEOG(int(id)) {
+	if t.tok.IsEOG(id) {
 		return "", true // the engine ends the sequence itself
 	}
-	t.pending += t.dec.Next(int(id))
+	t.pending += t.dec.Next(id)
 	for _, s := range t.stops {
 		if i := strings.Index(t.pending, s); i >= 0 {
 			t.pending = t.pending[:i]

@@ -64,7 +64,7 @@ func (f *fakeEngine) Generate(ctx context.Context, r engine.Request) (engine.Fin
 		case <-time.After(f.delay):
 		}
 		fin.Tokens++
-		if !r.Emit(int64(id)) {
+		if !r.Emit(id) {
 			fin.Reason = "stop"
 			return fin, nil
 		}
@@ -186,7 +186,7 @@ func TestRequestSampling(t *testing.T) {
 			if r.Sampling != tc.want || r.MaxTokens != tc.maxTokens {
 				t.Errorf("sampling %+v, max tokens %d; want %+v, %d", r.Sampling, r.MaxTokens, tc.want, tc.maxTokens)
 			}
-			if r.IsEOG == nil || !r.IsEOG(int64(smolTok.EOS())) || r.IsEOG(int64(smolTok.Encode("Paris", false)[0])) {
+			if r.IsEOG == nil || !r.IsEOG(smolTok.EOS()) || r.IsEOG(smolTok.Encode("Paris", false)[0]) {
 				t.Error("IsEOG does not say the tokenizer's end-of-generation tokens")
 			}
 		})

@@ -5,8 +5,8 @@ package tokenizer
 // merge rank is merged (leftmost first on ties) until no pair has a rank.
 type bpeModel struct {
 	merges       map[uint64]merge // pairKey(left, right) -> rank and result
-	byteID       [256]int         // token of each byte's rune, -1 if absent
-	whole        map[string]int   // raw bytes -> id of a normal token (ignore_merges)
+	byteID       [256]int64       // token of each byte's rune, -1 if absent
+	whole        map[string]int64 // raw bytes -> id of a normal token (ignore_merges)
 	ignoreMerges bool             // a word that is a token is that token (Llama 3)
 	cache        wordCache
 }
@@ -16,10 +16,10 @@ type merge struct {
 	id   int32
 }
 
-func pairKey(left, right int) uint64 { return uint64(uint32(left))<<32 | uint64(uint32(right)) }
+func pairKey(left, right int64) uint64 { return uint64(uint32(left))<<32 | uint64(uint32(right)) }
 
 type bpeSym struct {
-	id         int // -1 once merged into its left neighbour
+	id         int64 // -1 once merged into its left neighbour
 	prev, next int
 }
 
@@ -36,7 +36,7 @@ func bpeBefore(p, o bpePair) bool {
 }
 
 // encodeWord appends the ids of one pre-tokenized word (raw bytes).
-func (m *bpeModel) encodeWord(w string, out []int) []int {
+func (m *bpeModel) encodeWord(w string, out []int64) []int64 {
 	if ids, ok := m.cache.get(w); ok {
 		return append(out, ids...)
 	}
@@ -46,7 +46,7 @@ func (m *bpeModel) encodeWord(w string, out []int) []int {
 	return out
 }
 
-func (m *bpeModel) mergeWord(w string, out []int) []int {
+func (m *bpeModel) mergeWord(w string, out []int64) []int64 {
 	if m.ignoreMerges {
 		if id, ok := m.whole[w]; ok {
 			return append(out, id)
@@ -80,7 +80,7 @@ func (m *bpeModel) mergeWord(w string, out []int) []int {
 		if !ok || mg.rank != p.rank {
 			continue // stale: a symbol of the pair has merged since
 		}
-		l.id = int(mg.id)
+		l.id = int64(mg.id)
 		l.next = r.next
 		r.id = -1
 		if l.next >= 0 {

@@ -83,7 +83,7 @@ func TestSmolLM2Specials(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		token string
-		id    int
+		id    int64
 		eog   bool
 	}{
 		{"<|endoftext|>", 0, true},

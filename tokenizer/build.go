@@ -5,7 +5,7 @@ import "fmt"
 // index builds the text -> id map, refusing over-long or duplicate tokens
 // (llama.cpp asserts the same). Empty entries are unassigned ids.
 func (t *Tokenizer) index() error {
-	t.ids = make(map[string]int, len(t.tokens))
+	t.ids = make(map[string]int64, len(t.tokens))
 	for id, tok := range t.tokens {
 		if len(tok) > maxTokenBytes {
 			return fmt.Errorf("%w: token %d is %d bytes long (limit %d)", ErrInvalid, id, len(tok), maxTokenBytes)
@@ -16,7 +16,7 @@ func (t *Tokenizer) index() error {
 		if prev, dup := t.ids[tok]; dup {
 			return fmt.Errorf("%w: token %q is both id %d and id %d", ErrInvalid, tok, prev, id)
 		}
-		t.ids[tok] = id
+		t.ids[tok] = int64(id)
 	}
 	return nil
 }
@@ -30,7 +30,7 @@ var eogNames = map[string]bool{
 
 // finish sets up special-token matching, the split and end-of-generation
 // sets. Both constructors end here.
-func (t *Tokenizer) finish(specials []special, eot int) {
+func (t *Tokenizer) finish(specials []special, eot int64) {
 	t.specials = newSpecialMatcher(specials)
 	n := len(t.tokens)
 	t.split = make([]bool, n)
@@ -41,12 +41,12 @@ func (t *Tokenizer) finish(specials []special, eot int) {
 			t.eog[sp.id] = true
 		}
 	}
-	for _, id := range append(append([]int{t.bos, t.eos}, t.prefix...), t.suffix...) {
+	for _, id := range append(append([]int64{t.bos, t.eos}, t.prefix...), t.suffix...) {
 		if id >= 0 {
 			t.split[id] = true
 		}
 	}
-	for _, id := range []int{t.eos, eot} {
+	for _, id := range []int64{t.eos, eot} {
 		if id >= 0 {
 			t.eog[id] = true
 		}

@@ -6,7 +6,7 @@ import "sync"
 // repeats them, and a hit skips the merge loop.
 type wordCache struct {
 	mu sync.Mutex
-	m  map[string][]int
+	m  map[string][]int64
 }
 
 const (
@@ -14,7 +14,7 @@ const (
 	cacheMaxWordBytes = 128
 )
 
-func (c *wordCache) get(w string) ([]int, bool) {
+func (c *wordCache) get(w string) ([]int64, bool) {
 	if len(w) > cacheMaxWordBytes {
 		return nil, false
 	}
@@ -24,14 +24,14 @@ func (c *wordCache) get(w string) ([]int, bool) {
 	return ids, ok
 }
 
-func (c *wordCache) put(w string, ids []int) {
+func (c *wordCache) put(w string, ids []int64) {
 	if len(w) > cacheMaxWordBytes {
 		return
 	}
-	cp := append([]int(nil), ids...)
+	cp := append([]int64(nil), ids...)
 	c.mu.Lock()
 	if c.m == nil || len(c.m) >= cacheMaxWords {
-		c.m = make(map[string][]int, 1024) // start over rather than grow without bound
+		c.m = make(map[string][]int64, 1024) // start over rather than grow without bound
 	}
 	c.m[w] = cp
 	c.mu.Unlock()

@@ -11,7 +11,7 @@ import (
 func TestConcurrentEncode(t *testing.T) {
 	for _, v := range []GGUFVocab{toyBPEVocab(), toySPMVocab()} {
 		tok := mustTokenizer(t, v)
-		want := make([][]int, len(namedCases))
+		want := make([][]int64, len(namedCases))
 		for i, c := range namedCases {
 			want[i] = mustTokenizer(t, v).Encode(c.text, true)
 		}

@@ -19,9 +19,9 @@ func FuzzEncodeDecode(f *testing.F) {
 	spm := mustTokenizer(f, toySPMVocab())
 	f.Fuzz(func(t *testing.T, s string) {
 		for _, tok := range []*Tokenizer{bpe, spm} {
-			for _, ids := range [][]int{tok.Encode(s, false), tok.EncodeOrdinary(s)} {
+			for _, ids := range [][]int64{tok.Encode(s, false), tok.EncodeOrdinary(s)} {
 				for _, id := range ids {
-					if id < 0 || id >= tok.VocabSize() {
+					if id < 0 || id >= int64(tok.VocabSize()) {
 						t.Fatalf("Encode(%q) gave id %d outside the vocabulary", s, id)
 					}
 				}

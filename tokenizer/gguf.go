@@ -85,7 +85,7 @@ func FromGGUF(v GGUFVocab) (*Tokenizer, error) {
 		types[i] = int8(ty)
 	}
 
-	t := &Tokenizer{tokens: v.Tokens, bos: v.BOS, eos: v.EOS}
+	t := &Tokenizer{tokens: v.Tokens, bos: int64(v.BOS), eos: int64(v.EOS)}
 	if err := t.index(); err != nil {
 		return nil, err
 	}
@@ -94,15 +94,15 @@ func FromGGUF(v GGUFVocab) (*Tokenizer, error) {
 		switch types[id] {
 		case TypeControl, TypeUnknown, TypeUserDefined:
 			if tok != "" {
-				specials = append(specials, special{id: id, text: tok, control: types[id] != TypeUserDefined})
+				specials = append(specials, special{id: int64(id), text: tok, control: types[id] != TypeUserDefined})
 			}
 		}
 	}
 	if v.AddBOS {
-		t.prefix = []int{v.BOS}
+		t.prefix = []int64{t.bos}
 	}
 	if v.AddEOS {
-		t.suffix = []int{v.EOS}
+		t.suffix = []int64{t.eos}
 	}
 
 	var err error
@@ -117,7 +117,7 @@ func FromGGUF(v GGUFVocab) (*Tokenizer, error) {
 	if err != nil {
 		return nil, err
 	}
-	t.finish(specials, v.EOT)
+	t.finish(specials, int64(v.EOT))
 	return t, nil
 }
 
@@ -144,7 +144,7 @@ func (t *Tokenizer) ggufBPE(v GGUFVocab, types []int8) error {
 // parseMerges turns "left right" lines into ranked merges. A line without
 // the separating space, or naming a token (or a concatenation) the
 // vocabulary lacks, is an error; a repeated pair keeps its first rank.
-func parseMerges(lines []string, ids map[string]int) (map[uint64]merge, error) {
+func parseMerges(lines []string, ids map[string]int64) (map[uint64]merge, error) {
 	if len(lines) > maxMerges {
 		return nil, fmt.Errorf("%w: %d merges (limit %d)", ErrInvalid, len(lines), maxMerges)
 	}
@@ -164,7 +164,7 @@ func parseMerges(lines []string, ids map[string]int) (map[uint64]merge, error) {
 	return rankMerges(pairs, ids)
 }
 
-func rankMerges(pairs [][2]string, ids map[string]int) (map[uint64]merge, error) {
+func rankMerges(pairs [][2]string, ids map[string]int64) (map[uint64]merge, error) {
 	if len(pairs) > maxMerges {
 		return nil, fmt.Errorf("%w: %d merges (limit %d)", ErrInvalid, len(pairs), maxMerges)
 	}
@@ -197,7 +197,7 @@ func rankMerges(pairs [][2]string, ids map[string]int) (map[uint64]merge, error)
 // id. raw marks ids whose text is literal (special tokens) rather than
 // spelt in the byte alphabet.
 func newBPEModel(tokens []string, raw []bool, merges map[uint64]merge, ignoreMerges bool) (*bpeModel, []string) {
-	m := &bpeModel{merges: merges, ignoreMerges: ignoreMerges, whole: map[string]int{}}
+	m := &bpeModel{merges: merges, ignoreMerges: ignoreMerges, whole: map[string]int64{}}
 	pieces := make([]string, len(tokens))
 	for i := range m.byteID {
 		m.byteID[i] = -1
@@ -213,10 +213,10 @@ func newBPEModel(tokens []string, raw []bool, merges map[uint64]merge, ignoreMer
 			continue
 		}
 		if _, seen := m.whole[b]; !seen {
-			m.whole[b] = id
+			m.whole[b] = int64(id)
 		}
 		if len(b) == 1 && m.byteID[b[0]] < 0 {
-			m.byteID[b[0]] = id
+			m.byteID[b[0]] = int64(id)
 		}
 	}
 	if !ignoreMerges {
@@ -232,7 +232,7 @@ func (t *Tokenizer) ggufSPM(v GGUFVocab, types []int8) error {
 	if scores == nil {
 		scores = make([]float32, len(v.Tokens))
 	}
-	m := &spmModel{pieces: map[string]int{}, scores: scores, unk: v.UNK, spacePrefix: v.AddSpacePrefix}
+	m := &spmModel{pieces: map[string]int64{}, scores: scores, unk: int64(v.UNK), spacePrefix: v.AddSpacePrefix}
 	for i := range m.byteID {
 		m.byteID[i] = -1
 	}
@@ -245,7 +245,7 @@ func (t *Tokenizer) ggufSPM(v GGUFVocab, types []int8) error {
 				return fmt.Errorf("%w: byte token %d is %q, not <0xNN>", ErrInvalid, id, tok)
 			}
 			if m.byteID[b] < 0 {
-				m.byteID[b] = id
+				m.byteID[b] = int64(id)
 			}
 			t.pieces[id] = string([]byte{b})
 		case TypeControl, TypeUnknown:
@@ -254,7 +254,7 @@ func (t *Tokenizer) ggufSPM(v GGUFVocab, types []int8) error {
 			t.pieces[id] = strings.ReplaceAll(tok, spaceMarker, " ")
 			if tok != "" {
 				if _, seen := m.pieces[tok]; !seen {
-					m.pieces[tok] = id
+					m.pieces[tok] = int64(id)
 				}
 			}
 		}

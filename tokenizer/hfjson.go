@@ -129,7 +129,7 @@ type hfNode struct {
 	UseRegex         *bool             `json:"use_regex"`
 	Single           []hfTemplatePiece `json:"single"`
 	SpecialTokens    map[string]struct {
-		IDs []int `json:"ids"`
+		IDs []int64 `json:"ids"`
 	} `json:"special_tokens"`
 }
 
@@ -213,7 +213,7 @@ func parseHFJSON(data []byte) (*Tokenizer, error) {
 			return nil, fmt.Errorf("%w: added token id %d listed twice", ErrInvalid, id)
 		}
 		tokens[id], raw[id] = at.Content, true
-		specials = append(specials, special{id: id, text: at.Content, control: at.Special, lstrip: at.LStrip, rstrip: at.RStrip})
+		specials = append(specials, special{id: int64(id), text: at.Content, control: at.Special, lstrip: at.LStrip, rstrip: at.RStrip})
 	}
 	t := &Tokenizer{tokens: tokens, bos: -1, eos: -1}
 	if err := t.index(); err != nil {
@@ -448,7 +448,7 @@ func (t *Tokenizer) hfPostProcessor(raw json.RawMessage, depth int) error {
 					return fmt.Errorf("%w: template token %q has no ids", ErrInvalid, p.SpecialToken.ID)
 				}
 				for _, id := range st.IDs {
-					if id < 0 || id >= len(t.tokens) {
+					if id < 0 || id >= int64(len(t.tokens)) {
 						return fmt.Errorf("%w: template token %q id %d outside the vocabulary", ErrInvalid, p.SpecialToken.ID, id)
 					}
 				}
@@ -476,7 +476,7 @@ func (t *Tokenizer) applyHFConfig(data []byte) error {
 	}
 	for _, f := range []struct {
 		raw json.RawMessage
-		id  *int
+		id  *int64
 	}{{cfg.BOS, &t.bos}, {cfg.EOS, &t.eos}} {
 		if isNull(f.raw) {
 			continue

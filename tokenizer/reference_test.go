@@ -130,14 +130,14 @@ func allCases() []textCase {
 type bpeRef struct {
 	dir      string
 	vocab    GGUFVocab
-	expected map[string]struct{ Plain, Special [][]int }
+	expected map[string]struct{ Plain, Special [][]int64 }
 }
 
 // spmRef is the locally trained SentencePiece model and its encodings.
 type spmRef struct {
 	vocab    GGUFVocab
 	cases    []textCase
-	expected [][]int
+	expected [][]int64
 }
 
 var (
@@ -305,7 +305,7 @@ func spmReference(t testing.TB) *spmRef {
 	var v vocabJSON
 	readJSON(t, filepath.Join(dir, "spm-vocab.json"), &v)
 	ref.vocab = v.gguf()
-	var exp struct{ Plain [][]int }
+	var exp struct{ Plain [][]int64 }
 	readJSON(t, filepath.Join(dir, "spm-expected.json"), &exp)
 	ref.expected = exp.Plain
 	spmOnce = ref
@@ -313,7 +313,7 @@ func spmReference(t testing.TB) *spmRef {
 }
 
 // compareIDs fails with the first difference, in tokens, when got != want.
-func compareIDs(t *testing.T, tok *Tokenizer, c textCase, got, want []int) {
+func compareIDs(t *testing.T, tok *Tokenizer, c textCase, got, want []int64) {
 	t.Helper()
 	if slices.Equal(got, want) {
 		return
@@ -322,7 +322,7 @@ func compareIDs(t *testing.T, tok *Tokenizer, c textCase, got, want []int) {
 	for i < len(got) && i < len(want) && got[i] == want[i] {
 		i++
 	}
-	show := func(ids []int) string {
+	show := func(ids []int64) string {
 		var parts []string
 		for _, id := range ids[i:min(len(ids), i+6)] {
 			parts = append(parts, fmt.Sprintf("%d:%q", id, tok.Token(id)))
@@ -339,7 +339,7 @@ func compareIDs(t *testing.T, tok *Tokenizer, c textCase, got, want []int) {
 
 // checkRoundTrip asserts Decode(Encode(s)) == s and that a StreamDecoder
 // yields the same text in whole characters.
-func checkRoundTrip(t *testing.T, tok *Tokenizer, c textCase, ids []int) {
+func checkRoundTrip(t *testing.T, tok *Tokenizer, c textCase, ids []int64) {
 	t.Helper()
 	if got := tok.Decode(ids); got != c.text {
 		t.Errorf("%s: Decode(Encode(%.200q)) = %.200q", c.name, c.text, got)

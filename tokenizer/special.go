@@ -2,7 +2,7 @@ package tokenizer
 
 // special is a token Encode cuts out of the text wherever its text appears.
 type special struct {
-	id      int
+	id      int64
 	text    string
 	control bool // not recognised by EncodeOrdinary
 	lstrip  bool // swallows the whitespace on its left (tokenizer.json)

@@ -12,10 +12,10 @@ import (
 // with the highest score merges first (leftmost on ties). A final symbol that
 // is not a piece is spelt with <0xNN> byte tokens, or UNK without them.
 type spmModel struct {
-	pieces      map[string]int // mergeable pieces: normal, user-defined, unused
+	pieces      map[string]int64 // mergeable pieces: normal, user-defined, unused
 	scores      []float32
-	byteID      [256]int // <0xNN> tokens, -1 if absent
-	unk         int
+	byteID      [256]int64 // <0xNN> tokens, -1 if absent
+	unk         int64
 	spacePrefix bool
 }
 
@@ -38,7 +38,7 @@ func spmBefore(p, o spmPair) bool {
 	return p.score > o.score || (p.score == o.score && p.left < o.left)
 }
 
-func (m *spmModel) encode(s string, out []int) []int {
+func (m *spmModel) encode(s string, out []int64) []int64 {
 	if m.spacePrefix {
 		s = " " + s
 	}

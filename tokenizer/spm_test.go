@@ -48,7 +48,7 @@ func TestSPMSpecials(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	refIDs := map[string][]int{}
+	refIDs := map[string][]int64{}
 	for i, c := range ref.cases {
 		refIDs[c.text] = ref.expected[i]
 	}
@@ -58,7 +58,7 @@ func TestSPMSpecials(t *testing.T) {
 		if len(controls) == 0 {
 			continue
 		}
-		want := []int{tok.BOS()}
+		want := []int64{tok.BOS()}
 		for i, part := range parts {
 			want = append(want, refIDs[part]...)
 			if i < len(controls) {
@@ -81,7 +81,7 @@ func TestSPMSpecials(t *testing.T) {
 	if tok.BOS() != 1 || tok.EOS() != 2 || !tok.IsEOG(2) || tok.IsEOG(1) {
 		t.Errorf("BOS %d EOS %d IsEOG(2) %v IsEOG(1) %v", tok.BOS(), tok.EOS(), tok.IsEOG(2), tok.IsEOG(1))
 	}
-	if got := tok.Encode("", true); !slices.Equal(got, []int{1}) {
+	if got := tok.Encode("", true); !slices.Equal(got, []int64{1}) {
 		t.Errorf("Encode(\"\", true) = %v, want [1]", got)
 	}
 }

@@ -21,7 +21,7 @@ func (t *Tokenizer) NewStreamDecoder() *StreamDecoder {
 
 // Next returns the text that id completes; "" while a character is still
 // incomplete.
-func (d *StreamDecoder) Next(id int) string {
+func (d *StreamDecoder) Next(id int64) string {
 	d.pending = d.t.appendPiece(d.pending, id, &d.runStart)
 	n := completePrefix(d.pending)
 	if n == 0 {

@@ -47,7 +47,7 @@ func TestStreamDecoderHoldsPartialCharacters(t *testing.T) {
 // UTF-8 pass straight through; an unfinished character comes out of Flush.
 func TestStreamDecoderInvalidAndTruncated(t *testing.T) {
 	tok := mustTokenizer(t, toySPMVocab())
-	byteID := func(b byte) int { return tok.spm.byteID[b] }
+	byteID := func(b byte) int64 { return tok.spm.byteID[b] }
 	d := tok.NewStreamDecoder()
 	if s := d.Next(byteID(0xff)); s != "\xff" {
 		t.Errorf("Next(<0xFF>) = %q, want the byte at once", s)

@@ -22,13 +22,13 @@ const (
 type Tokenizer struct {
 	tokens []string // vocabulary text by id ("" for an id nothing names)
 	pieces []string // the bytes each id decodes to
-	ids    map[string]int
+	ids    map[string]int64
 
 	specials specialMatcher
-	split    []bool // ids Encode cuts out of the text (specials, BOS, EOS)
-	prefix   []int  // ids Encode adds before the text when asked for specials
-	suffix   []int  // and after it
-	bos, eos int
+	split    []bool  // ids Encode cuts out of the text (specials, BOS, EOS)
+	prefix   []int64 // ids Encode adds before the text when asked for specials
+	suffix   []int64 // and after it
+	bos, eos int64
 	eog      []bool
 
 	normalize func(string) string // nil: none
@@ -41,7 +41,7 @@ type Tokenizer struct {
 // text (such as "<|im_start|>") become their ids. With addSpecial the ids the
 // vocabulary asks for (BOS when add_bos is set, EOS when add_eos is) are
 // added around the text; without it nothing is added.
-func (t *Tokenizer) Encode(text string, addSpecial bool) []int {
+func (t *Tokenizer) Encode(text string, addSpecial bool) []int64 {
 	return t.encode(text, addSpecial, true)
 }
 
@@ -49,12 +49,12 @@ func (t *Tokenizer) Encode(text string, addSpecial bool) []int {
 // plain text, for input that must not inject them (a user's message inside
 // a chat template). User-defined added tokens are still recognised, as in
 // llama.cpp with parse_special off. Nothing is added around the text.
-func (t *Tokenizer) EncodeOrdinary(text string) []int {
+func (t *Tokenizer) EncodeOrdinary(text string) []int64 {
 	return t.encode(text, false, false)
 }
 
-func (t *Tokenizer) encode(text string, addSpecial, parseControl bool) []int {
-	out := make([]int, 0, len(text)/3+4)
+func (t *Tokenizer) encode(text string, addSpecial, parseControl bool) []int64 {
+	out := make([]int64, 0, len(text)/3+4)
 	if addSpecial {
 		out = append(out, t.prefix...)
 	}
@@ -89,7 +89,7 @@ func (t *Tokenizer) encode(text string, addSpecial, parseControl bool) []int {
 }
 
 // encodeText appends the ids of a stretch of text that holds no special token.
-func (t *Tokenizer) encodeText(s string, out []int) []int {
+func (t *Tokenizer) encodeText(s string, out []int64) []int64 {
 	if s == "" {
 		return out
 	}
@@ -119,7 +119,7 @@ func (t *Tokenizer) pretokenize(stage int, s string, emit func(string)) {
 // Decode returns the text of ids: the exact bytes they spell, special tokens
 // as their text. Ids outside the vocabulary are skipped. Byte tokens that do
 // not form valid UTF-8 come back as those bytes.
-func (t *Tokenizer) Decode(ids []int) string {
+func (t *Tokenizer) Decode(ids []int64) string {
 	var b []byte
 	runStart := true
 	for _, id := range ids {
@@ -131,8 +131,8 @@ func (t *Tokenizer) Decode(ids []int) string {
 // appendPiece appends the bytes of one id. For a SentencePiece vocabulary
 // with a space prefix it drops the one space the encoder put in front of
 // each stretch of text (at the start and after every special token).
-func (t *Tokenizer) appendPiece(b []byte, id int, runStart *bool) []byte {
-	if id < 0 || id >= len(t.pieces) {
+func (t *Tokenizer) appendPiece(b []byte, id int64, runStart *bool) []byte {
+	if id < 0 || id >= int64(len(t.pieces)) {
 		return b
 	}
 	p := t.pieces[id]
@@ -150,31 +150,33 @@ func (t *Tokenizer) appendPiece(b []byte, id int, runStart *bool) []byte {
 }
 
 // BOS is the beginning-of-sequence id, -1 if the vocabulary has none.
-func (t *Tokenizer) BOS() int { return t.bos }
+func (t *Tokenizer) BOS() int64 { return t.bos }
 
 // EOS is the end-of-sequence id, -1 if the vocabulary names none.
-func (t *Tokenizer) EOS() int { return t.eos }
+func (t *Tokenizer) EOS() int64 { return t.eos }
 
 // IsEOG reports whether id ends generation: EOS, EOT, or a control token
 // such as <|im_end|>, <|eot_id|> or <|endoftext|>.
-func (t *Tokenizer) IsEOG(id int) bool { return id >= 0 && id < len(t.eog) && t.eog[id] }
+func (t *Tokenizer) IsEOG(id int64) bool { return id >= 0 && id < int64(len(t.eog)) && t.eog[id] }
 
 // IsSpecial reports whether id is a special token: one Encode cuts out of the
 // text (control, user-defined, added tokens) or BOS/EOS. A program printing
 // generated text may want to leave these out.
-func (t *Tokenizer) IsSpecial(id int) bool { return id >= 0 && id < len(t.split) && t.split[id] }
+func (t *Tokenizer) IsSpecial(id int64) bool {
+	return id >= 0 && id < int64(len(t.split)) && t.split[id]
+}
 
 // TokenID returns the id of a vocabulary entry, written as the vocabulary
 // writes it ("<|im_end|>", "Ġthe", "▁the").
-func (t *Tokenizer) TokenID(token string) (int, bool) {
+func (t *Tokenizer) TokenID(token string) (int64, bool) {
 	id, ok := t.ids[token]
 	return id, ok
 }
 
 // Token returns the vocabulary entry of id as the vocabulary writes it, ""
 // for an id outside the vocabulary.
-func (t *Tokenizer) Token(id int) string {
-	if id < 0 || id >= len(t.tokens) {
+func (t *Tokenizer) Token(id int64) string {
+	if id < 0 || id >= int64(len(t.tokens)) {
 		return ""
 	}
 	return t.tokens[id]

@@ -247,7 +247,7 @@ func TestFromHFJSONRejectsBadFiles(t *testing.T) {
 func TestSpecialTokenFlags(t *testing.T) {
 	m := toyHFJSON()
 	vocab := m["model"].(map[string]any)["vocab"].(map[string]int)
-	n := len(vocab)
+	n := int64(len(vocab))
 	m["added_tokens"] = append(m["added_tokens"].([]any),
 		map[string]any{"id": n, "content": "<mask>", "special": true, "lstrip": true, "rstrip": true},
 		map[string]any{"id": n + 1, "content": "<tool>", "special": false})
@@ -257,14 +257,14 @@ func TestSpecialTokenFlags(t *testing.T) {
 		t.Fatal(err)
 	}
 	ids := tok.Encode("a  <mask>  b", false)
-	if want := []int{int(vocab["a"]), n, int(vocab["b"])}; !slices.Equal(ids, want) {
+	if want := []int64{int64(vocab["a"]), n, int64(vocab["b"])}; !slices.Equal(ids, want) {
 		t.Errorf("lstrip/rstrip: %v, want %v", ids, want)
 	}
 	ord := tok.EncodeOrdinary("<|im_end|><tool>")
 	if slices.Contains(ord, 2) || !slices.Contains(ord, n+1) || tok.Decode(ord) != "<|im_end|><tool>" {
 		t.Errorf("EncodeOrdinary = %v", ord)
 	}
-	if !tok.IsSpecial(n) || !tok.IsSpecial(n+1) || tok.IsSpecial(int(vocab["a"])) {
+	if !tok.IsSpecial(n) || !tok.IsSpecial(n+1) || tok.IsSpecial(int64(vocab["a"])) {
 		t.Error("IsSpecial wrong for added tokens")
 	}
 }

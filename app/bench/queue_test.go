@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/ovtoolkit/ovrun/app/campaignq"
+	"github.com/ovtoolkit/ovrun/internal/schema"
 )
 
 // runQueued plays a queued campaign without a server: every item runs on a
@@ -160,6 +161,35 @@ func TestQueuedReportNamesMissingAndFailedBlocks(t *testing.T) {
 	Merge(dir, MergeOptions{})
 	if r := readReport(t, filepath.Join(dir, mr.Classes[0].Dir)).Runs[7]; !strings.Contains(r.Error, "given up") {
 		t.Errorf("run of the given-up block: %q", r.Error)
+	}
+}
+
+// Merge reads the runs that workers wrote without a schema or with this
+// version's, and refuses one that a newer ovrun wrote.
+func TestMergeRefusesANewerSummary(t *testing.T) {
+	cfg := testConfig()
+	cfg.Model, cfg.Pairs = t.TempDir(), 2
+	dir := t.TempDir()
+	runQueued(t, cfg, dir, []campaignq.Labels{{}}, &fakeRunner{})
+	if _, err := Merge(dir, MergeOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(ClassFolder(dir, campaignq.Labels{}), "runs", QueuePlan(cfg)[2].ID()+".json")
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(b, &m); err != nil {
+		t.Fatal(err)
+	}
+	m["schema"] = "ovrun.run/2"
+	b, _ = json.Marshal(m)
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Merge(dir, MergeOptions{}); !errors.Is(err, schema.ErrNewer) || !strings.Contains(err.Error(), path) {
+		t.Errorf("merge over a newer summary: %v", err)
 	}
 }
 

@@ -48,8 +48,9 @@ arms adjacent equally often). The first arm is the control.
 Writes into --out: campaign.json (the campaign, checked by --resume),
 runs/<pair>-<pos>-<arm>.json (each run summary, with its .log), report.json
 (arms, order, runs, comparisons, boundary evidence, machine, versions,
-command), report.md (the endpoint tables) and timeline.svg, kv.svg,
-endpoints.svg.
+command; schema ovrun.bench/1, every field in docs/outputs.md), report.md
+(the endpoint tables) and timeline.svg, kv.svg, endpoints.svg. --resume
+and merge refuse a run summary a newer ovrun wrote.
 
 Why N defaults to 6: the report's p is an exact two-sided sign-flip test of
 the paired differences, whose smallest possible value with N pairs is 2/2^N.

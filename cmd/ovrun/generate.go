@@ -45,7 +45,8 @@ text, finish_reason and the timings (decode_step_ms: the 10th, 50th and
 90th percentiles of the decode steps' infer times) and huge_pages (whether
 malloc was started asking for transparent huge pages: ovrun starts itself
 with GLIBC_TUNABLES=glibc.malloc.hugetlb=1 where the kernel hands them out
-on request; glibc.malloc.hugetlb=0 in GLIBC_TUNABLES keeps 4 KiB pages).`,
+on request; glibc.malloc.hugetlb=0 in GLIBC_TUNABLES keeps 4 KiB pages).
+Every field, with its schema ovrun.generate/1: docs/outputs.md.`,
 	Flags: append(append(compileFlags(),
 		capacityFlag,
 		promptFlag, promptFileFlag, promptIDsFlag, promptTokensFlag, seedFlag, prefillChunkFlag, prefillFlag,

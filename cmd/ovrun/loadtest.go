@@ -44,8 +44,9 @@ prompts of exactly those lengths (token ids 1000..4999, drawn from --seed)
 to /v1/completions, and --ignore-eos makes each answer exactly its
 max_tokens. With the same --rate, --requests, --prompt-tokens,
 --max-tokens and --seed as ovrun plan --serve (its --answer-tokens), the
-load is the one planned, request for request, and the JSON fields compare
-one to one (docs/planning-a-server.md):
+load is the one planned, request for request, and the JSON fields (schema
+ovrun.loadtest/1, every field in docs/outputs.md) compare one to one
+(docs/planning-a-server.md):
 
    ovrun loadtest --rate 0.5 --requests 32 --prompt-tokens 16,64,200 --max-tokens 32,128,256 --ignore-eos --json load.json`,
 		Flags: []cli.Flag{urlFlag, clientsFlag, requestsFlag, loadRateFlag, loadPromptTokensFlag, maxTokMixFlag, loadIgnoreEOSFlag,

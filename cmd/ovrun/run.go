@@ -23,7 +23,7 @@ import (
 var processStart = time.Now()
 
 // defaultCompileNice lets decode keep the cores while a background compile
-// runs (measured with ovrun contention: see README).
+// runs (measured with ovrun contention: see docs/benchmarks.md).
 const defaultCompileNice = 19
 
 var (
@@ -51,7 +51,8 @@ tokenizer; the run then stops at the model's end-of-generation token unless
 (--prompt-ids, or a seeded random --prompt-tokens N for experiments).
 The first rung is the smallest that holds the prompt plus one token. Decode
 steps past the largest rung stop the run with finish_reason "capacity".
---json writes the run summary (also on errors and Ctrl-C, with what was done).
+--json writes the run summary (also on errors and Ctrl-C, with what was done;
+every field, with its schema ovrun.run/1: docs/outputs.md).
 
 --compile-cost FILE (from "ovtrace compile") gives every successor a budget:
 its predicted compile time against the decode window before its boundary,

@@ -12,7 +12,7 @@ func TestCheck(t *testing.T) {
 		want      error
 	}{
 		{"absent: written before the field", "", nil},
-		{"same", "ovrun.run/1", nil},
+		{"same", "ovrun.run/2", nil},
 		{"older", "ovrun.run/1", nil},
 		{"newer", "ovrun.run/3", ErrNewer},
 		{"another kind", "ovrun.cost/1", ErrKind},
