@@ -17,16 +17,11 @@ import (
 )
 
 // The output folder of a queued campaign: campaign.json and queue.json at
-// the top, then one folder per requirement class in the layout a local
-// campaign writes (campaign.json, runs/, report.*, plots) plus blocks/,
-// where each block ran; pooled/ with --pool; merge.json and merge.md.
-const (
-	ClassesDir = "classes"
-	PooledDir  = "pooled"
-	blocksDir  = "blocks"
-	MergeJSON  = "merge.json"
-	MergeMD    = "merge.md"
-)
+// the top, then the queue's layout (campaignq.ClassFolder): one folder per
+// requirement class in the layout a local campaign writes (campaign.json,
+// runs/, report.*, plots) plus blocks/, where each block ran; pooled/ with
+// --pool; merge.json, and MergeMD beside it.
+const MergeMD = "merge.md"
 
 // BlockRun is where one block of a queued campaign ran.
 type BlockRun struct {
@@ -48,15 +43,6 @@ type BlockRun struct {
 type storedBlock struct {
 	Record *campaignq.Record `json:"record"`
 	Result BlockResult       `json:"result"`
-}
-
-// ClassFolder is the folder of a requirement class in a queued campaign.
-func ClassFolder(dir string, req campaignq.Labels) string {
-	return filepath.Join(dir, ClassesDir, campaignq.ClassDir(req))
-}
-
-func blockFile(classDir string, pair int) string {
-	return filepath.Join(classDir, blocksDir, fmt.Sprintf("%02d.json", pair))
 }
 
 // QueueSink writes the collected blocks of a queued campaign into its
@@ -82,7 +68,7 @@ func NewQueueSink(dir string) (*QueueSink, error) {
 // Has reports whether the block is collected: its blocks/NN.json, written
 // last, exists.
 func (s *QueueSink) Has(req campaignq.Labels, block int) bool {
-	_, err := os.Stat(blockFile(ClassFolder(s.Dir, req), block))
+	_, err := os.Stat(campaignq.BlockFile(campaignq.ClassFolder(s.Dir, req), block))
 	return err == nil
 }
 
@@ -101,8 +87,8 @@ func (s *QueueSink) Store(rec *campaignq.Record, files campaignq.Bundle) error {
 	if err := json.Unmarshal(files[blockResultFile], &res); err != nil {
 		return fmt.Errorf("%s: %s: %w", name, blockResultFile, err)
 	}
-	dir := ClassFolder(s.Dir, rec.Requires)
-	if err := errors.Join(safefile.MkdirAll(filepath.Join(dir, "runs")), safefile.MkdirAll(filepath.Join(dir, blocksDir))); err != nil {
+	dir := campaignq.ClassFolder(s.Dir, rec.Requires)
+	if err := errors.Join(safefile.MkdirAll(filepath.Join(dir, "runs")), safefile.MkdirAll(filepath.Join(dir, campaignq.BlocksDir))); err != nil {
 		return err
 	}
 	if _, err := os.Stat(filepath.Join(dir, CampaignFile)); err != nil {
@@ -126,7 +112,7 @@ func (s *QueueSink) Store(rec *campaignq.Record, files campaignq.Bundle) error {
 			s.failed = append(s.failed, fmt.Sprintf("%s, run %s failed on %s: %s", name, r.ID, rec.Worker, r.Error))
 		}
 	}
-	return writeJSON(blockFile(dir, rec.Block), storedBlock{Record: rec, Result: res})
+	return writeJSON(campaignq.BlockFile(dir, rec.Block), storedBlock{Record: rec, Result: res})
 }
 
 // MergeOptions are how Merge reports.
@@ -212,7 +198,7 @@ func Merge(dir string, opt MergeOptions) (*MergeReport, error) {
 			}
 		}
 		cr := classResult(rep, st, req)
-		cr.Dir = filepath.Join(ClassesDir, campaignq.ClassDir(req))
+		cr.Dir = filepath.Join(campaignq.ClassesDir, campaignq.ClassDir(req))
 		missing += cr.Blocks - cr.Collected
 		mr.Classes = append(mr.Classes, cr)
 	}
@@ -221,12 +207,12 @@ func Merge(dir string, opt MergeOptions) (*MergeReport, error) {
 		mr.Overall = "class " + mr.Classes[0].Class + ", the campaign's only class"
 	case opt.Pool && len(mr.Classes) > 1:
 		rep := pooledReport(cfg, mr.Classes, opt.Meta)
-		pdir := filepath.Join(dir, PooledDir)
+		pdir := filepath.Join(dir, campaignq.PooledDir)
 		if err := errors.Join(safefile.MkdirAll(pdir), rep.WriteFiles(pdir)); err != nil {
 			errs = append(errs, err)
 		}
 		cr := classResult(rep, nil, nil)
-		cr.Dir, cr.Blocks = PooledDir, len(rep.Order)
+		cr.Dir, cr.Blocks = campaignq.PooledDir, len(rep.Order)
 		for _, c := range mr.Classes {
 			cr.Collected += c.Collected
 			cr.GaveUp += c.GaveUp
@@ -243,7 +229,7 @@ func Merge(dir string, opt MergeOptions) (*MergeReport, error) {
 	if missing > 0 {
 		mr.Status = "partial: " + mr.Status
 	}
-	if err := writeJSON(filepath.Join(dir, MergeJSON), mr); err != nil {
+	if err := writeJSON(filepath.Join(dir, campaignq.MergeJSON), mr); err != nil {
 		errs = append(errs, err)
 	}
 	if err := writeFile(filepath.Join(dir, MergeMD), []byte(mr.markdown())); err != nil {
@@ -254,7 +240,7 @@ func Merge(dir string, opt MergeOptions) (*MergeReport, error) {
 
 // classReport builds and writes the report of one class from its folder.
 func classReport(dir string, cfg *Config, req campaignq.Labels, st *campaignq.State, meta Meta) (*Report, error) {
-	cdir := ClassFolder(dir, req)
+	cdir := campaignq.ClassFolder(dir, req)
 	gaveUp := map[int]string{}
 	for _, b := range st.Blocks {
 		if b.Requires.String() == req.String() && b.GaveUp != "" {
@@ -264,7 +250,7 @@ func classReport(dir string, cfg *Config, req campaignq.Labels, st *campaignq.St
 	blocks := map[int]*storedBlock{}
 	var runs []BlockRun
 	for p := 1; p <= cfg.Pairs; p++ {
-		b, err := safefile.ReadFile(blockFile(cdir, p), maxJSONBytes)
+		b, err := safefile.ReadFile(campaignq.BlockFile(cdir, p), maxJSONBytes)
 		if errors.Is(err, fs.ErrNotExist) {
 			continue
 		}
@@ -276,7 +262,7 @@ func classReport(dir string, cfg *Config, req campaignq.Labels, st *campaignq.St
 			err = errors.New("no record")
 		}
 		if err != nil {
-			return nil, fmt.Errorf("%s: %w", blockFile(cdir, p), err)
+			return nil, fmt.Errorf("%s: %w", campaignq.BlockFile(cdir, p), err)
 		}
 		blocks[p] = sb
 		br := BlockRun{Pair: p, Class: campaignq.ClassDir(req), Worker: sb.Record.Worker, Host: sb.Record.Host,

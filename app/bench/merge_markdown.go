@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"path/filepath"
 	"strings"
+
+	"github.com/ovtoolkit/ovrun/app/campaignq"
 )
 
 // queued reports whether r is a queued campaign's class or pooled report.
@@ -15,7 +17,7 @@ func (r *Report) writeClass(b *strings.Builder) {
 	switch {
 	case len(r.PooledClasses) > 0:
 		fmt.Fprintf(b, "> **Pooled over %d requirement classes (`--pool`)**: %s. Pairs are numbered class after class. Each pair still ran whole on one machine, but the classes' machines differ: the effect here averages over them, and its interval holds their disagreement. Each class's own report is in `%s/`.\n\n",
-			len(r.PooledClasses), "`"+strings.Join(r.PooledClasses, "`, `")+"`", filepath.Join("..", ClassesDir))
+			len(r.PooledClasses), "`"+strings.Join(r.PooledClasses, "`, `")+"`", filepath.Join("..", campaignq.ClassesDir))
 	case r.Class != "":
 		fmt.Fprintf(b, "Requirement class `%s`: every block ran on a worker whose labels hold it (machines below). Other classes of the campaign are separate reports; `%s` lists them all.\n\n", r.Class, filepath.Join("..", "..", MergeMD))
 	}

@@ -108,14 +108,14 @@ func TestQueuedClassReportsMatchALocalCampaign(t *testing.T) {
 			t.Errorf("class %s: %d blocks collected by %v", cr.Class, cr.Collected, cr.Workers)
 		}
 	}
-	if _, err := os.Stat(filepath.Join(dir, PooledDir)); !errors.Is(err, fs.ErrNotExist) {
+	if _, err := os.Stat(filepath.Join(dir, campaignq.PooledDir)); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("pooled/ written without --pool: %v", err)
 	}
 	mr, err = Merge(dir, MergeOptions{Pool: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	pooled := readReport(t, filepath.Join(dir, PooledDir))
+	pooled := readReport(t, filepath.Join(dir, campaignq.PooledDir))
 	if mr.Pooled == nil || len(pooled.PooledClasses) != 2 || pooled.Comparisons[0].N != 2*cfg.Pairs || !strings.HasPrefix(mr.Overall, "pooled over") {
 		t.Errorf("pooled: %v classes %v, N %d, overall %q", mr.Pooled != nil, pooled.PooledClasses, pooled.Comparisons[0].N, mr.Overall)
 	}
@@ -131,7 +131,7 @@ func TestQueuedReportNamesMissingAndFailedBlocks(t *testing.T) {
 	cfg.Model, cfg.Pairs = t.TempDir(), 2
 	dir := t.TempDir()
 	st := runQueued(t, cfg, dir, []campaignq.Labels{{}}, &fakeRunner{failAt: 3}) // block 1's first measured run
-	os.Remove(blockFile(ClassFolder(dir, campaignq.Labels{}), 2))
+	os.Remove(campaignq.BlockFile(campaignq.ClassFolder(dir, campaignq.Labels{}), 2))
 	mr, err := Merge(dir, MergeOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -174,7 +174,7 @@ func TestMergeRefusesANewerSummary(t *testing.T) {
 	if _, err := Merge(dir, MergeOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	path := filepath.Join(ClassFolder(dir, campaignq.Labels{}), "runs", QueuePlan(cfg)[2].ID()+".json")
+	path := filepath.Join(campaignq.ClassFolder(dir, campaignq.Labels{}), "runs", QueuePlan(cfg)[2].ID()+".json")
 	b, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)

@@ -18,16 +18,13 @@ import (
 )
 
 // The output folder of a queued experiment: campaign.json (the
-// QueuedCampaign) and queue.json, classes/CLASS/ with ab.json (the report
-// a local ovtrace ab --json writes, over the class's blocks) and blocks/,
-// pooled/ab.json with --pool, and merge.json.
+// QueuedCampaign) and queue.json, and the queue's layout (campaignq.ClassFolder):
+// classes/CLASS/ with ab.json (the report a local ovtrace ab --json
+// writes, over the class's blocks) and blocks/, pooled/ab.json with
+// --pool, and merge.json.
 const (
 	CampaignFile = "campaign.json"
 	ReportFile   = "ab.json"
-	ClassesDir   = "classes"
-	PooledDir    = "pooled"
-	MergeJSON    = "merge.json"
-	blocksDir    = "blocks"
 )
 
 // BlockRun is where one block of a queued experiment ran.
@@ -48,14 +45,6 @@ type BlockRun struct {
 type storedBlock struct {
 	Record *campaignq.Record `json:"record"`
 	Result BlockResult       `json:"result"`
-}
-
-func classFolder(dir string, req campaignq.Labels) string {
-	return filepath.Join(dir, ClassesDir, campaignq.ClassDir(req))
-}
-
-func blockFile(classDir string, block int) string {
-	return filepath.Join(classDir, blocksDir, fmt.Sprintf("%02d.json", block))
 }
 
 // StartQueued begins a queued experiment in dir: it refuses a folder that
@@ -107,7 +96,7 @@ func NewQueueSink(dir string) (*QueueSink, error) {
 
 // Has reports whether the block's blocks/NN.json exists.
 func (s *QueueSink) Has(req campaignq.Labels, block int) bool {
-	_, err := os.Stat(blockFile(classFolder(s.Dir, req), block))
+	_, err := os.Stat(campaignq.BlockFile(campaignq.ClassFolder(s.Dir, req), block))
 	return err == nil
 }
 
@@ -124,11 +113,11 @@ func (s *QueueSink) Store(rec *campaignq.Record, files campaignq.Bundle) error {
 	if res.Block != rec.Block || rec.Block > s.Campaign.Pairs {
 		return fmt.Errorf("%s: the result is block %d's", name, res.Block)
 	}
-	dir := classFolder(s.Dir, rec.Requires)
-	if err := safefile.MkdirAll(filepath.Join(dir, blocksDir)); err != nil {
+	dir := campaignq.ClassFolder(s.Dir, rec.Requires)
+	if err := safefile.MkdirAll(filepath.Join(dir, campaignq.BlocksDir)); err != nil {
 		return err
 	}
-	return safefile.WriteJSON(blockFile(dir, rec.Block), storedBlock{Record: rec, Result: res})
+	return safefile.WriteJSON(campaignq.BlockFile(dir, rec.Block), storedBlock{Record: rec, Result: res})
 }
 
 // MergeReport is DIR/merge.json of a queued experiment.
@@ -193,7 +182,7 @@ func Merge(dir string, pool bool) (*MergeReport, error) {
 			continue
 		}
 		cr := classResult(rep)
-		cr.File = filepath.Join(ClassesDir, campaignq.ClassDir(req), ReportFile)
+		cr.File = filepath.Join(campaignq.ClassesDir, campaignq.ClassDir(req), ReportFile)
 		for _, b := range st.Blocks {
 			if b.Requires.String() == req.String() && b.GaveUp != "" {
 				cr.GaveUp++
@@ -209,11 +198,11 @@ func Merge(dir string, pool bool) (*MergeReport, error) {
 	case pool && len(mr.Classes) > 1:
 		rep := pooledReport(qc, mr.Classes)
 		cr := classResult(rep)
-		cr.File = filepath.Join(PooledDir, ReportFile)
+		cr.File = filepath.Join(campaignq.PooledDir, ReportFile)
 		for _, c := range mr.Classes {
 			cr.GaveUp += c.GaveUp
 		}
-		errs = append(errs, safefile.MkdirAll(filepath.Join(dir, PooledDir)), safefile.WriteJSON(filepath.Join(dir, cr.File), rep))
+		errs = append(errs, safefile.MkdirAll(filepath.Join(dir, campaignq.PooledDir)), safefile.WriteJSON(filepath.Join(dir, cr.File), rep))
 		mr.Pooled = &cr
 		mr.Overall = "pooled over " + strings.Join(rep.PooledClasses, " and ") + " (--pool)"
 	default:
@@ -223,13 +212,13 @@ func Merge(dir string, pool bool) (*MergeReport, error) {
 	if missing > 0 {
 		mr.Status = "partial: " + mr.Status
 	}
-	errs = append(errs, safefile.WriteJSON(filepath.Join(dir, MergeJSON), mr))
+	errs = append(errs, safefile.WriteJSON(filepath.Join(dir, campaignq.MergeJSON), mr))
 	return mr, errors.Join(errs...)
 }
 
 // classReport assembles one class's report from its collected blocks.
 func classReport(dir string, qc *QueuedCampaign, req campaignq.Labels, st *campaignq.State) (*Report, error) {
-	cdir := classFolder(dir, req)
+	cdir := campaignq.ClassFolder(dir, req)
 	cfg := qc.config()
 	orders := stats.Orders(len(qc.Variants), qc.Pairs)
 	rep := &Report{Model: filepath.Base(filepath.Clean(qc.Model)), Capacity: qc.Capacity, Device: qc.Device, Precision: qc.Precision,
@@ -238,7 +227,7 @@ func classReport(dir string, qc *QueuedCampaign, req campaignq.Labels, st *campa
 	var eqs []blockEquivalence
 	var failed, absent []string
 	for b := 1; b <= qc.Pairs; b++ {
-		data, err := safefile.ReadFile(blockFile(cdir, b), 64<<20)
+		data, err := safefile.ReadFile(campaignq.BlockFile(cdir, b), 64<<20)
 		if errors.Is(err, fs.ErrNotExist) {
 			absent = append(absent, fmt.Sprint(b))
 			continue
@@ -251,7 +240,7 @@ func classReport(dir string, qc *QueuedCampaign, req campaignq.Labels, st *campa
 			err = errors.New("no record")
 		}
 		if err != nil {
-			return nil, fmt.Errorf("%s: %w", blockFile(cdir, b), err)
+			return nil, fmt.Errorf("%s: %w", campaignq.BlockFile(cdir, b), err)
 		}
 		r := sb.Result
 		rep.Blocks = append(rep.Blocks, BlockRun{Block: b, Class: rep.Class, Worker: sb.Record.Worker, Host: sb.Record.Host,
@@ -326,7 +315,7 @@ func pooledReport(qc *QueuedCampaign, classes []ClassResult) *Report {
 	rep.Memo = summariseMemo(rep.Variants, rep.Trials)
 	rep.FinishReason = reason
 	rep.Notes = []string{fmt.Sprintf("POOLED over %d requirement classes (--pool): %s; pairs numbered class after class. Each pair ran whole on one machine, but the classes' machines differ: the effect averages over them. Each class's own report is in %s/.",
-		len(classes), strings.Join(rep.PooledClasses, "; "), ClassesDir)}
+		len(classes), strings.Join(rep.PooledClasses, "; "), campaignq.ClassesDir)}
 	return rep
 }
 

@@ -173,7 +173,7 @@ func TestQueuedCampaignSurvivesAKilledWorker(t *testing.T) {
 	}
 
 	var mr bench.MergeReport
-	readJSON(t, filepath.Join(out, bench.MergeJSON), &mr)
+	readJSON(t, filepath.Join(out, campaignq.MergeJSON), &mr)
 	if len(mr.Classes) != 2 || mr.Pooled != nil || !strings.HasPrefix(mr.Overall, "none") || mr.Status != "2 of 2 blocks collected" && mr.Status != "4 of 4 blocks collected" {
 		t.Fatalf("merge.json: %d classes, pooled %v, overall %q, status %q", len(mr.Classes), mr.Pooled != nil, mr.Overall, mr.Status)
 	}
@@ -236,11 +236,11 @@ func TestQueuedCampaignSurvivesAKilledWorker(t *testing.T) {
 		t.Fatalf("merge --pool: exit %d\n%s\n%s", code, so, se)
 	}
 	var pooled bench.Report
-	readJSON(t, filepath.Join(out, bench.PooledDir, "report.json"), &pooled)
+	readJSON(t, filepath.Join(out, campaignq.PooledDir, "report.json"), &pooled)
 	if len(pooled.PooledClasses) != 2 || pooled.Comparisons[0].N != 4 || len(pooled.Order) != 4 {
 		t.Errorf("pooled report: classes %v, N %d, %d blocks", pooled.PooledClasses, pooled.Comparisons[0].N, len(pooled.Order))
 	}
-	if md, _ := os.ReadFile(filepath.Join(out, bench.PooledDir, "report.md")); !strings.Contains(string(md), "Pooled over 2 requirement classes") {
+	if md, _ := os.ReadFile(filepath.Join(out, campaignq.PooledDir, "report.md")); !strings.Contains(string(md), "Pooled over 2 requirement classes") {
 		t.Errorf("pooled report.md does not say it pools:\n%s", md)
 	}
 	if so, _, code := ovrun(t, nil, "bench", "merge", out); code != 0 || !strings.Contains(so, "overall: none") {
@@ -277,7 +277,7 @@ func TestQueuedABExperimentOnAWorker(t *testing.T) {
 		t.Fatalf("ovtrace ab --queue: %v\n%s\n%s", err, stdout.String(), stderr.String())
 	}
 	var rep compilebench.Report
-	readJSON(t, filepath.Join(out, compilebench.ClassesDir, "device=CPU", compilebench.ReportFile), &rep)
+	readJSON(t, filepath.Join(out, campaignq.ClassesDir, "device=CPU", compilebench.ReportFile), &rep)
 	if rep.FinishReason != "complete" || len(rep.Warmup) != 4 || len(rep.Trials) != 4 || len(rep.Blocks) != 2 || rep.Equivalent == nil || rep.Equivalent.Compiled == nil {
 		t.Fatalf("class report: finish %s (%s), %d warm-ups, %d trials, %d blocks, equivalence %+v", rep.FinishReason, rep.Error, len(rep.Warmup), len(rep.Trials), len(rep.Blocks), rep.Equivalent)
 	}

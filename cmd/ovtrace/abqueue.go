@@ -149,6 +149,6 @@ func abReport(c *cli.Context, dir string, pool bool) error {
 			return errors.Join(err, werr)
 		}
 	}
-	fmt.Fprintf(w, "overall: %s; %s: %s\n", mr.Overall, mr.Status, filepath.Join(dir, compilebench.MergeJSON))
+	fmt.Fprintf(w, "overall: %s; %s: %s\n", mr.Overall, mr.Status, filepath.Join(dir, campaignq.MergeJSON))
 	return err
 }
