@@ -35,7 +35,7 @@ import (
 // would show nothing fails the test.
 func TestCollectorPipeline(t *testing.T) {
 	otelcol, prom := collectorTools(t)
-	j := startJaegerTB(t)
+	j := startJaeger(t)
 	c := startCollector(t, otelcol, j.otlp)
 	g := testenv.SmolLM2(t)
 
@@ -253,27 +253,6 @@ func loopbackPorts(tb testing.TB, n int) []string {
 }
 
 func hostOf(base string) string { return strings.TrimPrefix(base, "http://") }
-
-// startJaegerTB is startJaeger for tests and benchmarks alike: the same
-// configuration (jaegerConfig), on free loopback ports.
-func startJaegerTB(tb testing.TB) jaeger {
-	tb.Helper()
-	bin := os.Getenv("OVRUN_JAEGER")
-	if bin == "" {
-		tb.Skip("OVRUN_JAEGER is not set: run `make test` (it builds Jaeger into .cache/bin/jaeger and sets it)")
-	}
-	a := loopbackPorts(tb, 4)
-	port := func(addr string) int { _, p, _ := net.SplitHostPort(addr); n, _ := strconv.Atoi(p); return n }
-	cfg := filepath.Join(tb.TempDir(), "jaeger.yaml")
-	if err := os.WriteFile(cfg, fmt.Appendf(nil, jaegerConfig, port(a[0]), port(a[1]), port(a[2]), port(a[3])), 0o644); err != nil {
-		tb.Fatal(err)
-	}
-	j := jaeger{otlp: a[3], query: "http://" + a[1]}
-	startProcess(tb, "jaeger", bin, nil, func() bool {
-		return httpOK("http://"+a[0]+"/status") && httpOK(j.query+"/api/services") && dials(j.otlp)
-	}, "--config", cfg)
-	return j
-}
 
 // waitTraces polls Jaeger for the traces whose root is operation op until
 // there are want of them, or their number has not grown for 5 s (at most

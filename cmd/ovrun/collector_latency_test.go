@@ -36,7 +36,7 @@ func BenchmarkCollectorLatency(b *testing.B) {
 	if otelcol == "" {
 		b.Skip("OVRUN_OTELCOL is not set: `make otelcol` builds .cache/bin/otelcol-ovrun")
 	}
-	j := startJaegerTB(b)
+	j := startJaeger(b)
 	c := startCollector(b, otelcol, j.otlp)
 	for _, path := range []struct{ name, endpoint string }{{"direct", j.otlp}, {"collector", c.otlp}} {
 		b.Run(path.name, func(b *testing.B) {

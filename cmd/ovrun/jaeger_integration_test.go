@@ -1,15 +1,14 @@
 package main
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -68,74 +67,25 @@ type jaeger struct {
 	query string // base URL of the query API
 }
 
-// startJaeger runs $OVRUN_JAEGER on free loopback ports until the test ends.
-func startJaeger(t *testing.T) jaeger {
-	t.Helper()
+// startJaeger runs $OVRUN_JAEGER (jaegerConfig) on free loopback ports
+// until the test or benchmark ends.
+func startJaeger(tb testing.TB) jaeger {
+	tb.Helper()
 	bin := os.Getenv("OVRUN_JAEGER")
 	if bin == "" {
-		t.Skip("OVRUN_JAEGER is not set: run `make test` (it builds Jaeger into .cache/bin/jaeger and sets it)")
+		tb.Skip("OVRUN_JAEGER is not set: run `make test` (it builds Jaeger into .cache/bin/jaeger and sets it)")
 	}
-	ports := freePorts(t, 4)
-	cfg := filepath.Join(t.TempDir(), "jaeger.yaml")
-	if err := os.WriteFile(cfg, fmt.Appendf(nil, jaegerConfig, ports[0], ports[1], ports[2], ports[3]), 0o644); err != nil {
-		t.Fatal(err)
+	a := loopbackPorts(tb, 4)
+	port := func(addr string) int { _, p, _ := net.SplitHostPort(addr); n, _ := strconv.Atoi(p); return n }
+	cfg := filepath.Join(tb.TempDir(), "jaeger.yaml")
+	if err := os.WriteFile(cfg, fmt.Appendf(nil, jaegerConfig, port(a[0]), port(a[1]), port(a[2]), port(a[3])), 0o644); err != nil {
+		tb.Fatal(err)
 	}
-	cmd := exec.Command(bin, "--config", cfg)
-	var log bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &log, &log
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("OVRUN_JAEGER=%s: %v", bin, err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(os.Interrupt)
-		select {
-		case <-exited:
-		case <-time.After(10 * time.Second):
-			_ = cmd.Process.Kill()
-			<-exited
-		}
-		if t.Failed() {
-			t.Logf("jaeger output:\n%s", log.String())
-		}
-	})
-	j := jaeger{otlp: fmt.Sprintf("127.0.0.1:%d", ports[3]), query: fmt.Sprintf("http://127.0.0.1:%d", ports[1])}
-	health := fmt.Sprintf("http://127.0.0.1:%d/status", ports[0])
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		select {
-		case err := <-exited:
-			exited <- err
-			t.Fatalf("jaeger exited before it was ready (%v):\n%s", err, log.String())
-		default:
-		}
-		if httpOK(health) && httpOK(j.query+"/api/services") && dials(j.otlp) {
-			return j
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("jaeger not ready after 60 s:\n%s", log.String())
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-}
-
-func freePorts(t *testing.T, n int) []int {
-	t.Helper()
-	var ports []int
-	var ls []net.Listener
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		ls = append(ls, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	for _, l := range ls {
-		l.Close()
-	}
-	return ports
+	j := jaeger{otlp: a[3], query: "http://" + a[1]}
+	startProcess(tb, "jaeger", bin, nil, func() bool {
+		return httpOK("http://"+a[0]+"/status") && httpOK(j.query+"/api/services") && dials(j.otlp)
+	}, "--config", cfg)
+	return j
 }
 
 func httpOK(url string) bool {
