@@ -121,6 +121,7 @@ type Weights struct {
 	mu       sync.Mutex
 	buf      []byte
 	pool     map[string]int64
+	poolAt   map[int64][]byte // the pool's constants by offset (PoolConst)
 	poolUsed int64
 	pending  [][2]int64 // pool entries added before Bind: offset, index into pendBytes
 	pendData [][]byte
@@ -135,7 +136,8 @@ func NewWeightsWith(ck *Checkpoint, opts WeightOptions) *Weights {
 	if format == "" {
 		format = WeightsNative
 	}
-	w := &Weights{ck: ck, format: format, slots: map[string]*slot{}, fused: map[string]*slot{}, pool: map[string]int64{}}
+	w := &Weights{ck: ck, format: format, slots: map[string]*slot{}, fused: map[string]*slot{},
+		pool: map[string]int64{}, poolAt: map[int64][]byte{}}
 	for _, s := range RequiredTensors(ck.Config) {
 		w.names = append(w.names, s.Name)
 	}
@@ -218,6 +220,39 @@ func (w *Weights) mapFiles() int64 {
 		}
 	}
 	return end
+}
+
+// Plan describes the checkpoint part of the blob as planned: the format
+// and every tensor's and fused group's place and form, in a fixed order.
+// With the checkpoint files' bytes (Sources) and the code that converts
+// them it determines that part's bytes (see ovexec's digest memo).
+func (w *Weights) Plan() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "format=%s size=%d\n", w.format, w.size)
+	for _, f := range w.files {
+		fmt.Fprintf(&b, "file %s at=%d size=%d\n", f.Path, f.Offset, f.Size)
+	}
+	for _, n := range w.names {
+		fmt.Fprintf(&b, "%s %+v\n", n, *w.slots[n])
+	}
+	fused := make([]string, 0, len(w.fused))
+	for n := range w.fused {
+		fused = append(fused, n)
+	}
+	sort.Strings(fused)
+	for _, n := range fused {
+		fmt.Fprintf(&b, "%s %+v\n", n, *w.fused[n])
+	}
+	return b.String()
+}
+
+// Sources are the paths of the checkpoint files the weights are read from.
+func (w *Weights) Sources() []string {
+	var paths []string
+	for _, m := range w.ck.mappings() {
+		paths = append(paths, m.path)
+	}
+	return paths
 }
 
 // Files are the checkpoint files the blob maps (from offset 0 on): a
@@ -503,6 +538,19 @@ func (w *Weights) fillPacked(buf []byte, t *Tensor, s *slot, i int, src []byte) 
 	}
 }
 
+// PoolConst is the constant the pool holds at off, size bytes of it
+// (poolAdd's offsets), bound or not yet: false when no constant starts
+// there or it is shorter.
+func (w *Weights) PoolConst(off, size int64) ([]byte, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	b, ok := w.poolAt[off]
+	if !ok || int64(len(b)) < size {
+		return nil, false
+	}
+	return b[:size], true
+}
+
 // Bytes returns the bound blob (nil before Bind).
 func (w *Weights) Bytes() []byte {
 	w.mu.Lock()
@@ -543,11 +591,13 @@ func (w *Weights) poolAdd(data []byte) (int64, error) {
 	}
 	w.poolUsed = off - w.size + int64(len(data))
 	w.pool[string(data)] = off
+	own := append([]byte(nil), data...)
+	w.poolAt[off] = own
 	if w.buf != nil {
 		copy(w.buf[off:], data)
 	} else {
 		w.pending = append(w.pending, [2]int64{off, int64(len(w.pendData))})
-		w.pendData = append(w.pendData, append([]byte(nil), data...))
+		w.pendData = append(w.pendData, own)
 	}
 	return off, nil
 }

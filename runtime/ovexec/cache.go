@@ -36,7 +36,7 @@ import (
 type rungCache struct {
 	store   *rungcache.Cache
 	version string // OpenVINO's build number
-	weights string // digest of the checkpoint part of the weights blob (weightsDigest)
+	weights string // digest of the checkpoint part of the weights blob (weightsDigest), set before any key
 
 	driverOnce sync.Once
 	driver     string // the device's driver and compiler versions (deviceDriver)
@@ -45,13 +45,10 @@ type rungCache struct {
 	keys map[model.GraphSpec]rungcache.Key // keys computed so far (a spec's key never changes)
 }
 
-// openRungCache opens opts' cache folder, nil when there is none, for a
-// compiler whose checkpoint part of the weights blob is weights (NewCompiler
-// has set the compile properties on the core for imports).
-func openRungCache(opts Options, weights []byte) (*rungCache, error) {
-	if opts.CacheDir == "" {
-		return nil, nil
-	}
+// openRungCache opens opts' cache folder, its digest of the weights not
+// known yet (weights.go); NewCompiler has set the compile properties on
+// the core for imports.
+func openRungCache(opts Options) (*rungCache, error) {
 	store, err := rungcache.Open(opts.CacheDir, opts.CacheMax)
 	if err != nil {
 		return nil, err
@@ -60,7 +57,7 @@ func openRungCache(opts Options, weights []byte) (*rungCache, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &rungCache{store: store, version: v, weights: weightsDigest(weights), keys: map[model.GraphSpec]rungcache.Key{}}, nil
+	return &rungCache{store: store, version: v, keys: map[model.GraphSpec]rungcache.Key{}}, nil
 }
 
 // digestChunk is the piece of the weights hashed by one goroutine.
@@ -101,7 +98,6 @@ var constRef = regexp.MustCompile(`offset="(\d+)" size="(\d+)"`)
 // key is the cache key of spec's graph emitted as xml.
 func (c *Compiler) key(spec model.GraphSpec, xml []byte) rungcache.Key {
 	rc := c.cache
-	blob := c.weights.Bytes()
 	tensors := c.weights.TensorBytes()
 	// The IR names constants by place. Those in the pool after the
 	// checkpoint part were placed by the graph builder in the order this
@@ -113,13 +109,17 @@ func (c *Compiler) key(spec model.GraphSpec, xml []byte) rungcache.Key {
 	for _, m := range constRef.FindAllSubmatchIndex(xml, -1) {
 		off, err1 := strconv.ParseInt(string(xml[m[2]:m[3]]), 10, 64)
 		size, err2 := strconv.ParseInt(string(xml[m[4]:m[5]]), 10, 64)
-		if err1 != nil || err2 != nil || off < tensors || off+size > int64(len(blob)) {
+		if err1 != nil || err2 != nil || off < tensors {
+			continue
+		}
+		data, ok := c.weights.PoolConst(off, size)
+		if !ok {
 			continue
 		}
 		h.Write(xml[last:m[0]])
 		h.Write([]byte("pool:"))
 		h.Write(binary.LittleEndian.AppendUint64(nil, uint64(size)))
-		h.Write(blob[off : off+size])
+		h.Write(data)
 		last = m[1]
 	}
 	h.Write(xml[last:])

@@ -172,6 +172,82 @@ func TestRungCacheKeyIgnoresBuildOrder(t *testing.T) {
 	}
 }
 
+// A second start on a cache remembers the digest of the weights: it keys
+// and imports a cached graph without reading the weights, reads them for
+// the first graph it compiles (under the key a start without the memo
+// computes), and a checkpoint rewritten in place is keyed anew.
+func TestWarmStartReadsNoWeights(t *testing.T) {
+	src := testenv.Synth(t, "tiny", "F32")
+	cache := t.TempDir()
+	opts := Options{Device: "CPU", Precision: "f32", CacheDir: cache}
+	_, _, want := compileOnce(t, src, opts, false)
+
+	ck, err := model.Load(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ck.Close()
+	comp, err := NewCompiler(ck, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer comp.Close()
+	if r := comp.WeightsRegion(); r.Len != 0 {
+		t.Fatalf("a warm start read the weights (%d bytes)", r.Len)
+	}
+	decode, chunked := model.GraphSpec{Capacity: 16, Chunk: 1}, model.GraphSpec{Capacity: 16, Chunk: 4}
+	exe, err := comp.Compile(context.Background(), decode)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer exe.Close()
+	if o := exe.(*executable).Origin(); o.Source != runtime.OriginImported {
+		t.Fatalf("cached graph: %s, want imported", o.Source)
+	}
+	if r := comp.WeightsRegion(); r.Len != 0 {
+		t.Fatalf("an import read the weights (%d bytes)", r.Len)
+	}
+	exe2, err := comp.Compile(context.Background(), chunked)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer exe2.Close()
+	if r := comp.WeightsRegion(); r.Len == 0 {
+		t.Fatal("a compile ran without the weights")
+	}
+	// Without the memo the weights are hashed again: same key.
+	if err := os.RemoveAll(filepath.Join(cache, "digests")); err != nil {
+		t.Fatal(err)
+	}
+	fresh, err := NewCompiler(ck, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fresh.Close()
+	if !fresh.Cached(chunked) || !fresh.Cached(decode) {
+		t.Error("a start that hashed the weights keys the graphs otherwise")
+	}
+
+	// The same file rewritten with one weight changed: a new key, and the
+	// graph predicts what a compile of the changed weights does.
+	_, _, again := compileOnce(t, src, opts, true)
+	if !slices.Equal(again, want) {
+		t.Fatalf("imported %v, compiled %v", again, want)
+	}
+	path := filepath.Join(src, "model.safetensors")
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[len(b)-2] ^= 0x01
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if o, _, _ := compileOnce(t, src, opts, false); o.Source != runtime.OriginCompiled {
+		t.Errorf("weights rewritten in place: %s, want compiled (a new key)", o.Source)
+	}
+}
+
 // BenchmarkWeightsDigest hashes a blob the size of qwen2.5-0.5b's weights
 // in bf16 (about 1 GB): the one-time cost of a compiled-rung cache's key.
 func BenchmarkWeightsDigest(b *testing.B) {

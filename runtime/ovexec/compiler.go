@@ -145,12 +145,16 @@ type Compiler struct {
 	ck      *model.Checkpoint
 	core    *ov.Core
 	weights *model.Weights
-	blob    *ov.HostBuffer
-	wt      *ov.Tensor
-	props   []ov.Property
-	vocab   int
-	faults  *faultPlan
-	cache   *rungCache // nil without a cache folder
+	// The weights blob and the tensor over it, read in when a graph is
+	// first compiled rather than imported (weights.go); nil before, and
+	// in a compiler whose graphs compile in workers.
+	wmu    sync.Mutex
+	blob   *ov.HostBuffer
+	wt     *ov.Tensor
+	props  []ov.Property
+	vocab  int
+	faults *faultPlan
+	cache  *rungCache // nil without a cache folder
 	// workerCache is the cache folder of a compiler whose workers key and
 	// store the graphs; nil otherwise.
 	workerCache *rungcache.Cache
@@ -175,8 +179,9 @@ var (
 	_ runtime.CompileNoter    = (*executable)(nil)
 )
 
-// NewCompiler loads OpenVINO and copies the checkpoint's weights into the
-// shared blob.
+// NewCompiler loads OpenVINO and reads the checkpoint's weights into the
+// shared blob, unless the compiled-rung cache can key graphs without them
+// (weights.go).
 func NewCompiler(ck *model.Checkpoint, opts Options) (*Compiler, error) {
 	core, err := ov.NewCore()
 	if err != nil {
@@ -212,21 +217,7 @@ func NewCompiler(ck *model.Checkpoint, opts Options) (*Compiler, error) {
 		}
 		return c, nil
 	}
-	if c.blob, err = AllocWeights(c.weights); err != nil {
-		return nil, errors.Join(err, c.Close())
-	}
-	// The blob holds every weight now: the file's pages need not stay
-	// resident through the compiles (a later read faults them back in).
-	if err := ck.ReleasePages(); err != nil {
-		return nil, errors.Join(err, c.Close())
-	}
-	if c.wt, err = ov.NewTensorFromPtr(ov.U8, []int64{c.weights.Size()}, c.blob.Ptr()); err != nil {
-		return nil, errors.Join(err, c.Close())
-	}
-	if c.cache, err = openRungCache(opts, c.blob.Bytes()[:c.weights.TensorBytes()]); err != nil {
-		return nil, errors.Join(err, c.Close())
-	}
-	if err := c.blob.ReleaseFiles(); err != nil { // read by the digest
+	if err := c.openWeights(opts); err != nil {
 		return nil, errors.Join(err, c.Close())
 	}
 	return c, nil
@@ -261,6 +252,8 @@ func AllocWeights(w *model.Weights) (*ov.HostBuffer, error) {
 // graphs compile in workers, which hold the weights): for
 // runtime.Memory.
 func (c *Compiler) WeightsRegion() runtime.Region {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
 	if c.blob == nil {
 		return runtime.Region{}
 	}
@@ -390,7 +383,7 @@ func (c *Compiler) CompileIR(ctx context.Context, spec model.GraphSpec, xml []by
 		return nil, err
 	}
 	spec = c.withAttention(spec)
-	if c.wt == nil {
+	if c.opts.Worker != nil {
 		return nil, fmt.Errorf("compile graph %s: this compiler compiles in worker processes and holds no weights", spec.Name())
 	}
 	if err := c.injectedFailure(spec); err != nil {
@@ -409,6 +402,9 @@ func (c *Compiler) CompileIR(ctx context.Context, spec model.GraphSpec, xml []by
 	if cm == nil {
 		start := time.Now()
 		var err error
+		if err := c.readWeights(); err != nil {
+			return nil, fmt.Errorf("compile graph %s: %w", spec.Name(), err)
+		}
 		if cm, err = c.compileModel(spec, xml); err != nil {
 			return nil, err
 		}
@@ -518,6 +514,8 @@ func (c *Compiler) executableOn(spec model.GraphSpec, cm *ov.CompiledModel, irBy
 // Close frees the core and the weights; every Executable must be closed first.
 func (c *Compiler) Close() error {
 	var err error
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
 	if c.wt != nil {
 		c.wt.Close()
 	}

@@ -1,0 +1,47 @@
+package rungcache
+
+import (
+	"os"
+	"path/filepath"
+	"regexp"
+
+	"github.com/ovtoolkit/ovrun/internal/safefile"
+)
+
+// A cache folder also remembers digests that are costly to compute and
+// that a key needs, such as the SHA-256 of a model's converted weights:
+// under digestsDir, one small file per identity (a hex SHA-256 of whatever
+// determines the digest: a file's path, inode, size and times, the
+// program's build), holding the digest. A warm start then keys its graphs
+// without reading the weights. The memo is local only: a Store never sees
+// it, and Clear leaves it (an identity that no longer matches is never
+// read again).
+const digestsDir = "digests"
+
+var hex64 = regexp.MustCompile(`^[0-9a-f]{64}$`)
+
+// Digest is the digest remembered for identity id (64 hex digits), false
+// when there is none or the file is not one.
+func (c *Cache) Digest(id string) (string, bool) {
+	if !hex64.MatchString(id) {
+		return "", false
+	}
+	b, err := safefile.ReadFile(filepath.Join(c.Dir(), digestsDir, id), 64)
+	if err != nil || !hex64.Match(b) {
+		return "", false
+	}
+	return string(b), true
+}
+
+// RememberDigest records digest for identity id (both 64 hex digits),
+// written whole or not at all.
+func (c *Cache) RememberDigest(id, digest string) error {
+	if !hex64.MatchString(id) || !hex64.MatchString(digest) {
+		return os.ErrInvalid
+	}
+	dir := filepath.Join(c.Dir(), digestsDir)
+	if err := safefile.MkdirAll(dir); err != nil {
+		return err
+	}
+	return safefile.WriteFile(filepath.Join(dir, id), []byte(digest))
+}
