@@ -2,10 +2,12 @@ package ov
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"unsafe"
 )
 
 // TestMapHost maps two files into a buffer (a sharded checkpoint): their
@@ -109,4 +111,55 @@ func TestSpill(t *testing.T) {
 	if err := (&HostBuffer{}).Spill(dir); err == nil {
 		t.Error("Spill of a freed buffer succeeded")
 	}
+}
+
+// SpillFresh backs a fresh buffer's own parts by the file before anything
+// is written: they read as zeros, and what is written afterwards survives
+// the release of its pages (it is in the file, not in anonymous memory).
+func TestSpillFresh(t *testing.T) {
+	page := os.Getpagesize()
+	n := 3*page + 10
+	b, err := MapHost(n, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Free()
+	if err := b.SpillFresh(t.TempDir()); err != nil {
+		t.Fatal(err)
+	}
+	buf := b.Bytes()
+	if m := mappingOf(t, uintptr(unsafe.Pointer(&buf[0]))); !strings.HasSuffix(m, "(deleted)") {
+		t.Fatalf("the spilled buffer is mapped from %q, want an unlinked file", m)
+	}
+	if i := bytes.IndexFunc(buf, func(r rune) bool { return r != 0 }); i >= 0 {
+		t.Fatalf("byte %d of a fresh spilled buffer is not zero", i)
+	}
+	for i := range buf {
+		buf[i] = byte(i * 7)
+	}
+	if err := b.ReleaseFiles(); err != nil {
+		t.Fatal(err)
+	}
+	for i := range buf {
+		if buf[i] != byte(i*7) {
+			t.Fatalf("byte %d = %d after releasing its page, want %d", i, buf[i], byte(i*7))
+		}
+	}
+}
+
+// mappingOf is the line of /proc/self/maps whose range holds addr.
+func mappingOf(t *testing.T, addr uintptr) string {
+	t.Helper()
+	maps, err := os.ReadFile("/proc/self/maps")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(strings.TrimSpace(string(maps)), "\n") {
+		var from, to uintptr
+		if _, err := fmt.Sscanf(line, "%x-%x", &from, &to); err == nil && from <= addr && addr < to {
+			return line
+		}
+	}
+	t.Fatalf("no mapping holds %#x", addr)
+	return ""
 }

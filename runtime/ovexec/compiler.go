@@ -236,15 +236,16 @@ func AllocWeights(w *model.Weights) (*ov.HostBuffer, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The converted weights (dequantized, repacked: all of a GGUF's
+	// quantized tensors) go to an unlinked file, so that like the
+	// checkpoint's own pages they leave the resident set between compiles
+	// (docs/design.md "The weights blob"): they are written into its
+	// pages directly. Where no file can be made they stay in memory.
+	_ = blob.SpillFresh(os.TempDir())
 	if err := w.BindMapped(blob.Bytes()); err != nil {
 		blob.Free()
 		return nil, err
 	}
-	// The converted weights (dequantized, repacked: all of a GGUF's
-	// quantized tensors) go to an unlinked file, so that like the
-	// checkpoint's own pages they leave the resident set between compiles
-	// (docs/design.md "The weights blob"). Where no file can be made they stay in memory.
-	_ = blob.Spill(os.TempDir())
 	return blob, nil
 }
 
