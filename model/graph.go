@@ -584,18 +584,15 @@ func (b *decoderBuilder) projs(x port, prefixes []string, outs []int64, bias boo
 // inputs (w = q*scale + min) adds groupsums(x) @ min^T, the sums of x over
 // each group, so both products read the file's values exactly; the CPU
 // plugin runs q*scale without a zero point much faster than with a float
-// one (scripts/weight_forms.py). A single sequence's graph with a dynamic
-// token axis (shared) pays a per-call cost on every extra node, more than
-// the faster kernel saves, so it takes the weight in the zero-point form
-// instead. A batched graph keeps the minima apart: with several rows the
-// kernel without a zero point saves far more (SmolLM2 Q4_1, a step of 8
-// sequences 29.6 -> 15.1 ms, of one 9.7 -> 9.3 ms; BenchmarkBatchedDecode).
+// one (scripts/weight_forms.py), in every graph: a batched one (SmolLM2
+// Q4_1, a step of 8 sequences 29.6 -> 15.1 ms, of one 9.7 -> 9.3 ms;
+// BenchmarkBatchedDecode) and a single sequence's shared one too, whose
+// extra nodes cost less per call than the zero-point kernel (SmolLM2 Q4_1
+// bf16, shared-c1024-t512: a step 12.1 -> 10.8 ms, a 16-token prompt
+// 0.040 -> 0.020 s; docs/benchmarks.md "Ready").
 func (b *decoderBuilder) linear(x port, name string, out int64) port {
 	g := b.g
 	s := b.lastDim(x, out)
-	if b.T < 0 && b.batch == 0 {
-		return b.matmulT(x, g.weightAs(name, true), s) // [.., out]
-	}
 	y := b.matmulT(x, g.weight(name), s) // [.., out]
 	if m, G, ok := g.weightMin(name); ok {
 		in := x.shape[len(x.shape)-1]

@@ -167,16 +167,8 @@ func (g *irGraph) scalarF32(v float32) port { return g.constF32([]int64{}, v) }
 //	Const(u4|i8) [out, in/G, G] -> Convert -> [Subtract zp] -> Multiply scale -> Reshape [out, in]
 //
 // A Fused group's name gives its matrix. For a weight with a minimum plane
-// (zpMin) this is q * scale only; linear adds the minima (see weightAs).
-func (g *irGraph) weight(name string) port { return g.weightAs(name, false) }
-
-// weightAs is weight; with zeroPoint, a weight with a minimum plane is
-// instead the zero-point form (q - zp) * scale, zp = -min/scale (0 where the
-// scale is 0, which the packing gives only groups whose minimum is 0),
-// computed from constants, so the plugin folds it into an f32 zero-point
-// constant at compile time: the same values as a zero-point plane, without
-// storing one.
-func (g *irGraph) weightAs(name string, zeroPoint bool) port {
+// (zpMin) this is q * scale only; linear adds the minima.
+func (g *irGraph) weight(name string) port {
 	s := g.w.slot(name)
 	if s.parts != nil { // stored bytes apart: one constant once folded
 		parts := make([]port, len(s.parts))
@@ -205,17 +197,6 @@ func (g *irGraph) weightAs(name string, zeroPoint bool) port {
 	case zpRounded:
 		z := g.asF32(g.constAt(name+"/zero_point", u8, perGroup, s.zpOff, s.zpSize)) // [out, in/G, 1]
 		x = g.op("Subtract", "opset1", bcast, grouped, f32, x, z)                    // [out, in/G, G]
-	case zpMin:
-		if !zeroPoint {
-			break
-		}
-		m := g.minPlane(name, s, perGroup) // [out, in/G, 1]
-		z := g.op("Divide", "opset1", []attr{{"auto_broadcast", "numpy"}, {"m_pythondiv", "true"}}, perGroup, f32,
-			g.op("Negative", "opset1", nil, perGroup, f32, m), sc) // [out, in/G, 1] = -min/scale
-		zero := g.scalarF32(0)
-		none := g.op("Equal", "opset1", bcast, perGroup, boolean, sc, zero) // [out, in/G, 1]
-		z = g.op("Select", "opset1", bcast, perGroup, f32, none, zero, z)   // [out, in/G, 1]
-		x = g.op("Subtract", "opset1", bcast, grouped, f32, x, z)           // [out, in/G, G]
 	}
 	x = g.op("Multiply", "opset1", bcast, grouped, f32, x, sc) // [out, in/G, G]
 	return g.op("Reshape", "opset1", []attr{{"special_zero", "false"}}, s.shape, f32,
