@@ -246,6 +246,10 @@ func (w *Weights) Plan() string {
 	return b.String()
 }
 
+// ReleaseSource drops the pages of the checkpoint files the weights are
+// read from from the resident set (Checkpoint.ReleasePages).
+func (w *Weights) ReleaseSource() error { return w.ck.ReleasePages() }
+
 // Sources are the paths of the checkpoint files the weights are read from.
 func (w *Weights) Sources() []string {
 	var paths []string

@@ -117,12 +117,13 @@ func (c *Compiler) compileInWorker(ctx context.Context, spec model.GraphSpec) (r
 	}
 	origin := runtime.Origin{Source: runtime.OriginCompiled}
 	var cm *ov.CompiledModel
+	drop := func() {} // a graph imported in place from the cache: importEntry's
 	if res.Cached {
 		// The worker found the graph cached and compiled nothing. An entry
 		// that does not read back whole (damaged, or evicted meanwhile) is
 		// discarded: the worker compiles the graph again.
 		var note string
-		if cm, origin.ImportS, note, err = c.importWorkerEntry(res.Key); err != nil {
+		if cm, origin.ImportS, note, drop, err = c.importWorkerEntry(res.Key); err != nil {
 			return nil, err
 		}
 		if cm != nil {
@@ -138,7 +139,7 @@ func (c *Compiler) compileInWorker(ctx context.Context, spec model.GraphSpec) (r
 		origin.ExportS = res.ExportS
 		if res.InCache {
 			var note string
-			if cm, origin.ImportS, note, err = c.importWorkerEntry(res.Key); err == nil && cm == nil {
+			if cm, origin.ImportS, note, drop, err = c.importWorkerEntry(res.Key); err == nil && cm == nil {
 				err = errors.New(note)
 			}
 		} else {
@@ -155,23 +156,23 @@ func (c *Compiler) compileInWorker(ctx context.Context, spec model.GraphSpec) (r
 		return nil, fmt.Errorf("import graph %s: the worker compiled it for %s but it imported as %s", spec.Name(), res.Precision, p)
 	}
 	c.recordPrecision(cm)
-	return c.newExecutable(spec, cm, res.IRBytes, origin, res.Notes...)
+	return c.newExecutable(spec, cm, res.IRBytes, origin, drop, res.Notes...)
 }
 
 // importWorkerEntry imports the cache entry a worker named by key
 // (importEntry); note says why there was none to import.
-func (c *Compiler) importWorkerEntry(key string) (cm *ov.CompiledModel, importS float64, note string, err error) {
+func (c *Compiler) importWorkerEntry(key string) (cm *ov.CompiledModel, importS float64, note string, drop func(), err error) {
 	if c.workerCache == nil {
-		return nil, 0, "", errors.New("the worker used a compiled-rung cache this process did not open")
+		return nil, 0, "", nil, errors.New("the worker used a compiled-rung cache this process did not open")
 	}
 	k, err := rungcache.ParseKey(key)
 	if err != nil {
-		return nil, 0, "", fmt.Errorf("the worker's cache key: %w", err)
+		return nil, 0, "", nil, fmt.Errorf("the worker's cache key: %w", err)
 	}
-	if cm, importS, note = c.importEntry(c.workerCache, k); cm == nil && note == "" {
+	if cm, importS, note, drop = c.importEntry(c.workerCache, k); cm == nil && note == "" {
 		note = fmt.Sprintf("rung cache: entry %s is gone (evicted by another process?); compiling it again", k.Short())
 	}
-	return cm, importS, note, nil
+	return cm, importS, note, drop, nil
 }
 
 // importFile imports a compiled model from a file mapped for the call: its
