@@ -417,9 +417,6 @@ func (c *Compiler) CompileIR(ctx context.Context, spec model.GraphSpec, xml []by
 	if cm == nil {
 		start := time.Now()
 		var err error
-		if err := c.readWeights(); err != nil {
-			return nil, fmt.Errorf("compile graph %s: %w", spec.Name(), err)
-		}
 		if cm, err = c.compileModel(spec, xml); err != nil {
 			return nil, err
 		}
@@ -435,8 +432,12 @@ func (c *Compiler) CompileIR(ctx context.Context, spec model.GraphSpec, xml []by
 }
 
 // compileModel reads and compiles one graph with the compile properties and
-// records the precision the device reports.
+// records the precision the device reports; the weights are read in first
+// if they are not yet (weights.go).
 func (c *Compiler) compileModel(spec model.GraphSpec, xml []byte) (*ov.CompiledModel, error) {
+	if err := c.readWeights(); err != nil {
+		return nil, fmt.Errorf("compile graph %s: %w", spec.Name(), err)
+	}
 	m, err := c.core.ReadModel(xml, c.wt)
 	if err != nil {
 		return nil, fmt.Errorf("read graph %s: %w", spec.Name(), err)
