@@ -1,6 +1,9 @@
 package rungcache
 
 import (
+	"errors"
+	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -23,10 +26,11 @@ var hex64 = regexp.MustCompile(`^[0-9a-f]{64}$`)
 // Digest is the digest remembered for identity id (64 hex digits), false
 // when there is none or the file is not one.
 func (c *Cache) Digest(id string) (string, bool) {
-	if !hex64.MatchString(id) {
+	dir, ok := c.digestsDir()
+	if !ok || !hex64.MatchString(id) {
 		return "", false
 	}
-	b, err := safefile.ReadFile(filepath.Join(c.Dir(), digestsDir, id), 64)
+	b, err := safefile.ReadFile(filepath.Join(dir, id), 64)
 	if err != nil || !hex64.Match(b) {
 		return "", false
 	}
@@ -39,9 +43,20 @@ func (c *Cache) RememberDigest(id, digest string) error {
 	if !hex64.MatchString(id) || !hex64.MatchString(digest) {
 		return os.ErrInvalid
 	}
-	dir := filepath.Join(c.Dir(), digestsDir)
-	if err := safefile.MkdirAll(dir); err != nil {
+	if err := os.Mkdir(filepath.Join(c.Dir(), digestsDir), 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
 		return err
 	}
+	dir, ok := c.digestsDir()
+	if !ok {
+		return fmt.Errorf("rung cache: %s is not a folder", filepath.Join(c.Dir(), digestsDir))
+	}
 	return safefile.WriteFile(filepath.Join(dir, id), []byte(digest))
+}
+
+// digestsDir is the memo's folder, false unless it is one (a symlink or
+// anything else in its place is neither read nor written through).
+func (c *Cache) digestsDir() (string, bool) {
+	dir := filepath.Join(c.Dir(), digestsDir)
+	fi, err := os.Lstat(dir)
+	return dir, err == nil && fi.IsDir()
 }
