@@ -141,7 +141,7 @@ func (s *Server) guard(next http.Handler) http.Handler {
 				return
 			}
 		}
-		if c.keyWanted && r.URL.Path != "/healthz" && !c.keyGiven(r) {
+		if c.keyWanted && r.URL.Path != "/healthz" && r.URL.Path != "/health" && !c.keyGiven(r) {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="ovrun"`)
 			s.failCode(w, "access", http.StatusUnauthorized, "invalid_api_key", "missing or wrong API key: send Authorization: Bearer KEY (--api-key)")
 			return

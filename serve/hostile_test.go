@@ -291,6 +291,7 @@ func TestWhoMayCall(t *testing.T) {
 		{"allowed host name", "GET", "/v1/models", map[string]string{"Host": "ovrun.internal:8080", "Authorization": "Bearer s3cret"}, 200, ""},
 		{"localhost", "GET", "/v1/models", map[string]string{"Host": "localhost:8080", "Authorization": "Bearer s3cret"}, 200, ""},
 		{"healthz needs no key", "GET", "/healthz", nil, 200, ""},
+		{"health needs no key", "GET", "/health", nil, 200, ""},
 		{"metrics need the key", "GET", "/metrics", nil, 401, ""},
 		{"cross-site text/plain", "POST", "/v1/chat/completions", map[string]string{"Origin": "http://evil.example", "Sec-Fetch-Site": "cross-site",
 			"Content-Type": "text/plain", "Authorization": "Bearer s3cret"}, 403, "--allow-origin"},

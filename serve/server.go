@@ -116,6 +116,7 @@ func New(cfg Config) (*Server, error) {
 	mux.HandleFunc("GET /v1/models", s.models)
 	mux.HandleFunc("GET /v1/models/{model...}", s.model)
 	mux.HandleFunc("GET /healthz", s.healthz)
+	mux.HandleFunc("GET /health", s.health)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(cfg.Registry, promhttp.HandlerOpts{}))
 	s.handler = s.guard(mux)
 	return s, nil
@@ -138,6 +139,18 @@ func (s *Server) healthz(w http.ResponseWriter, _ *http.Request) {
 		return
 	}
 	fmt.Fprintln(w, "ok")
+}
+
+// health is llama-server's readiness check, for clients and load
+// balancers written against it: {"status":"ok"}, or 503 with an error
+// object (and Retry-After) until the first rung is compiled.
+func (s *Server) health(w http.ResponseWriter, _ *http.Request) {
+	if !s.cfg.Engine.Ready() {
+		w.Header().Set("Retry-After", retryAfter)
+		s.writeJSON(w, http.StatusServiceUnavailable, newAPIError(http.StatusServiceUnavailable, "loading", "compiling the first rung"))
+		return
+	}
+	s.writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 }
 
 func (s *Server) modelInfo() modelInfo {

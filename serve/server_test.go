@@ -331,12 +331,25 @@ func TestHealthModelsMetrics(t *testing.T) {
 	if code := get(t, ts.URL+"/healthz"); code != http.StatusServiceUnavailable {
 		t.Errorf("healthz before the first rung: %d", code)
 	}
+	if code := get(t, ts.URL+"/health"); code != http.StatusServiceUnavailable {
+		t.Errorf("health (llama-server's) before the first rung: %d", code)
+	}
 	if resp, _ := post(t, ts.URL+"/v1/completions", map[string]any{"prompt": "x"}); resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") != retryAfter {
 		t.Errorf("a request before the first rung: %d, Retry-After %q; want 503 and %s", resp.StatusCode, resp.Header.Get("Retry-After"), retryAfter)
 	}
 	eng.ready.Store(true)
 	if code := get(t, ts.URL+"/healthz"); code != http.StatusOK {
 		t.Errorf("healthz when ready: %d", code)
+	}
+	if r, err := http.Get(ts.URL + "/health"); err != nil {
+		t.Fatal(err)
+	} else {
+		var h map[string]string
+		err := json.NewDecoder(r.Body).Decode(&h)
+		r.Body.Close()
+		if r.StatusCode != http.StatusOK || err != nil || h["status"] != "ok" {
+			t.Errorf("health when ready: %d %v %v, want 200 {\"status\":\"ok\"}", r.StatusCode, h, err)
+		}
 	}
 	r, err := http.Get(ts.URL + "/v1/models")
 	if err != nil {
