@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/cpu"
@@ -152,6 +153,7 @@ type Compiler struct {
 	wmu    sync.Mutex
 	blob   *ov.HostBuffer
 	wt     *ov.Tensor
+	region atomic.Pointer[runtime.Region] // the blob's, once read in (WeightsRegion)
 	props  []ov.Property
 	vocab  int
 	faults *faultPlan
@@ -260,13 +262,14 @@ func AllocWeights(w *model.Weights) (*ov.HostBuffer, error) {
 // WeightsRegion is where the weights blob lies in memory (empty when the
 // graphs compile in workers, which hold the weights): for
 // runtime.Memory.
+//
+// It never waits: a decode step that asks while a background compile reads
+// the weights in gets the region as it was before (empty).
 func (c *Compiler) WeightsRegion() runtime.Region {
-	c.wmu.Lock()
-	defer c.wmu.Unlock()
-	if c.blob == nil {
-		return runtime.Region{}
+	if r := c.region.Load(); r != nil {
+		return *r
 	}
-	return runtime.Region{Start: uintptr(c.blob.Ptr()), Len: uintptr(c.blob.Len())}
+	return runtime.Region{}
 }
 
 // HostViews reports whether graphs on this device read their KV inputs in
@@ -553,5 +556,6 @@ func (c *Compiler) Close() error {
 		c.blob.Free()
 	}
 	c.wt, c.blob, c.core = nil, nil, nil
+	c.region.Store(nil)
 	return err
 }

@@ -10,6 +10,7 @@ import (
 	"syscall"
 
 	"github.com/ovtoolkit/ovrun/ov"
+	"github.com/ovtoolkit/ovrun/runtime"
 )
 
 // The weights blob is read in (GGUF blocks repacked, the rest mapped; see
@@ -79,6 +80,7 @@ func (c *Compiler) readWeights() error {
 		return err
 	}
 	c.blob, c.wt = blob, wt
+	c.region.Store(&runtime.Region{Start: uintptr(blob.Ptr()), Len: uintptr(blob.Len())})
 	return nil
 }
 
