@@ -220,7 +220,7 @@ func (c *Compiler) imported(spec model.GraphSpec, key rungcache.Key) (cm *ov.Com
 		notes = append(notes, fmt.Sprintf("graph %s: %s", spec.Name(), note))
 	}
 	if cm == nil {
-		return nil, runtime.Origin{}, notes, nil
+		return nil, runtime.Origin{}, notes, drop
 	}
 	c.recordPrecision(cm)
 	return cm, runtime.Origin{Source: runtime.OriginImported, ImportS: importS}, notes, drop

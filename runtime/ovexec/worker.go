@@ -163,11 +163,11 @@ func (c *Compiler) compileInWorker(ctx context.Context, spec model.GraphSpec) (r
 // (importEntry); note says why there was none to import.
 func (c *Compiler) importWorkerEntry(key string) (cm *ov.CompiledModel, importS float64, note string, drop func(), err error) {
 	if c.workerCache == nil {
-		return nil, 0, "", nil, errors.New("the worker used a compiled-rung cache this process did not open")
+		return nil, 0, "", func() {}, errors.New("the worker used a compiled-rung cache this process did not open")
 	}
 	k, err := rungcache.ParseKey(key)
 	if err != nil {
-		return nil, 0, "", nil, fmt.Errorf("the worker's cache key: %w", err)
+		return nil, 0, "", func() {}, fmt.Errorf("the worker's cache key: %w", err)
 	}
 	if cm, importS, note, drop = c.importEntry(c.workerCache, k); cm == nil && note == "" {
 		note = fmt.Sprintf("rung cache: entry %s is gone (evicted by another process?); compiling it again", k.Short())
