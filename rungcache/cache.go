@@ -187,8 +187,12 @@ func (c *Cache) Prune(maxBytes int64, olderThan time.Duration) ([]Entry, error) 
 	return c.local.Prune(maxBytes, olderThan)
 }
 
-// Clear clears the folder (Folder.Clear).
-func (c *Cache) Clear() ([]Entry, error) { return c.local.Clear() }
+// Clear clears the folder (Folder.Clear) and its digest memo.
+func (c *Cache) Clear() ([]Entry, error) {
+	gone, err := c.local.Clear()
+	c.clearDigests()
+	return gone, err
+}
 
 // takePending returns the notes not yet given: the store's state.
 func (c *Cache) takePending() []string {

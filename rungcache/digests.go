@@ -17,8 +17,8 @@ import (
 // determines the digest: a file's path, inode, size and times, the
 // program's build), holding the digest. A warm start then keys its graphs
 // without reading the weights. The memo is local only: a Store never sees
-// it, and Clear leaves it (an identity that no longer matches is never
-// read again).
+// it. An identity that no longer matches is never read again; Clear
+// removes them all.
 const digestsDir = "digests"
 
 var hex64 = regexp.MustCompile(`^[0-9a-f]{64}$`)
@@ -59,4 +59,20 @@ func (c *Cache) digestsDir() (string, bool) {
 	dir := filepath.Join(c.Dir(), digestsDir)
 	fi, err := os.Lstat(dir)
 	return dir, err == nil && fi.IsDir()
+}
+
+// clearDigests removes the memo's files (named like one, nothing else in
+// the folder) and the folder once empty.
+func (c *Cache) clearDigests() {
+	dir, ok := c.digestsDir()
+	if !ok {
+		return
+	}
+	names, _ := os.ReadDir(dir)
+	for _, e := range names {
+		if hex64.MatchString(e.Name()) && e.Type().IsRegular() {
+			os.Remove(filepath.Join(dir, e.Name()))
+		}
+	}
+	os.Remove(dir) // only if empty
 }

@@ -8,8 +8,9 @@ import (
 )
 
 // The digest memo reads back what it wrote, refuses ids and digests that
-// are not 64 hex digits and file contents that are not one, and neither
-// reads nor writes through a digests folder that is a symlink.
+// are not 64 hex digits and file contents that are not one, is cleared
+// with the cache (its own files only), and neither reads nor writes
+// through a digests folder that is a symlink.
 func TestDigestMemo(t *testing.T) {
 	c, err := Open(t.TempDir(), 0)
 	if err != nil {
@@ -37,6 +38,19 @@ func TestDigestMemo(t *testing.T) {
 	}
 	if _, ok := c.Digest(other); ok {
 		t.Error("garbage read as a digest")
+	}
+	mine := filepath.Join(c.Dir(), "digests", "notes.txt") // not the memo's: stays
+	if err := os.WriteFile(mine, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Clear(); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := c.Digest(id); ok {
+		t.Error("a digest survived Clear")
+	}
+	if _, err := os.Stat(mine); err != nil {
+		t.Errorf("Clear removed a file that is not the memo's: %v", err)
 	}
 
 	elsewhere := t.TempDir()
