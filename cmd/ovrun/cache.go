@@ -51,7 +51,7 @@ a cache folder like any other (--cache-dir ~/.cache/ovrun/rungs):
 		Subcommands: []*cli.Command{
 			{Name: "ls", Usage: "list the entries, most recently used first", Flags: []cli.Flag{cacheFolderFlag, cacheJSONFlag}, Action: cacheLsAction},
 			{Name: "prune", Usage: "remove least recently used entries past --max-size and entries unused for --older-than", Flags: []cli.Flag{cacheFolderFlag, maxSizeFlag, olderThanFlag}, Action: cachePruneAction},
-			{Name: "clear", Usage: "remove every entry (other files in the folder stay)", Flags: []cli.Flag{cacheFolderFlag}, Action: cacheClearAction},
+			{Name: "clear", Usage: "remove every entry and the remembered digests of weights (other files in the folder stay)", Flags: []cli.Flag{cacheFolderFlag}, Action: cacheClearAction},
 		},
 	}
 )
