@@ -121,10 +121,8 @@ type Weights struct {
 	mu       sync.Mutex
 	buf      []byte
 	pool     map[string]int64
-	poolAt   map[int64][]byte // the pool's constants by offset (PoolConst)
+	poolAt   map[int64][]byte // the pool's constants by offset (PoolConst; Bind writes those added before it)
 	poolUsed int64
-	pending  [][2]int64 // pool entries added before Bind: offset, index into pendBytes
-	pendData [][]byte
 }
 
 // NewWeights plans the blob for a loaded checkpoint in the native format.
@@ -487,10 +485,9 @@ func (w *Weights) bind(buf []byte, mapped bool) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.buf = buf
-	for i, p := range w.pending {
-		copy(buf[p[0]:], w.pendData[i])
+	for off, data := range w.poolAt {
+		copy(buf[off:], data)
 	}
-	w.pending, w.pendData = nil, nil
 	return nil
 }
 
@@ -595,13 +592,9 @@ func (w *Weights) poolAdd(data []byte) (int64, error) {
 	}
 	w.poolUsed = off - w.size + int64(len(data))
 	w.pool[string(data)] = off
-	own := append([]byte(nil), data...)
-	w.poolAt[off] = own
+	w.poolAt[off] = append([]byte(nil), data...)
 	if w.buf != nil {
 		copy(w.buf[off:], data)
-	} else {
-		w.pending = append(w.pending, [2]int64{off, int64(len(w.pendData))})
-		w.pendData = append(w.pendData, own)
 	}
 	return off, nil
 }

@@ -9,25 +9,18 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Spill moves the parts of a MapHost buffer that no file backs (weights
-// converted into it, the room after them) into an unlinked file in dir,
-// mapped shared and writable at the same addresses: the bytes stay the
-// same and later writes go to the file, but the pages become the page
-// cache's, so ReleaseFiles can drop them from the process's resident set
-// as it drops the checkpoint files' (a later read faults them back in).
-// The file is gone from dir at once; its space is freed with the mapping.
-// On error b is unchanged.
-func (b *HostBuffer) Spill(dir string) error { return b.spill(dir, true) }
-
-// SpillFresh is Spill for a MapHost buffer whose own parts nothing has
-// written yet (zeros, as the file starts): nothing is copied, and what is
-// written into them later goes straight to the file's pages. Converting
-// weights into a spilled buffer this way skips writing them a second time
-// (SmolLM2 Q4_1: 0.17-0.31 s of a cold start for its 93 MB on this VM's
-// ext4).
-func (b *HostBuffer) SpillFresh(dir string) error { return b.spill(dir, false) }
-
-func (b *HostBuffer) spill(dir string, copyOut bool) error {
+// Spill backs the parts of a MapHost buffer that no file backs (the room
+// for weights converted into it, and after them) by an unlinked file in
+// dir, mapped shared and writable at the same addresses. Call it before
+// anything is written to those parts: they read as zeros, as the file
+// starts, and nothing is copied. What is written afterwards goes straight
+// to the file's pages, the page cache's, so ReleaseFiles can drop them from
+// the process's resident set as it drops the checkpoint files' (a later
+// read faults them back in). Converting weights into memory and copying
+// them out instead wrote them twice (SmolLM2 Q4_1: 0.17-0.31 s of a cold
+// start for its 93 MB on this VM's ext4). The file is gone from dir at
+// once; its space is freed with the mapping. On error b is unchanged.
+func (b *HostBuffer) Spill(dir string) error {
 	if b == nil || b.base == nil || !b.mapped {
 		return fmt.Errorf("ov: spill: only a MapHost buffer can spill")
 	}
@@ -50,25 +43,14 @@ func (b *HostBuffer) spill(dir string, copyOut bool) error {
 		return fmt.Errorf("ov: spill into %s: %w", dir, err)
 	}
 	at = 0
-	for _, g := range gaps {
-		if !copyOut {
-			break
-		}
-		end := min(g.Offset+g.Size, int64(b.n))
-		if _, err := f.WriteAt(b.Bytes()[g.Offset:end], at); err != nil {
-			return fmt.Errorf("ov: spill into %s: %w", dir, err)
-		}
-		at += g.Size
-	}
-	at = 0
 	for i, g := range gaps {
-		// MAP_FIXED replaces the anonymous pages with the file's, which
-		// hold the same bytes: no reader sees a difference.
+		// MAP_FIXED replaces the anonymous pages with the file's, zeros
+		// both: no reader sees a difference.
 		if _, err := unix.MmapPtr(int(f.Fd()), at, unsafe.Add(b.base, g.Offset), uintptr(g.Size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|unix.MAP_FIXED); err != nil {
 			if i == 0 {
 				return fmt.Errorf("ov: spill into %s: %w", dir, err)
 			}
-			// Some gaps are file-backed already: they stay so (same bytes).
+			// Some gaps are file-backed already: they stay so (zeros both).
 			b.files = append(b.files, gaps[:i]...)
 			return fmt.Errorf("ov: spill into %s: %w", dir, err)
 		}

@@ -126,12 +126,18 @@ func generateAlone(t *testing.T, comp *Compiler, capacity, decode int, prompts [
 // openSmolLM2 is a compiler of the real SmolLM2 GGUF at the CPU's default
 // precision, closed (with its checkpoint) when tb ends.
 func openSmolLM2(tb testing.TB) *Compiler {
-	ck, err := model.Load(testenv.SmolLM2(tb))
+	return openCompiler(tb, testenv.SmolLM2(tb), Options{Device: "CPU"})
+}
+
+// openCompiler is a compiler with opts of the checkpoint at path, closed
+// (with its checkpoint) when tb ends.
+func openCompiler(tb testing.TB, path string, opts Options) *Compiler {
+	ck, err := model.Load(path)
 	if err != nil {
 		tb.Fatal(err)
 	}
 	tb.Cleanup(func() { ck.Close() })
-	comp, err := NewCompiler(ck, Options{Device: "CPU"})
+	comp, err := NewCompiler(ck, opts)
 	if err != nil {
 		tb.Fatal(err)
 	}

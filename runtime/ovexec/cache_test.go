@@ -182,16 +182,7 @@ func TestWarmStartReadsNoWeights(t *testing.T) {
 	opts := Options{Device: "CPU", Precision: "f32", CacheDir: cache}
 	_, _, want := compileOnce(t, src, opts, false)
 
-	ck, err := model.Load(src)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ck.Close()
-	comp, err := NewCompiler(ck, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer comp.Close()
+	comp := openCompiler(t, src, opts)
 	if r := comp.WeightsRegion(); r.Len != 0 {
 		t.Fatalf("a warm start read the weights (%d bytes)", r.Len)
 	}
@@ -219,11 +210,7 @@ func TestWarmStartReadsNoWeights(t *testing.T) {
 	if err := os.RemoveAll(filepath.Join(cache, "digests")); err != nil {
 		t.Fatal(err)
 	}
-	fresh, err := NewCompiler(ck, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer fresh.Close()
+	fresh := openCompiler(t, src, opts)
 	if !fresh.Cached(chunked) || !fresh.Cached(decode) {
 		t.Error("a start that hashed the weights keys the graphs otherwise")
 	}

@@ -228,8 +228,9 @@ func NewCompiler(ck *model.Checkpoint, opts Options) (*Compiler, error) {
 
 // AllocWeights allocates and binds the blob of w: tensors stored as is are
 // read in place from the checkpoint files, which the blob maps read-only
-// (w.Files); the rest (repacked, dequantized, reordered) is written into it.
-// Free it once nothing read from it is open.
+// (w.Files); the rest (repacked, dequantized, reordered) is written into it,
+// and the checkpoint's pages leave the resident set. Free it once nothing
+// read from it is open.
 func AllocWeights(w *model.Weights) (*ov.HostBuffer, error) {
 	var files []ov.HostFile
 	for _, f := range w.Files() {
@@ -244,7 +245,7 @@ func AllocWeights(w *model.Weights) (*ov.HostBuffer, error) {
 	// checkpoint's own pages they leave the resident set between compiles
 	// (docs/design.md "The weights blob"): they are written into its
 	// pages directly. Where no file can be made they stay in memory.
-	_ = blob.SpillFresh(os.TempDir())
+	_ = blob.Spill(os.TempDir())
 	// The conversion reads the checkpoint's pages and writes the file's:
 	// both leave the resident set as it goes, or the checkpoint and its
 	// converted copy would be resident together at the start's peak
@@ -252,6 +253,11 @@ func AllocWeights(w *model.Weights) (*ov.HostBuffer, error) {
 	stop := releasing(func() { blob.ReleaseFiles(); w.ReleaseSource() })
 	err = w.BindMapped(blob.Bytes())
 	stop()
+	if err == nil {
+		// The blob holds every weight now: the checkpoint's pages need
+		// not stay resident (a later read faults them back in).
+		err = w.ReleaseSource()
+	}
 	if err != nil {
 		blob.Free()
 		return nil, err

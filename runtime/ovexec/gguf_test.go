@@ -182,17 +182,7 @@ func rowErrors(got, want [][]float32) string {
 // the warm-up dropped them, 8.5 of SmolLM2's 98 MB stayed resident for the
 // whole run (qwen2.5-0.5b Q8_0: 350 MB), read on the first calls.
 func TestCompileLeavesWeightsOut(t *testing.T) {
-	path := testenv.SmolLM2(t)
-	ck, err := model.Load(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ck.Close()
-	comp, err := NewCompiler(ck, Options{Device: "CPU"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer comp.Close()
+	comp := openSmolLM2(t)
 	exe, err := comp.Compile(context.Background(), model.GraphSpec{Capacity: 64, Chunk: 1})
 	if err != nil {
 		t.Fatal(err)

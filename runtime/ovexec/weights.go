@@ -35,16 +35,14 @@ func (c *Compiler) openWeights(opts Options) error {
 		return err
 	}
 	c.cache = rc
-	if d, ok := rc.store.Digest(id); ok && id != "" {
+	if d, ok := rc.store.Digest(id); ok { // false for "", an identity not made
 		rc.weights = d
 		return nil
 	}
 	if err := c.readWeights(); err != nil {
 		return err
 	}
-	if id != "" {
-		rc.store.RememberDigest(id, rc.weights) // best effort: the next start reads the weights again
-	}
+	rc.store.RememberDigest(id, rc.weights) // best effort: the next start reads the weights again
 	return nil
 }
 
@@ -58,12 +56,6 @@ func (c *Compiler) readWeights() error {
 	}
 	blob, err := AllocWeights(c.weights)
 	if err != nil {
-		return err
-	}
-	// The blob holds every weight now: the file's pages need not stay
-	// resident through the compiles (a later read faults them back in).
-	if err := c.ck.ReleasePages(); err != nil {
-		blob.Free()
 		return err
 	}
 	wt, err := ov.NewTensorFromPtr(ov.U8, []int64{c.weights.Size()}, blob.Ptr())
