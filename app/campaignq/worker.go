@@ -10,11 +10,12 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/ovtoolkit/ovrun/internal/every"
 )
 
 // Runner runs one block of one kind on this machine.
@@ -274,28 +275,11 @@ func (w *Worker) commit(ctx context.Context, b *Block, rec *Record) (won bool, e
 // heartbeat tells JetStream the block is still being worked on, every
 // third of the class's AckWait, until stop is called.
 func (w *Worker) heartbeat(msg jetstream.Msg, ackWait time.Duration) (stop func()) {
-	every := w.Heartbeat
-	if every <= 0 {
-		every = cmpDur(ackWait, DefaultAckWait) / 3
+	interval := w.Heartbeat
+	if interval <= 0 {
+		interval = cmpDur(ackWait, DefaultAckWait) / 3
 	}
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		t := time.NewTicker(every)
-		defer t.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-t.C:
-				msg.InProgress()
-			}
-		}
-	}()
-	var once sync.Once
-	return func() { once.Do(func() { close(done); wg.Wait() }) }
+	return every.Start(interval, func() { msg.InProgress() })
 }
 
 // handBack offers the block again after a delay, for another worker.

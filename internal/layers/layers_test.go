@@ -60,6 +60,7 @@ var rules = []rule{
 	{pkg: "internal/svg", pureGo: true, stdlib: true},
 	{pkg: "internal/traffic", pureGo: true, stdlib: true},
 	{pkg: "internal/schema", pureGo: true, stdlib: true},
+	{pkg: "internal/every", pureGo: true, stdlib: true},
 	{pkg: "internal/testpy", pureGo: true, stdlib: true, testOnly: true},
 	{pkg: "internal/testenv", may: []string{"model", "internal/testpy", leaves}, pureGo: true, testOnly: true},
 	{pkg: "internal/doccheck", may: []string{leaves}, pureGo: true, testOnly: true},

@@ -20,6 +20,7 @@ import (
 	"golang.org/x/sys/cpu"
 
 	"github.com/ovtoolkit/ovrun/compilecost"
+	"github.com/ovtoolkit/ovrun/internal/every"
 	"github.com/ovtoolkit/ovrun/model"
 	"github.com/ovtoolkit/ovrun/ov"
 	"github.com/ovtoolkit/ovrun/rungcache"
@@ -487,23 +488,7 @@ func (c *Compiler) releaseWhile() (stop func()) {
 
 // releasing calls release every releaseInterval until the returned stop
 // is called.
-func releasing(release func()) (stop func()) {
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		t := time.NewTicker(releaseInterval)
-		defer t.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-t.C:
-				release()
-			}
-		}
-	})
-	return func() { close(done); wg.Wait() }
-}
+func releasing(release func()) (stop func()) { return every.Start(releaseInterval, release) }
 
 // recordPrecision keeps the inference precision cm reports as the
 // effective one.
