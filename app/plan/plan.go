@@ -163,6 +163,12 @@ func checkFlags(c *cli.Context) error {
 	if s := backgroundSlowdownFlag.Get(c); s != 0 {
 		checks = append(checks, cliutil.CheckFloat("background-slowdown", s, 1, 1e6))
 	}
+	return firstError(c, checks)
+}
+
+// firstError adds the checks of the flags both plan commands take
+// (--kv-bytes-per-token, --json) to checks and returns the first error.
+func firstError(c *cli.Context, checks []error) error {
 	if n := kvBytesPerTokenFlag.Get(c); n < 0 || n > 1<<40 {
 		checks = append(checks, fmt.Errorf("--kv-bytes-per-token %d: want 0..%d", n, int64(1<<40)))
 	}

@@ -11,7 +11,6 @@ import (
 
 	"github.com/ovtoolkit/ovrun/compilecost"
 	"github.com/ovtoolkit/ovrun/internal/cliutil"
-	"github.com/ovtoolkit/ovrun/internal/safefile"
 	"github.com/ovtoolkit/ovrun/internal/traffic"
 	"github.com/ovtoolkit/ovrun/ladder"
 	"github.com/ovtoolkit/ovrun/model"
@@ -102,16 +101,8 @@ func checkServeFlags(c *cli.Context) error {
 	if d := rungIdleFlag.Get(c); d < 0 || d > 1e6*time.Second {
 		checks = append(checks, fmt.Errorf("--rung-idle %v: want 0 (keep every rung) up to 1e6 s", d))
 	}
-	if n := kvBytesPerTokenFlag.Get(c); n < 0 || n > 1<<40 {
-		checks = append(checks, fmt.Errorf("--kv-bytes-per-token %d: want 0..%d", n, int64(1<<40)))
-	}
-	if path := jsonFlag.Get(c); path != "" {
-		checks = append(checks, safefile.Check(path))
-	}
-	for _, err := range checks {
-		if err != nil {
-			return err
-		}
+	if err := firstError(c, checks); err != nil {
+		return err
 	}
 	_, err := parseMix(answerTokensFlag, answerTokensFlag.Get(c))
 	return err
