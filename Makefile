@@ -71,7 +71,17 @@ $(IMPORT_EXT): ov/ext/import_mapped.cc $(OV_STAMP)
 		-L$(VENV)/openvino/libs -l:libopenvino.so.$$(cd $(VENV)/openvino/libs && ls libopenvino.so.* | head -n 1 | sed 's/.*\.so\.//') \
 		-Wl,-rpath,'$$ORIGIN'
 
-build: setup $(PAGED_EXT) $(IMPORT_EXT)
+# ovrun's own matrix-vector kernel (ov/ext/gguf_linear.cc, --weights kernel):
+# built the same way, for AVX2, FMA and F16C (package ov adds it only on a
+# CPU that has them), linked to the wheel's TBB, whose threads it shares.
+KERNEL_EXT       := $(VENV)/openvino/libs/libovrun_gguf_linear.so
+
+$(KERNEL_EXT): ov/ext/gguf_linear.cc $(OV_STAMP)
+	$(CXX) -std=c++17 -O2 -mavx2 -mfma -mf16c -Wall -Wextra -shared -fPIC -isystem $(VENV)/openvino/include -o $@ $< \
+		-L$(VENV)/openvino/libs -l:libopenvino.so.$$(cd $(VENV)/openvino/libs && ls libopenvino.so.* | head -n 1 | sed 's/.*\.so\.//') \
+		-l:libtbb.so.12 -Wl,-rpath,'$$ORIGIN'
+
+build: setup $(PAGED_EXT) $(IMPORT_EXT) $(KERNEL_EXT)
 	go build -o bin/ovrun ./cmd/ovrun
 	go build -o bin/ovtrace ./cmd/ovtrace
 

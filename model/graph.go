@@ -593,6 +593,9 @@ func (b *decoderBuilder) projs(x port, prefixes []string, outs []int64, bias boo
 func (b *decoderBuilder) linear(x port, name string, out int64) port {
 	g := b.g
 	s := b.lastDim(x, out)
+	if y, ok := g.kernelLinear(x, name, s); ok {
+		return y
+	}
 	y := b.matmulT(x, g.weight(name), s) // [.., out]
 	if m, G, ok := g.weightMin(name); ok {
 		in := x.shape[len(x.shape)-1]

@@ -203,6 +203,22 @@ func (g *irGraph) weight(name string) port {
 		x, g.constI64([]int64{2}, out, in)) // [out, in]
 }
 
+// kernelLinear is x @ W^T through ovrun's GGUFLinear operation for a
+// weight laid out for it (kernel.go), y of shape; ok is false for other
+// weights.
+func (g *irGraph) kernelLinear(x port, name string, shape []int64) (y port, ok bool) {
+	s := g.w.slot(name)
+	if s.kind != slotPacked || !s.pack.kernel {
+		return port{}, false
+	}
+	act := "f32"
+	if g.w.format == WeightsKernelQ8 {
+		act = "q8"
+	}
+	w := g.constAt(name, u8, []int64{s.shape[0], s.size / s.shape[0]}, s.off, s.size)
+	return g.op("GGUFLinear", "ovrun", []attr{{"type", "q4_1x8"}, {"activations", act}}, shape, f32, x, w), true
+}
+
 // weightMin is the minimum plane [out, in/G] of a weight stored with one
 // (zpMin), as f32, and its group size G; ok is false for other weights.
 func (g *irGraph) weightMin(name string) (m port, G int64, ok bool) {

@@ -48,6 +48,9 @@ type packing struct {
 	scale   elem  // f16 when the block scale is an f16 as stored, else f32
 	zp      zeroPoint
 	zpValue uint8 // for zpScalar
+	// kernel lays Q4_1 blocks out whole for ovrun's GGUFLinear kernel
+	// (kernel.go), one u8 plane with no scale or zero-point plane.
+	kernel bool
 }
 
 const (
@@ -81,6 +84,9 @@ func packingOf(d DType) packing {
 // planeBytes are the sizes of the weight, scale and zero-point planes of a
 // [rows, n] tensor.
 func (p packing) planeBytes(rows, n int64) (w, scale, zp int64) {
+	if p.kernel {
+		return rows * n / 32 * 20, 0, 0
+	}
 	w = rows * n
 	if p.wt == u4 {
 		w /= 2

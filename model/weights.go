@@ -34,17 +34,34 @@ const (
 	WeightsRounded WeightFormat = "rounded"
 	// WeightsF32 dequantizes every tensor to f32 constants.
 	WeightsF32 WeightFormat = "f32"
+	// WeightsKernel is WeightsNative with the Q4_1 projections multiplied
+	// by ovrun's own kernel (the GGUFLinear operation of
+	// ov/ext/gguf_linear.cc, laid out by kernel.go) instead of the
+	// plugin's: exact, the weights read in place from the blob rather than
+	// laid out again by the plugin (less memory, no first-call reorders),
+	// and on a CPU without VNNI as fast as the plugin's f32 kernel.
+	WeightsKernel WeightFormat = "kernel"
+	// WeightsKernelQ8 is WeightsKernel with the activations quantized to
+	// int8 per 32 elements, as llama.cpp multiplies Q4 blocks: products in
+	// integer instructions, much faster without VNNI, and no longer the
+	// file's model (the error against the float64 reference is in
+	// docs/benchmarks.md).
+	WeightsKernelQ8 WeightFormat = "kernel-q8"
 )
 
-// ParseWeightFormat accepts "native" (or ""), "rounded" and "f32".
+// Kernel reports whether f multiplies Q4_1 projections with ovrun's kernel.
+func (f WeightFormat) Kernel() bool { return f == WeightsKernel || f == WeightsKernelQ8 }
+
+// ParseWeightFormat accepts "native" (or ""), "rounded", "f32", "kernel"
+// and "kernel-q8".
 func ParseWeightFormat(s string) (WeightFormat, error) {
 	switch f := WeightFormat(s); f {
 	case "":
 		return WeightsNative, nil
-	case WeightsNative, WeightsRounded, WeightsF32:
+	case WeightsNative, WeightsRounded, WeightsF32, WeightsKernel, WeightsKernelQ8:
 		return f, nil
 	}
-	return "", fmt.Errorf("unknown weight format %q (want native, rounded or f32)", s)
+	return "", fmt.Errorf("unknown weight format %q (want native, rounded, f32, kernel or kernel-q8)", s)
 }
 
 // WeightOptions configures a Weights blob.
@@ -267,6 +284,9 @@ func (w *Weights) Files() []FileRegion { return w.files }
 func planSlot(n string, t *Tensor, format WeightFormat) *slot {
 	s := &slot{kind: slotRaw, et: elem(strings.ToLower(string(t.DType))), shape: t.Shape}
 	switch {
+	case format.Kernel() && kernelFits(n, t.DType, t.Shape):
+		s.kind, s.pack, s.et = slotPacked, packing{group: 32, wt: u8, kernel: true}, u8
+		s.size, s.scaleSize, s.zpSize = s.pack.planeBytes(t.Shape[0], t.Shape[1])
 	case t.DType.IsQuantized() && format != WeightsF32 && len(t.Shape) == 2:
 		s.kind, s.pack = slotPacked, packingOf(t.DType)
 		if s.pack.zp == zpPlane {
@@ -532,6 +552,10 @@ func (w *Weights) fillPacked(buf []byte, t *Tensor, s *slot, i int, src []byte) 
 	}
 	for r := range count {
 		row := first + r
+		if s.pack.kernel {
+			packRowKernel(src[r*srcRow:(r+1)*srcRow], row, buf[s.off:s.off+s.size])
+			continue
+		}
 		packRow(t.DType, s.pack, src[r*srcRow:(r+1)*srcRow], int(in),
 			buf[s.off+row*wRow:s.off+(row+1)*wRow],
 			buf[s.scaleOff+row*scRow:s.scaleOff+(row+1)*scRow],

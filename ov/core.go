@@ -39,11 +39,13 @@ func version() (string, error) {
 // concurrently with Close.
 type Core struct {
 	p     *C.ov_core_t
-	paged error // why PagedAttention is unavailable; nil when the extension was added
+	paged  error // why PagedAttention is unavailable; nil when the extension was added
+	kernel error // why GGUFLinear is unavailable; nil when its extension was added
 }
 
 // NewCore loads the library if needed and creates a Core, with ovrun's
-// paged-attention extension added when it is there (Core.PagedAttention).
+// extensions added when they are there (Core.PagedAttention,
+// Core.GGUFLinear).
 func NewCore() (*Core, error) {
 	if err := Load(); err != nil {
 		return nil, err
@@ -53,7 +55,8 @@ func NewCore() (*Core, error) {
 		return nil, err
 	}
 	c := &Core{p: p}
-	c.paged = c.addPagedAttention()
+	c.paged = c.addExtension(PagedAttentionLibrary, ErrNoPagedAttention)
+	c.kernel = c.addGGUFLinear()
 	return c, nil
 }
 

@@ -8,15 +8,16 @@ import os
 
 import openvino as ov
 
-EXTENSION = "libovrun_paged_attention.so"
+EXTENSIONS = ("libovrun_paged_attention.so", "libovrun_gguf_linear.so")
 
 
 def new_core():
-    """ov.Core with ovrun's extension added where `make build` put it."""
+    """ov.Core with ovrun's extensions added where `make build` put them."""
     core = ov.Core()
-    path = os.path.join(os.path.dirname(ov.__file__), "libs", EXTENSION)
-    if os.path.exists(path):
-        core.add_extension(path)
+    for name in EXTENSIONS:
+        path = os.path.join(os.path.dirname(ov.__file__), "libs", name)
+        if os.path.exists(path):
+            core.add_extension(path)
     return core
 
 

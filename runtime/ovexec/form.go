@@ -68,6 +68,14 @@ func NewForm(core *ov.Core, cfg *model.Config, opts Options) (Form, error) {
 		}
 		return Form{}, fmt.Errorf("attention paged: %w; use --attention %s", paged, others)
 	}
+	if opts.Weights.Kernel() {
+		if !strings.EqualFold(opts.Device, "CPU") {
+			return Form{}, fmt.Errorf("weights %s: ovrun's kernel runs on the CPU only, not %s; use --weights native", opts.Weights, opts.Device)
+		}
+		if err := core.GGUFLinear(); err != nil {
+			return Form{}, fmt.Errorf("weights %s: %w; use --weights native", opts.Weights, err)
+		}
+	}
 	f := Form{opts: opts, shape: runtime.ShapeOf(cfg), paged: paged, splitMLP: SplitsMLP(core, opts.Device, opts.properties())}
 	f.shape.ElemBytes = KVElemBytes(opts.KVPrecision)
 	// Paged graphs are every graph (auto resolves to paged at every

@@ -1,6 +1,7 @@
 package ovexec
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"math"
@@ -51,7 +52,8 @@ func generateGGUF(t *testing.T, path string, format model.WeightFormat, prompt [
 
 // TestGGUFSyntheticMatchesReference runs small random GGUF models whose
 // matrices use every block type (Q6_K embedding, Q4_K q and down, Q4_0 k,
-// Q8_0 v and lm_head, Q4_1 o, Q6_K gate, F16 up) in every weight format,
+// Q8_0 v and lm_head, Q4_1 o, Q6_K gate, F16 up) in every exact weight
+// format (kernel: the Q4_1 o through ovrun's kernel),
 // and native weights through a shared graph (its Q4_1 and Q4_K minima
 // products of their own, as in the decode graph), against the float64 reference over gguf.quants.dequantize (for rounded:
 // over the reference's own decoding with rounded zero points): llama (q/k
@@ -65,7 +67,7 @@ func TestGGUFSyntheticMatchesReference(t *testing.T) {
 		prompt := runtime.SeededTokens(5, 11, 512)
 		exact, exactTok := reference(t, path, prompt, steps)
 		rounded, roundedTok := reference(t, path, prompt, steps, "--round-zero-points")
-		for _, format := range []model.WeightFormat{model.WeightsNative, model.WeightsF32, model.WeightsRounded} {
+		for _, format := range []model.WeightFormat{model.WeightsNative, model.WeightsF32, model.WeightsRounded, model.WeightsKernel} {
 			t.Run(arch+" "+string(format), func(t *testing.T) {
 				want, wantTok := exact, exactTok
 				if format == model.WeightsRounded {
@@ -74,6 +76,12 @@ func TestGGUFSyntheticMatchesReference(t *testing.T) {
 				res, comp := generateGGUF(t, path, format, prompt, steps)
 				if got := comp.Weights().Compressed(); got != (format != model.WeightsF32) {
 					t.Errorf("Compressed() = %v with format %s", got, format)
+				}
+				if format == model.WeightsKernel {
+					xml, err := model.BuildIR(comp.Weights(), model.GraphSpec{Capacity: 64, Chunk: 1})
+					if err != nil || !bytes.Contains(xml, []byte(`type="GGUFLinear"`)) {
+						t.Errorf("kernel format: no GGUFLinear in the decode graph (%v)", err)
+					}
 				}
 				matchReference(t, res, want, wantTok)
 			})
@@ -124,6 +132,28 @@ func TestGGUFSmolLM2MatchesReference(t *testing.T) {
 	lastR := matchUpToTie(t, "rounded", rounded, wantR, wantRTok)
 	t.Logf("rounded weights: %d bytes in the blob; rows 0..%d against the rounded reference: %s; row 0 against the file's model: cosine %.4f",
 		compR.Weights().TensorBytes(), lastR, rowErrors(rounded.Logits[:lastR+1], wantR[:lastR+1]), runtime.Cosine(wantR[0], want[0]))
+
+	// ovrun's kernel multiplies the file's Q4_1 blocks exactly: as close to
+	// the reference as native, in a blob no larger than the file's blocks.
+	kernel, compK := generateGGUF(t, path, model.WeightsKernel, smolPrompt, steps)
+	if compK.Weights().TensorBytes() > comp.Weights().TensorBytes() {
+		t.Errorf("kernel weights: %d bytes in the blob, more than native's %d", compK.Weights().TensorBytes(), comp.Weights().TensorBytes())
+	}
+	lastK := matchUpToTie(t, "kernel", kernel, want, wantTok)
+	t.Logf("kernel weights: %d bytes in the blob; rows 0..%d: %s", compK.Weights().TensorBytes(), lastK, rowErrors(kernel.Logits[:lastK+1], want[:lastK+1]))
+
+	// With 8-bit activations the logits move (docs/benchmarks.md states by
+	// how much); a broken quantization (a wrong scale, a lane out of
+	// place) leaves nothing of them.
+	q8, _ := generateGGUF(t, path, model.WeightsKernelQ8, smolPrompt, steps)
+	agree := 0
+	for agree < len(wantTok) && q8.Tokens[agree] == wantTok[agree] {
+		agree++
+	}
+	if c := runtime.Cosine(q8.Logits[0], want[0]); c < 0.99 {
+		t.Errorf("kernel-q8, row 0: cosine %.4f < 0.99", c)
+	}
+	t.Logf("kernel-q8: row 0 %s; greedy tokens agree with the reference's for %d of %d", rowErrors(q8.Logits[:1], want[:1]), agree, len(wantTok))
 }
 
 // matchUpToTie compares a generation with the reference up to the first
