@@ -38,7 +38,7 @@ func version() (string, error) {
 // Its methods may be called from several goroutines at once, but not
 // concurrently with Close.
 type Core struct {
-	p     *C.ov_core_t
+	p      *C.ov_core_t
 	paged  error // why PagedAttention is unavailable; nil when the extension was added
 	kernel error // why GGUFLinear is unavailable; nil when its extension was added
 }
