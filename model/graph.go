@@ -229,8 +229,11 @@ func (b *decoderBuilder) build() {
 		b.attentionMask(pos, past[0][0])
 	}
 
-	emb := g.weight("model.embed_tokens.weight")                                                                  // [V, H]
-	x := g.op("Gather", "opset8", []attr{{"batch_dims", "0"}}, []int64{1, b.T, H}, f32, emb, ids, g.scalarI64(0)) // [1, T, H]
+	x, ok := g.kernelGather("model.embed_tokens.weight", ids, []int64{1, b.T, H}) // [1, T, H]
+	if !ok {
+		emb := g.weight("model.embed_tokens.weight")                                                                 // [V, H]
+		x = g.op("Gather", "opset8", []attr{{"batch_dims", "0"}}, []int64{1, b.T, H}, f32, emb, ids, g.scalarI64(0)) // [1, T, H]
+	}
 	if b.forms.embedding == EmbedSqrtHidden {
 		x = b.mul(x, g.scalarF32(float32(math.Sqrt(float64(H)))), x.shape) // [1, T, H]
 	}

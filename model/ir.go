@@ -207,16 +207,36 @@ func (g *irGraph) weight(name string) port {
 // weight laid out for it (kernel.go), y of shape; ok is false for other
 // weights.
 func (g *irGraph) kernelLinear(x port, name string, shape []int64) (y port, ok bool) {
-	s := g.w.slot(name)
-	if s.kind != slotPacked || !s.pack.kernel {
+	w, typ, ok := g.kernelBlocks(name)
+	if !ok {
 		return port{}, false
 	}
 	act := "f32"
 	if g.w.format == WeightsKernelQ8 {
 		act = "q8"
 	}
-	w := g.constAt(name, u8, []int64{s.shape[0], s.size / s.shape[0]}, s.off, s.size)
-	return g.op("GGUFLinear", "ovrun", []attr{{"type", "q4_1x8"}, {"activations", act}}, shape, f32, x, w), true
+	return g.op("GGUFLinear", "ovrun", []attr{{"type", typ}, {"activations", act}}, shape, f32, x, w), true
+}
+
+// kernelGather is the rows ids names of the weight name (an embedding [V,
+// H]) through ovrun's GGUFGather, y of shape; ok is false for a weight not
+// laid out for the kernel.
+func (g *irGraph) kernelGather(name string, ids port, shape []int64) (y port, ok bool) {
+	w, typ, ok := g.kernelBlocks(name)
+	if !ok {
+		return port{}, false
+	}
+	return g.op("GGUFGather", "ovrun", []attr{{"type", typ}}, shape, f32, w, ids), true
+}
+
+// kernelBlocks is the constant of a weight laid out for the kernel
+// (kernel.go), [rows, bytes a row], and the kernel's name of its layout.
+func (g *irGraph) kernelBlocks(name string) (w port, typ string, ok bool) {
+	s := g.w.slot(name)
+	if s.kind != slotPacked || s.pack.kernel == "" {
+		return port{}, "", false
+	}
+	return g.constAt(name, u8, []int64{s.shape[0], s.size / s.shape[0]}, s.off, s.size), kernelType(s.pack.kernel), true
 }
 
 // weightMin is the minimum plane [out, in/G] of a weight stored with one

@@ -1,45 +1,65 @@
 package model
 
-// This file lays out weights for ovrun's own matrix-vector kernel, the
-// GGUFLinear operation of ov/ext/gguf_linear.cc (WeightsKernel,
-// WeightsKernelQ8): Q4_1 blocks as the file stores them (an f16 scale d, an
-// f16 minimum m, 32 nibbles; w = d*q + m, exact), repacked once so that one
-// 32-byte load holds 4 elements of 8 rows.
+// This file lays out weights for ovrun's own kernel, the GGUFLinear and
+// GGUFGather operations of ov/ext/gguf_linear.cc (WeightsKernel,
+// WeightsKernelQ8): Q4_1 and Q8_0 blocks as the file stores them (an f16
+// scale d, for Q4_1 an f16 minimum m, 32 quants; w = d*q (+ m), exact),
+// repacked once so that one 32-byte load holds 4 elements of 8 rows.
 //
-// For each run of 8 rows and each block b of their rows, 160 bytes: the 8
-// rows' scales d (f16), their 8 minima m (f16), then 128 bytes of nibbles
-// where byte 32j + 4r + i (j, i = 0..3) holds row r's element 4j+i in its
-// low nibble and its element 16+4j+i in its high one. A tensor of N rows
-// (N a multiple of 8) and K inputs takes N*K/32*20 bytes, as the file.
+// For each run of 8 rows and each block b of their rows, 8 blocks' bytes:
+// the 8 rows' scales d (f16), for Q4_1 their 8 minima m (f16), then the
+// rows' quants, where byte 32j + 4r + i holds row r's element 4j+i (Q8_0,
+// j = 0..7) or, for Q4_1 (j = 0..3), element 4j+i in its low nibble and
+// element 16+4j+i in its high one. A tensor of N rows (N a multiple of 8)
+// and K inputs takes as many bytes as in the file.
 
 // kernelRows are the rows the layout interleaves.
 const kernelRows = 8
 
-// kernelGroupBytes are the bytes of one block of kernelRows rows.
-const kernelGroupBytes = kernelRows * 20
-
-// kernelFits reports whether tensor n of type d and shape can be laid out
-// for the kernel: a Q4_1 matrix only ever multiplied (linearOnly) with
-// rows in runs of 8 and whole blocks.
-func kernelFits(n string, d DType, shape []int64) bool {
-	return d == DTypeQ4_1 && linearOnly(n) && len(shape) == 2 && shape[0]%kernelRows == 0 && shape[1]%32 == 0
+// kernelType is the kernel's name of the layout of block type d ("" when
+// the kernel has none).
+func kernelType(d DType) string {
+	switch d {
+	case DTypeQ4_1:
+		return "q4_1x8"
+	case DTypeQ8_0:
+		return "q8_0x8"
+	}
+	return ""
 }
 
-// packRowKernel writes row (of the tensor, src its Q4_1 blocks) into dst,
-// the tensor's kernel layout.
-func packRowKernel(src []byte, row int64, dst []byte) {
-	nb := int64(len(src)) / 20
+// kernelFits reports whether tensor n of type d and shape can be laid out
+// for the kernel: a Q4_1 or Q8_0 matrix with rows in runs of 8 and whole
+// blocks, multiplied (linearOnly) or the embedding (gathered by the kernel
+// too, and multiplied where the lm_head is tied to it).
+func kernelFits(n string, d DType, shape []int64) bool {
+	return kernelType(d) != "" && (linearOnly(n) || n == "model.embed_tokens.weight") &&
+		len(shape) == 2 && shape[0]%kernelRows == 0 && shape[1]%32 == 0
+}
+
+// packRowKernel writes row (of a tensor of type d, src its blocks) into
+// dst, the tensor's kernel layout.
+func packRowKernel(d DType, src []byte, row int64, dst []byte) {
+	_, bb := d.block()
+	nb := int64(len(src) / bb)
+	group := int64(kernelRows * bb)
 	run, r := row/kernelRows, row%kernelRows
-	base := dst[run*nb*kernelGroupBytes:]
+	base := dst[run*nb*group:]
 	for b := range nb {
-		blk := src[b*20 : (b+1)*20]
-		g := base[b*kernelGroupBytes : (b+1)*kernelGroupBytes]
+		blk := src[b*int64(bb) : (b+1)*int64(bb)]
+		g := base[b*group : (b+1)*group]
 		copy(g[2*r:], blk[0:2])
-		copy(g[16+2*r:], blk[2:4])
-		// blk[4+e] holds element e (low nibble) and e+16 (high): the byte
-		// of element e = 4j+i sits at 32 + 32j + 4r + i, whole.
-		for e := range int64(16) {
-			g[32+32*(e/4)+4*r+e%4] = blk[4+e]
+		if d == DTypeQ4_1 {
+			copy(g[16+2*r:], blk[2:4])
+			// blk[4+e] holds element e (low nibble) and e+16 (high): the
+			// byte of element e = 4j+i goes to 32 + 32j + 4r + i whole.
+			for e := range int64(16) {
+				g[32+32*(e/4)+4*r+e%4] = blk[4+e]
+			}
+			continue
+		}
+		for e := range int64(32) {
+			g[16+32*(e/4)+4*r+e%4] = blk[2+e]
 		}
 	}
 }

@@ -48,9 +48,10 @@ type packing struct {
 	scale   elem  // f16 when the block scale is an f16 as stored, else f32
 	zp      zeroPoint
 	zpValue uint8 // for zpScalar
-	// kernel lays Q4_1 blocks out whole for ovrun's GGUFLinear kernel
-	// (kernel.go), one u8 plane with no scale or zero-point plane.
-	kernel bool
+	// kernel is the block type laid out whole for ovrun's kernel
+	// (kernel.go): one u8 plane of the file's bytes, no scale or
+	// zero-point plane. "" for OpenVINO's compressed form.
+	kernel DType
 }
 
 const (
@@ -84,8 +85,9 @@ func packingOf(d DType) packing {
 // planeBytes are the sizes of the weight, scale and zero-point planes of a
 // [rows, n] tensor.
 func (p packing) planeBytes(rows, n int64) (w, scale, zp int64) {
-	if p.kernel {
-		return rows * n / 32 * 20, 0, 0
+	if p.kernel != "" {
+		_, bb := p.kernel.block()
+		return rows * n / 32 * int64(bb), 0, 0
 	}
 	w = rows * n
 	if p.wt == u4 {

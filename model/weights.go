@@ -285,7 +285,7 @@ func planSlot(n string, t *Tensor, format WeightFormat) *slot {
 	s := &slot{kind: slotRaw, et: elem(strings.ToLower(string(t.DType))), shape: t.Shape}
 	switch {
 	case format.Kernel() && kernelFits(n, t.DType, t.Shape):
-		s.kind, s.pack, s.et = slotPacked, packing{group: 32, wt: u8, kernel: true}, u8
+		s.kind, s.pack, s.et = slotPacked, packing{group: 32, wt: u8, kernel: t.DType}, u8
 		s.size, s.scaleSize, s.zpSize = s.pack.planeBytes(t.Shape[0], t.Shape[1])
 	case t.DType.IsQuantized() && format != WeightsF32 && len(t.Shape) == 2:
 		s.kind, s.pack = slotPacked, packingOf(t.DType)
@@ -552,8 +552,8 @@ func (w *Weights) fillPacked(buf []byte, t *Tensor, s *slot, i int, src []byte) 
 	}
 	for r := range count {
 		row := first + r
-		if s.pack.kernel {
-			packRowKernel(src[r*srcRow:(r+1)*srcRow], row, buf[s.off:s.off+s.size])
+		if s.pack.kernel != "" {
+			packRowKernel(t.DType, src[r*srcRow:(r+1)*srcRow], row, buf[s.off:s.off+s.size])
 			continue
 		}
 		packRow(t.DType, s.pack, src[r*srcRow:(r+1)*srcRow], int(in),

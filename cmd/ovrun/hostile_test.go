@@ -537,3 +537,40 @@ func TestMissingPagedAttentionExtension(t *testing.T) {
 	_, stderr, code = run("paged")
 	assertOneLineError(t, stderr, code, "attention paged: paged attention unavailable")
 }
+
+// TestMissingKernelExtension runs ovrun on an OpenVINO folder without
+// ovrun's kernel library: --weights kernel is a one-line error that says
+// what to do, and the default weights run without a word about it.
+func TestMissingKernelExtension(t *testing.T) {
+	libs := filepath.Join(testenv.RepoRoot(t), ".venv", "openvino", "libs")
+	es, err := os.ReadDir(libs)
+	if err != nil {
+		t.Skipf("no wheel: %v", err)
+	}
+	dir := t.TempDir()
+	for _, e := range es {
+		if e.Name() != ov.GGUFLinearLibrary {
+			if err := os.Symlink(filepath.Join(libs, e.Name()), filepath.Join(dir, e.Name())); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	ck := testenv.Synth(t, "tiny", "F32")
+	run := func(weights string) (string, int) {
+		cmd := exec.Command(ovrunBin, "generate", "--model", ck, "--capacity", "64", "--prompt-tokens", "20",
+			"--max-new-tokens", "8", "--precision", "f32", "--weights", weights)
+		cmd.Env = append(os.Environ(), ov.EnvLibrary+"="+dir)
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		cmd.Run()
+		return stderr.String(), cmd.ProcessState.ExitCode()
+	}
+	stderr, code := run("kernel")
+	assertOneLineError(t, stderr, code, "weights kernel: ovrun's kernel unavailable: no "+filepath.Join(dir, ov.GGUFLinearLibrary))
+	if !strings.Contains(stderr, "make build") || !strings.Contains(stderr, "--weights native") {
+		t.Errorf("the error says neither how to build the library nor what to use instead: %q", stderr)
+	}
+	if stderr, code := run("native"); code != 0 || strings.Contains(stderr, "kernel") {
+		t.Errorf("native weights without the kernel library: exit %d, stderr %q", code, stderr)
+	}
+}

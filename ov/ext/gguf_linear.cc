@@ -1,31 +1,39 @@
-// gguf_linear.cc: an OpenVINO operation that multiplies activations by a
-// weight matrix kept in the GGUF file's own Q4_1 blocks, the way llama.cpp
-// does on a CPU without VNNI, where the CPU plugin widens every int4 weight
-// to f32 before its multiply-add (its dynamic quantization of activations
-// needs avx2_vnni or avx512_core_vnni).
+// gguf_linear.cc: OpenVINO operations that read weights in the GGUF file's
+// own Q4_1 and Q8_0 blocks, the way llama.cpp does: ovrun's kernel
+// (--weights kernel and kernel-q8).
 //
-//   GGUFLinear(x f32 [..., K], blocks u8 [N, K/32*20]) -> y f32 [..., N]
-//   y[.., n] = sum over k of x[.., k] * w[n, k]
+//   GGUFLinear(x f32 [..., K], blocks u8 [N, K/32*B]) -> y f32 [..., N]
+//     y[.., n] = sum over k of x[.., k] * w[n, k]
+//   GGUFGather(blocks u8 [V, K/32*B], ids i32|i64 [...]) -> f32 [..., K]
+//     the rows ids name (an embedding), zeros for an id out of range
 //
-// Each row of blocks is the row's K/32 Q4_1 blocks as the file stores them
-// (f16 scale d, f16 minimum m, 16 bytes of nibbles: element i in the low
-// nibble of byte i, element i+16 in the high one; w = d*q + m).
+// Attribute type: "q4_1x8" (B = 20: an f16 scale d, an f16 minimum m and
+// 32 nibbles a block, w = d*q + m) or "q8_0x8" (B = 34: an f16 scale d and
+// 32 int8 a block, w = d*q). The blocks are the file's, repacked once
+// (model/kernel.go) so that one 32-byte load holds 4 elements of each of 8
+// rows: for each run of 8 rows and block b, the 8 scales (f16), for Q4_1
+// the 8 minima (f16), then the 8 rows' elements, byte 32j + 4r + i holding
+// row r's element 4j+i (Q8_0, j = 0..7) or, for Q4_1 (j = 0..3), element
+// 4j+i in its low nibble and 16+4j+i in its high one. A product with 4
+// elements of x broadcast then gives the 8 rows' partial sums in the 8
+// lanes of a register: no horizontal sums.
 //
-// Attribute activations:
-//   "f32": exact; each block's products in f32 (d * sum(q*x) + m * sum(x)).
-//   "q8":  x is quantized per 32 elements to int8 with an f32 scale (as
+// GGUFLinear's attribute activations:
+//   "f32": exact, each weight widened to f32 (the minimum's term of Q4_1 as
+//          m * sum(x) over the block).
+//   "q8":  x quantized per 32 elements to int8 with an f32 scale (as
 //          llama.cpp's Q8_1), the products in integer instructions
-//          (vpmaddubsw); the minimum's term uses the exact f32 sum of x.
-//          Not the file's model: its error is stated in docs/benchmarks.md.
+//          (vpmaddubsw, or vpdpbusd with AVX512_VNNI); the minimum's term
+//          uses the exact f32 sum of x. Not the file's model: its error is
+//          stated in docs/benchmarks.md.
 //
-// The CPU plugin runs an operation it does not know through its evaluate
-// (a "Reference" node), reading the constant's memory where it is: the
-// weights stay in the pages of the blob they were mapped from, laid out
-// once by the file, not by the plugin on the first call. Rows are split
-// over the plugin's TBB arena.
-//
-// Built by `make build` against the wheel's headers into the folder of its
-// libopenvino and loaded by package ov with ov_core_add_extension.
+// The CPU plugin runs an operation it does not know through its evaluate (a
+// "Reference" node), reading the constant's memory where it is: the weights
+// stay in the pages of the blob they were mapped from, and the plugin lays
+// out no copy of its own on the first call. Rows are split over the
+// plugin's TBB arena. Built by `make build` against the wheel's headers
+// into the folder of its libopenvino, for AVX2, FMA and F16C, and loaded by
+// package ov with ov_core_add_extension where the CPU has them.
 #include <immintrin.h>
 
 #include <cstdint>
@@ -43,8 +51,28 @@
 
 namespace {
 
-constexpr size_t kBlock = 32;       // elements per Q4_1 block
-constexpr size_t kBlockBytes = 20;  // bytes per Q4_1 block
+constexpr size_t kBlock = 32;  // elements per block
+constexpr size_t kRows = 8;    // rows a run of the layout interleaves
+
+// Format is one block type's layout.
+struct Format {
+    size_t blockBytes;  // per row and block: 20 (Q4_1) or 34 (Q8_0)
+    bool q4;            // Q4_1: nibbles and a minimum
+    size_t groupBytes() const { return kRows * blockBytes; }
+    size_t quantOffset() const { return q4 ? 32 : 16; }  // of the elements in a group
+};
+
+bool formatOf(const std::string& type, Format& f) {
+    if (type == "q4_1x8") {
+        f = Format{20, true};
+        return true;
+    }
+    if (type == "q8_0x8") {
+        f = Format{34, false};
+        return true;
+    }
+    return false;
+}
 
 inline float f16(const uint8_t* p) {
     uint16_t h;
@@ -57,6 +85,18 @@ inline float hsum(__m256 v) {
     s = _mm_add_ps(s, _mm_movehl_ps(s, s));
     s = _mm_add_ss(s, _mm_movehdup_ps(s));
     return _mm_cvtss_f32(s);
+}
+
+inline __m256 loadF16x8(const uint8_t* p) {
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+
+inline __m256i load32(const uint8_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
+
+inline __m256i bcast4(const int8_t* p) {
+    int32_t v;
+    std::memcpy(&v, p, 4);
+    return _mm256_set1_epi32(v);
 }
 
 // Activations of one row, quantized: per block an int8 plane, its scale and
@@ -84,17 +124,14 @@ void quantizeRow(const float* x, size_t K, Q8Row& r) {
         __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(amax), _mm256_extractf128_ps(amax, 1));
         m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
         m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
-        const float am = _mm_cvtss_f32(m4);
-        const float d = am / 127.0f;
+        const float d = _mm_cvtss_f32(m4) / 127.0f;
         const __m256 id = _mm256_set1_ps(d != 0.0f ? 1.0f / d : 0.0f);
         __m256i i32[4];
         for (int j = 0; j < 4; ++j) {
             i32[j] = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(v[j], id), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
         }
-        // Pack 32 int32 to 32 int8 in order (packs interleave 128-bit lanes; the permute undoes it).
-        __m256i i16a = _mm256_packs_epi32(i32[0], i32[1]);
-        __m256i i16b = _mm256_packs_epi32(i32[2], i32[3]);
-        __m256i i8 = _mm256_packs_epi16(i16a, i16b);
+        // 32 int32 to 32 int8 in order (the packs interleave 128-bit lanes; the permute undoes it).
+        __m256i i8 = _mm256_packs_epi16(_mm256_packs_epi32(i32[0], i32[1]), _mm256_packs_epi32(i32[2], i32[3]));
         i8 = _mm256_permutevar8x32_epi32(i8, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
         _mm256_storeu_si256(reinterpret_cast<__m256i*>(r.q.data() + b * kBlock), i8);
         r.d[b] = d;
@@ -102,42 +139,26 @@ void quantizeRow(const float* x, size_t K, Q8Row& r) {
     }
 }
 
-// The layout the kernels read ("q4_1x8"): each run of 8 rows is repacked
-// once, at conversion, block by block. For rows r = 0..7 and block b of
-// their 32-element Q4_1 blocks, 160 bytes: the 8 scales d (f16), the 8
-// minima m (f16), then 128 bytes of nibbles, where byte 32j + 4r + i
-// (j, i = 0..3) holds row r's element 4j+i in its low nibble and element
-// 16+4j+i in its high one. One 32-byte load then holds 4 elements of each
-// of the 8 rows, and a product with 4 elements of x broadcast gives the 8
-// rows' partial sums in the 8 lanes: no horizontal sums.
-constexpr size_t kRows = 8;
-constexpr size_t kGroupBytes = kRows * kBlockBytes;  // 160
+// The integer products of 8 rows' 4 elements (w, one 32-byte load) with 4
+// elements of x broadcast, accumulated in s: with VNNI in one instruction;
+// without, through i16 (vpmaddubsw), which Q4_1's small values allow to sum
+// over a whole block (8 * 2 * 15 * 127 < 2^15) before widening.
+#define OVRUN_VNNI __attribute__((target("avx512vnni,avx512vl")))
 
-
-inline __m256 loadF16x8(const uint8_t* p) {
-    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-}
-
-inline __m256i bcast4(const int8_t* p) {
-    int32_t v;
-    std::memcpy(&v, p, 4);
-    return _mm256_set1_epi32(v);
-}
-
-// dotQ8 writes y[0..8) for the 8 rows of group (nb blocks), x quantized.
+// dotQ4 writes y[0..8) for the 8 rows of group (nb blocks), x quantized.
 template <bool VNNI>
-void dotQ8(const uint8_t* group, const Q8Row& x, size_t nb, float* y);
+void dotQ4(const uint8_t* group, const Q8Row& x, size_t nb, float* y);
 
 template <>
-void dotQ8<false>(const uint8_t* group, const Q8Row& x, size_t nb, float* y) {
+void dotQ4<false>(const uint8_t* group, const Q8Row& x, size_t nb, float* y) {
     const __m256i low = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
     __m256 acc = _mm256_setzero_ps(), accMin = _mm256_setzero_ps();
     for (size_t b = 0; b < nb; ++b) {
-        const uint8_t* g = group + b * kGroupBytes;
+        const uint8_t* g = group + b * 160;
         const int8_t* xb = x.q.data() + b * kBlock;
-        __m256i s = _mm256_setzero_si256();  // i16: at most 8 * 2 * 15 * 127 = 30480
+        __m256i s = _mm256_setzero_si256();
         for (int j = 0; j < 4; ++j) {
-            const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(g + 32 + 32 * j));
+            const __m256i q = load32(g + 32 + 32 * j);
             s = _mm256_add_epi16(s, _mm256_maddubs_epi16(_mm256_and_si256(q, low), bcast4(xb + 4 * j)));
             s = _mm256_add_epi16(s, _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(q, 4), low), bcast4(xb + 16 + 4 * j)));
         }
@@ -148,18 +169,16 @@ void dotQ8<false>(const uint8_t* group, const Q8Row& x, size_t nb, float* y) {
     _mm256_storeu_ps(y, _mm256_add_ps(acc, accMin));
 }
 
-// With VNNI (AVX512_VNNI with VL): the products accumulate in i32 in one
-// instruction each.
 template <>
-__attribute__((target("avx512vnni,avx512vl"))) void dotQ8<true>(const uint8_t* group, const Q8Row& x, size_t nb, float* y) {
+OVRUN_VNNI void dotQ4<true>(const uint8_t* group, const Q8Row& x, size_t nb, float* y) {
     const __m256i low = _mm256_set1_epi8(0x0F);
     __m256 acc = _mm256_setzero_ps(), accMin = _mm256_setzero_ps();
     for (size_t b = 0; b < nb; ++b) {
-        const uint8_t* g = group + b * kGroupBytes;
+        const uint8_t* g = group + b * 160;
         const int8_t* xb = x.q.data() + b * kBlock;
         __m256i s = _mm256_setzero_si256();
         for (int j = 0; j < 4; ++j) {
-            const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(g + 32 + 32 * j));
+            const __m256i q = load32(g + 32 + 32 * j);
             s = _mm256_dpbusd_epi32(s, _mm256_and_si256(q, low), bcast4(xb + 4 * j));
             s = _mm256_dpbusd_epi32(s, _mm256_and_si256(_mm256_srli_epi16(q, 4), low), bcast4(xb + 16 + 4 * j));
         }
@@ -169,30 +188,102 @@ __attribute__((target("avx512vnni,avx512vl"))) void dotQ8<true>(const uint8_t* g
     _mm256_storeu_ps(y, _mm256_add_ps(acc, accMin));
 }
 
-// dotF32 is dotQ8 with x exact: each weight widened to f32 (lane r's byte i
-// shifted down), two partial sums per block against the FMA latency.
-void dotF32(const uint8_t* group, const float* x, const float* sums, size_t nb, float* y) {
-    const __m256i low = _mm256_set1_epi8(0x0F), byte = _mm256_set1_epi32(0xFF);
+// dotQ8 is dotQ4 for Q8_0 rows: signed weights, so the unsigned operand is
+// |w| and x takes w's sign (as llama.cpp does); each step widens to i32
+// (2 * 128 * 127 fills i16 once).
+template <bool VNNI>
+void dotQ8(const uint8_t* group, const Q8Row& x, size_t nb, float* y);
+
+template <>
+void dotQ8<false>(const uint8_t* group, const Q8Row& x, size_t nb, float* y) {
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256 acc = _mm256_setzero_ps();
+    for (size_t b = 0; b < nb; ++b) {
+        const uint8_t* g = group + b * 272;
+        const int8_t* xb = x.q.data() + b * kBlock;
+        __m256i s = _mm256_setzero_si256();
+        for (int j = 0; j < 8; ++j) {
+            const __m256i w = load32(g + 16 + 32 * j);
+            const __m256i p = _mm256_maddubs_epi16(_mm256_abs_epi8(w), _mm256_sign_epi8(bcast4(xb + 4 * j), w));
+            s = _mm256_add_epi32(s, _mm256_madd_epi16(p, ones));
+        }
+        acc = _mm256_fmadd_ps(_mm256_mul_ps(loadF16x8(g), _mm256_set1_ps(x.d[b])), _mm256_cvtepi32_ps(s), acc);
+    }
+    _mm256_storeu_ps(y, acc);
+}
+
+template <>
+OVRUN_VNNI void dotQ8<true>(const uint8_t* group, const Q8Row& x, size_t nb, float* y) {
+    __m256 acc = _mm256_setzero_ps();
+    for (size_t b = 0; b < nb; ++b) {
+        const uint8_t* g = group + b * 272;
+        const int8_t* xb = x.q.data() + b * kBlock;
+        __m256i s = _mm256_setzero_si256();
+        for (int j = 0; j < 8; ++j) {
+            const __m256i w = load32(g + 16 + 32 * j);
+            s = _mm256_dpbusd_epi32(s, _mm256_abs_epi8(w), _mm256_sign_epi8(bcast4(xb + 4 * j), w));
+        }
+        acc = _mm256_fmadd_ps(_mm256_mul_ps(loadF16x8(g), _mm256_set1_ps(x.d[b])), _mm256_cvtepi32_ps(s), acc);
+    }
+    _mm256_storeu_ps(y, acc);
+}
+
+// Lane r's byte i of 4 as i32: unsigned (Q4_1's nibbles, masked) or signed.
+inline __m256i byteU(__m256i v, int i) { return _mm256_and_si256(_mm256_srli_epi32(v, 8 * i), _mm256_set1_epi32(0xFF)); }
+inline __m256i byteS(__m256i v, int i) { return _mm256_srai_epi32(_mm256_slli_epi32(v, 24 - 8 * i), 24); }
+
+// dotF32Q4 is dotQ4 with x exact: each weight widened to f32, two partial
+// sums per block against the FMA latency.
+void dotF32Q4(const uint8_t* group, const float* x, const float* sums, size_t nb, float* y) {
+    const __m256i low = _mm256_set1_epi8(0x0F);
     __m256 acc = _mm256_setzero_ps(), accMin = _mm256_setzero_ps();
     for (size_t b = 0; b < nb; ++b) {
-        const uint8_t* g = group + b * kGroupBytes;
+        const uint8_t* g = group + b * 160;
         const float* xb = x + b * kBlock;
         __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
         for (int j = 0; j < 4; ++j) {
-            const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(g + 32 + 32 * j));
+            const __m256i q = load32(g + 32 + 32 * j);
             const __m256i lo = _mm256_and_si256(q, low), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), low);
-#define OVRUN_LANE(i)                                                                                                \
-    s0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srli_epi32(lo, 8 * (i)), byte)),                   \
-                         _mm256_broadcast_ss(xb + 4 * j + (i)), s0);                                                   \
-    s1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srli_epi32(hi, 8 * (i)), byte)),                   \
-                         _mm256_broadcast_ss(xb + 16 + 4 * j + (i)), s1);
-            OVRUN_LANE(0) OVRUN_LANE(1) OVRUN_LANE(2) OVRUN_LANE(3)
-#undef OVRUN_LANE
+#pragma GCC unroll 4
+            for (int i = 0; i < 4; ++i) {
+                s0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(byteU(lo, i)), _mm256_broadcast_ss(xb + 4 * j + i), s0);
+                s1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(byteU(hi, i)), _mm256_broadcast_ss(xb + 16 + 4 * j + i), s1);
+            }
         }
         acc = _mm256_fmadd_ps(loadF16x8(g), _mm256_add_ps(s0, s1), acc);
         accMin = _mm256_fmadd_ps(loadF16x8(g + 16), _mm256_set1_ps(sums[b]), accMin);
     }
     _mm256_storeu_ps(y, _mm256_add_ps(acc, accMin));
+}
+
+// dotF32Q8 is dotQ8 with x exact.
+void dotF32Q8(const uint8_t* group, const float* x, size_t nb, float* y) {
+    __m256 acc = _mm256_setzero_ps();
+    for (size_t b = 0; b < nb; ++b) {
+        const uint8_t* g = group + b * 272;
+        const float* xb = x + b * kBlock;
+        __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
+        for (int j = 0; j < 8; j += 2) {
+            const __m256i w0 = load32(g + 16 + 32 * j), w1 = load32(g + 48 + 32 * j);
+#pragma GCC unroll 4
+            for (int i = 0; i < 4; ++i) {
+                s0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(byteS(w0, i)), _mm256_broadcast_ss(xb + 4 * j + i), s0);
+                s1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(byteS(w1, i)), _mm256_broadcast_ss(xb + 4 * j + 4 + i), s1);
+            }
+        }
+        acc = _mm256_fmadd_ps(loadF16x8(g), _mm256_add_ps(s0, s1), acc);
+    }
+    _mm256_storeu_ps(y, acc);
+}
+
+// blocksShape checks a blocks input: a static [N, K/32*B] with N a multiple
+// of 8; K is returned.
+size_t checkBlocks(const ov::Node* node, const ov::PartialShape& ws, const Format& f) {
+    NODE_VALIDATION_CHECK(node, ws.rank().is_static() && ws.rank().get_length() == 2 && ws.is_static(),
+                          "blocks must be a static [N, K/32*", f.blockBytes, "]");
+    NODE_VALIDATION_CHECK(node, ws[0].get_length() % kRows == 0 && ws[1].get_length() % f.blockBytes == 0,
+                          "blocks must be [N, K/32*", f.blockBytes, "] with N a multiple of ", kRows, ", not ", ws);
+    return static_cast<size_t>(ws[1].get_length()) / f.blockBytes * kBlock;
 }
 
 class GGUFLinear : public ov::op::Op {
@@ -206,25 +297,18 @@ public:
     }
 
     void validate_and_infer_types() override {
-        NODE_VALIDATION_CHECK(this, m_type == "q4_1x8", "GGUFLinear: type must be q4_1x8, not ", m_type);
-        NODE_VALIDATION_CHECK(this, m_activations == "f32" || m_activations == "q8",
-                              "GGUFLinear: activations must be f32 or q8, not ", m_activations);
-        NODE_VALIDATION_CHECK(this, get_input_element_type(0) == ov::element::f32, "GGUFLinear: x must be f32");
-        NODE_VALIDATION_CHECK(this, get_input_element_type(1) == ov::element::u8, "GGUFLinear: blocks must be u8");
-        const ov::PartialShape& xs = get_input_partial_shape(0);
+        NODE_VALIDATION_CHECK(this, formatOf(m_type, m_format), "type must be q4_1x8 or q8_0x8, not ", m_type);
+        NODE_VALIDATION_CHECK(this, m_activations == "f32" || m_activations == "q8", "activations must be f32 or q8, not ",
+                              m_activations);
+        NODE_VALIDATION_CHECK(this, get_input_element_type(0) == ov::element::f32, "x must be f32");
+        NODE_VALIDATION_CHECK(this, get_input_element_type(1) == ov::element::u8, "blocks must be u8");
         const ov::PartialShape& ws = get_input_partial_shape(1);
-        NODE_VALIDATION_CHECK(this, ws.rank().is_static() && ws.rank().get_length() == 2 && ws.is_static(),
-                              "GGUFLinear: blocks must be a static [N, K/32*20]");
-        NODE_VALIDATION_CHECK(this, ws[0].get_length() % kRows == 0, "GGUFLinear: N must be a multiple of ", kRows);
-        ov::PartialShape ys = xs;
-        if (xs.rank().is_static()) {
-            const auto r = xs.rank().get_length();
-            NODE_VALIDATION_CHECK(this, r >= 1, "GGUFLinear: x needs a last dimension");
-            const ov::Dimension& k = xs[r - 1];
-            NODE_VALIDATION_CHECK(this, k.is_static() && k.get_length() % kBlock == 0 &&
-                                            static_cast<size_t>(k.get_length()) / kBlock * kBlockBytes ==
-                                                static_cast<size_t>(ws[1].get_length()),
-                                  "GGUFLinear: x's last dimension must be K, a multiple of 32, for blocks [N, K/32*20]");
+        const size_t K = checkBlocks(this, ws, m_format);
+        ov::PartialShape ys = get_input_partial_shape(0);
+        if (ys.rank().is_static()) {
+            const auto r = ys.rank().get_length();
+            NODE_VALIDATION_CHECK(this, r >= 1 && ys[r - 1].compatible(static_cast<int64_t>(K)),
+                                  "x's last dimension must be K = ", K, " for blocks ", ws);
             ys[r - 1] = ws[0];
         }
         set_output_type(0, ov::element::f32, ys);
@@ -247,8 +331,7 @@ public:
         const ov::Tensor& x = inputs[0];
         const ov::Tensor& w = inputs[1];
         const ov::Shape xs = x.get_shape();
-        const size_t K = xs.back();
-        const size_t N = w.get_shape()[0];
+        const size_t K = xs.back(), N = w.get_shape()[0];
         const size_t M = K == 0 ? 0 : x.get_size() / K;
         ov::Shape ys = xs;
         ys.back() = N;
@@ -256,55 +339,143 @@ public:
         const float* xp = x.data<const float>();
         const uint8_t* wp = static_cast<const uint8_t*>(w.data());
         float* yp = outputs[0].data<float>();
-        const size_t nb = K / kBlock, rowBytes = nb * kBlockBytes;
-        const size_t groups = N / kRows;
+        const Format f = m_format;
+        const size_t nb = K / kBlock, runBytes = nb * f.groupBytes();
+        // Each task is a run of 8 rows, for every token: the run's blocks
+        // stay in the core's caches from one token to the next.
+        const auto split = [&](auto&& run) {
+            tbb::parallel_for(
+                tbb::blocked_range<size_t>(0, N / kRows),
+                [&](const tbb::blocked_range<size_t>& r) {
+                    for (size_t c = r.begin(); c != r.end(); ++c) {
+                        for (size_t m = 0; m < M; ++m) {
+                            run(wp + c * runBytes, m, yp + m * N + c * kRows);
+                        }
+                    }
+                },
+                tbb::static_partitioner());
+        };
         if (m_activations == "q8") {
             static const bool vnni = __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512vl") &&
-                                     std::getenv("OVRUN_GGUF_LINEAR_NO_VNNI") == nullptr;
+                                     std::getenv("OVRUN_KERNEL_NO_VNNI") == nullptr;
             std::vector<Q8Row> q(M);
             for (size_t m = 0; m < M; ++m) {
                 quantizeRow(xp + m * K, K, q[m]);
             }
-            tbb::parallel_for(tbb::blocked_range<size_t>(0, groups), [&](const tbb::blocked_range<size_t>& r) {
-                for (size_t c = r.begin(); c != r.end(); ++c) {
-                    const uint8_t* g = wp + c * kRows * rowBytes;
-                    for (size_t m = 0; m < M; ++m) {
-                        if (vnni) {
-                            dotQ8<true>(g, q[m], nb, yp + m * N + c * kRows);
-                        } else {
-                            dotQ8<false>(g, q[m], nb, yp + m * N + c * kRows);
-                        }
-                    }
+            split([&](const uint8_t* g, size_t m, float* y) {
+                if (f.q4) {
+                    vnni ? dotQ4<true>(g, q[m], nb, y) : dotQ4<false>(g, q[m], nb, y);
+                } else {
+                    vnni ? dotQ8<true>(g, q[m], nb, y) : dotQ8<false>(g, q[m], nb, y);
                 }
-            }, tbb::static_partitioner());
+            });
             return true;
         }
-        std::vector<float> sums(M * nb);
-        for (size_t m = 0; m < M; ++m) {
-            for (size_t b = 0; b < nb; ++b) {
-                float s = 0.0f;
-                for (size_t i = 0; i < kBlock; ++i) {
-                    s += xp[m * K + b * kBlock + i];
-                }
-                sums[m * nb + b] = s;
+        std::vector<float> sums(f.q4 ? M * nb : 0);
+        for (size_t i = 0; i < sums.size(); ++i) {
+            const float* xb = xp + i * kBlock;  // block i % nb of row i / nb
+            float s = 0.0f;
+            for (size_t e = 0; e < kBlock; ++e) {
+                s += xb[e];
             }
+            sums[i] = s;
         }
-        tbb::parallel_for(tbb::blocked_range<size_t>(0, groups), [&](const tbb::blocked_range<size_t>& r) {
-            for (size_t c = r.begin(); c != r.end(); ++c) {
-                const uint8_t* g = wp + c * kRows * rowBytes;
-                for (size_t m = 0; m < M; ++m) {
-                    dotF32(g, xp + m * K, sums.data() + m * nb, nb, yp + m * N + c * kRows);
-                }
+        split([&](const uint8_t* g, size_t m, float* y) {
+            if (f.q4) {
+                dotF32Q4(g, xp + m * K, sums.data() + m * nb, nb, y);
+            } else {
+                dotF32Q8(g, xp + m * K, nb, y);
             }
-        }, tbb::static_partitioner());
+        });
         return true;
     }
 
 private:
     std::string m_type = "q4_1x8";
     std::string m_activations = "f32";
+    Format m_format{20, true};
+};
+
+class GGUFGather : public ov::op::Op {
+public:
+    OPENVINO_OP("GGUFGather", "ovrun");
+
+    GGUFGather() = default;
+    GGUFGather(const ov::Output<ov::Node>& blocks, const ov::Output<ov::Node>& ids, std::string type)
+        : Op({blocks, ids}), m_type(std::move(type)) {
+        constructor_validate_and_infer_types();
+    }
+
+    void validate_and_infer_types() override {
+        NODE_VALIDATION_CHECK(this, formatOf(m_type, m_format), "type must be q4_1x8 or q8_0x8, not ", m_type);
+        NODE_VALIDATION_CHECK(this, get_input_element_type(0) == ov::element::u8, "blocks must be u8");
+        const ov::element::Type it = get_input_element_type(1);
+        NODE_VALIDATION_CHECK(this, it == ov::element::i32 || it == ov::element::i64, "ids must be i32 or i64");
+        const size_t K = checkBlocks(this, get_input_partial_shape(0), m_format);
+        ov::PartialShape ys = get_input_partial_shape(1);
+        if (ys.rank().is_static()) {
+            ys.push_back(static_cast<int64_t>(K));
+        }
+        set_output_type(0, ov::element::f32, ys);
+    }
+
+    std::shared_ptr<ov::Node> clone_with_new_inputs(const ov::OutputVector& args) const override {
+        check_new_args_count(this, args);
+        return std::make_shared<GGUFGather>(args.at(0), args.at(1), m_type);
+    }
+
+    bool visit_attributes(ov::AttributeVisitor& visitor) override {
+        visitor.on_attribute("type", m_type);
+        return true;
+    }
+
+    bool has_evaluate() const override { return true; }
+
+    bool evaluate(ov::TensorVector& outputs, const ov::TensorVector& inputs) const override {
+        const ov::Tensor& w = inputs[0];
+        const ov::Tensor& ids = inputs[1];
+        const Format f = m_format;
+        const size_t V = w.get_shape()[0], nb = w.get_shape()[1] / f.blockBytes, K = nb * kBlock;
+        ov::Shape ys = ids.get_shape();
+        ys.push_back(K);
+        outputs[0].set_shape(ys);
+        float* yp = outputs[0].data<float>();
+        const uint8_t* wp = static_cast<const uint8_t*>(w.data());
+        const size_t n = ids.get_size();
+        for (size_t t = 0; t < n; ++t) {
+            const int64_t id = ids.get_element_type() == ov::element::i64 ? ids.data<const int64_t>()[t]
+                                                                           : ids.data<const int32_t>()[t];
+            float* y = yp + t * K;
+            if (id < 0 || static_cast<size_t>(id) >= V) {
+                std::memset(y, 0, K * sizeof(float));
+                continue;
+            }
+            const size_t run = static_cast<size_t>(id) / kRows, r = static_cast<size_t>(id) % kRows;
+            for (size_t b = 0; b < nb; ++b) {
+                const uint8_t* g = wp + (run * nb + b) * f.groupBytes();
+                const float d = f16(g + 2 * r), m = f.q4 ? f16(g + 16 + 2 * r) : 0.0f;
+                const uint8_t* qs = g + f.quantOffset() + 4 * r;
+                float* yb = y + b * kBlock;
+                for (size_t e = 0; e < (f.q4 ? 16u : 32u); ++e) {
+                    const uint8_t q = qs[32 * (e / 4) + e % 4];
+                    if (f.q4) {
+                        yb[e] = d * static_cast<float>(q & 0x0F) + m;
+                        yb[e + 16] = d * static_cast<float>(q >> 4) + m;
+                    } else {
+                        yb[e] = d * static_cast<float>(static_cast<int8_t>(q));
+                    }
+                }
+            }
+        }
+        return true;
+    }
+
+private:
+    std::string m_type = "q8_0x8";
+    Format m_format{34, false};
 };
 
 }  // namespace
 
-OPENVINO_CREATE_EXTENSIONS(std::vector<ov::Extension::Ptr>({std::make_shared<ov::OpExtension<GGUFLinear>>()}));
+OPENVINO_CREATE_EXTENSIONS(std::vector<ov::Extension::Ptr>({std::make_shared<ov::OpExtension<GGUFLinear>>(),
+                                                            std::make_shared<ov::OpExtension<GGUFGather>>()}));

@@ -244,7 +244,12 @@ func (c *Compiler) importEntry(store *rungcache.Cache, key rungcache.Key) (cm *o
 	// them (ov/ext/import_mapped.cc), so the mapping lives as long as the
 	// graph, and its pages are the page cache's, dropped after the import.
 	// Without the library, a copying import and the mapping goes at once.
-	stop := releasing(func() { blob.Release() }) // the plugin reads each constant once
+	release := func() {
+		if !c.keepsWeights() {
+			blob.Release()
+		}
+	}
+	stop := releasing(release) // the plugin reads each constant once
 	cm, err := c.core.ImportMapped(blob.Bytes(), c.opts.Device, func() { blob.Close() })
 	stop()
 	switch {
@@ -252,8 +257,8 @@ func (c *Compiler) importEntry(store *rungcache.Cache, key rungcache.Key) (cm *o
 		cm, err = c.core.ImportModel(blob.Bytes(), c.opts.Device)
 		blob.Close()
 	case err == nil:
-		blob.Release()
-		drop = func() { blob.Release() }
+		release()
+		drop = release
 	default:
 		blob.Close()
 	}

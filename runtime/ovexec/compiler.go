@@ -434,9 +434,9 @@ func (c *Compiler) CompileIR(ctx context.Context, spec model.GraphSpec, xml []by
 			var more []string
 			origin, more = c.export(spec, key, cm, time.Since(start).Seconds())
 			notes = append(notes, more...)
-			c.blob.ReleaseFiles() // the export read the weights the graph shares with the blob
+			c.releaseFiles() // the export read the weights the graph shares with the blob
 		}
-		drop = func() { c.blob.ReleaseFiles() }
+		drop = func() { c.releaseFiles() }
 	}
 	return c.newExecutable(spec, cm, len(xml), origin, drop, notes...)
 }
@@ -464,7 +464,7 @@ func (c *Compiler) compileModel(spec model.GraphSpec, xml []byte) (*ov.CompiledM
 	// in its own layouts or, for a few constants, by reference to the
 	// mapping, which faults back in on use): drop their pages from the
 	// resident set, as the page cache holds them anyway.
-	if err := c.blob.ReleaseFiles(); err != nil {
+	if err := c.releaseFiles(); err != nil {
 		cm.Close()
 		return nil, err
 	}
@@ -483,7 +483,24 @@ const releaseInterval = 100 * time.Millisecond
 // together at the compile's peak. A page read again faults back in from
 // the page cache.
 func (c *Compiler) releaseWhile() (stop func()) {
-	return releasing(func() { c.blob.ReleaseFiles() }) // best effort; the final release reports errors
+	return releasing(func() { c.releaseFiles() }) // best effort; the final release reports errors
+}
+
+// keepsWeights reports whether the graphs read their weights in place on
+// every call (model.WeightsKernel: ovrun's kernel multiplies the blob's
+// blocks, the plugin lays out no copy of them): those pages are the model,
+// as a mapped GGUF file is llama.cpp's, and dropping them would only make
+// the next calls fault them back in (a first token 20-30 ms later, and a
+// step after each drop while another rung compiles).
+func (c *Compiler) keepsWeights() bool { return c.opts.Weights.Kernel() }
+
+// releaseFiles drops the pages of the files the blob maps from the
+// resident set, unless the graphs read them in place (keepsWeights).
+func (c *Compiler) releaseFiles() error {
+	if c.keepsWeights() {
+		return nil
+	}
+	return c.blob.ReleaseFiles()
 }
 
 // releasing calls release every releaseInterval until the returned stop
