@@ -276,6 +276,105 @@ void dotF32Q8(const uint8_t* group, const float* x, size_t nb, float* y) {
     _mm256_storeu_ps(y, acc);
 }
 
+// Several tokens (a prompt): each block of a run of 8 rows is unpacked
+// once and multiplied by every token's block of x, so the unpacking is not
+// repeated per token. acc holds the 8 rows' sums of every token, token by
+// token.
+
+// tokensF32 is the exact product of a run with M tokens of x: each block's
+// 32 vectors of the 8 rows' quants widened to f32 once.
+void tokensF32(const uint8_t* run, const Format& f, size_t nb, const float* x, size_t K, size_t M, const float* sums,
+               std::vector<float>& acc) {
+    acc.assign(M * kRows, 0.0f);
+    __m256 w[32];
+    const __m256i low = _mm256_set1_epi8(0x0F);
+    for (size_t b = 0; b < nb; ++b) {
+        const uint8_t* g = run + b * f.groupBytes();
+        if (f.q4) {
+            for (int j = 0; j < 4; ++j) {
+                const __m256i q = load32(g + 32 + 32 * j);
+                const __m256i lo = _mm256_and_si256(q, low), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), low);
+#pragma GCC unroll 4
+                for (int i = 0; i < 4; ++i) {
+                    w[4 * j + i] = _mm256_cvtepi32_ps(byteU(lo, i));
+                    w[16 + 4 * j + i] = _mm256_cvtepi32_ps(byteU(hi, i));
+                }
+            }
+        } else {
+            for (int j = 0; j < 8; ++j) {
+                const __m256i q = load32(g + 16 + 32 * j);
+#pragma GCC unroll 4
+                for (int i = 0; i < 4; ++i) {
+                    w[4 * j + i] = _mm256_cvtepi32_ps(byteS(q, i));
+                }
+            }
+        }
+        const __m256 d8 = loadF16x8(g), m8 = f.q4 ? loadF16x8(g + 16) : _mm256_setzero_ps();
+        for (size_t m = 0; m < M; ++m) {
+            const float* xb = x + m * K + b * kBlock;
+            __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
+#pragma GCC unroll 16
+            for (int e = 0; e < 32; e += 2) {
+                s0 = _mm256_fmadd_ps(w[e], _mm256_broadcast_ss(xb + e), s0);
+                s1 = _mm256_fmadd_ps(w[e + 1], _mm256_broadcast_ss(xb + e + 1), s1);
+            }
+            __m256 a = _mm256_fmadd_ps(d8, _mm256_add_ps(s0, s1), _mm256_loadu_ps(&acc[m * kRows]));
+            if (f.q4) {
+                a = _mm256_fmadd_ps(m8, _mm256_set1_ps(sums[m * nb + b]), a);
+            }
+            _mm256_storeu_ps(&acc[m * kRows], a);
+        }
+    }
+}
+
+// tokensQ8 is dotQ4<false> and dotQ8<false> for M tokens: each block's
+// unsigned quants (Q4_1's nibbles, Q8_0's magnitudes) unpacked once.
+void tokensQ8(const uint8_t* run, const Format& f, size_t nb, const std::vector<Q8Row>& x, size_t M,
+              std::vector<float>& acc) {
+    acc.assign(M * kRows, 0.0f);
+    __m256i u[8], w[8];
+    const __m256i low = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
+    for (size_t b = 0; b < nb; ++b) {
+        const uint8_t* g = run + b * f.groupBytes();
+        if (f.q4) {
+            for (int j = 0; j < 4; ++j) {
+                const __m256i q = load32(g + 32 + 32 * j);
+                u[j] = _mm256_and_si256(q, low);
+                u[4 + j] = _mm256_and_si256(_mm256_srli_epi16(q, 4), low);
+            }
+        } else {
+            for (int j = 0; j < 8; ++j) {
+                w[j] = load32(g + 16 + 32 * j);
+                u[j] = _mm256_abs_epi8(w[j]);
+            }
+        }
+        const __m256 d8 = loadF16x8(g), m8 = f.q4 ? loadF16x8(g + 16) : _mm256_setzero_ps();
+        for (size_t m = 0; m < M; ++m) {
+            const int8_t* xb = x[m].q.data() + b * kBlock;
+            __m256i s;
+            if (f.q4) {
+                __m256i s16 = _mm256_setzero_si256();  // as in dotQ4<false>
+                for (int j = 0; j < 4; ++j) {
+                    s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(u[j], bcast4(xb + 4 * j)));
+                    s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(u[4 + j], bcast4(xb + 16 + 4 * j)));
+                }
+                s = _mm256_madd_epi16(s16, ones);
+            } else {
+                s = _mm256_setzero_si256();
+                for (int j = 0; j < 8; ++j) {
+                    const __m256i p = _mm256_maddubs_epi16(u[j], _mm256_sign_epi8(bcast4(xb + 4 * j), w[j]));
+                    s = _mm256_add_epi32(s, _mm256_madd_epi16(p, ones));
+                }
+            }
+            __m256 a = _mm256_fmadd_ps(_mm256_mul_ps(d8, _mm256_set1_ps(x[m].d[b])), _mm256_cvtepi32_ps(s), _mm256_loadu_ps(&acc[m * kRows]));
+            if (f.q4) {
+                a = _mm256_fmadd_ps(m8, _mm256_set1_ps(x[m].sum[b]), a);
+            }
+            _mm256_storeu_ps(&acc[m * kRows], a);
+        }
+    }
+}
+
 // blocksShape checks a blocks input: a static [N, K/32*B] with N a multiple
 // of 8; K is returned.
 size_t checkBlocks(const ov::Node* node, const ov::PartialShape& ws, const Format& f) {
@@ -355,12 +454,31 @@ public:
                 },
                 tbb::static_partitioner());
         };
+        // Several tokens: a run's blocks unpacked once for all of them.
+        const auto splitTokens = [&](auto&& run) {
+            tbb::parallel_for(
+                tbb::blocked_range<size_t>(0, N / kRows),
+                [&](const tbb::blocked_range<size_t>& r) {
+                    std::vector<float> acc;
+                    for (size_t c = r.begin(); c != r.end(); ++c) {
+                        run(wp + c * runBytes, acc);
+                        for (size_t m = 0; m < M; ++m) {
+                            std::memcpy(yp + m * N + c * kRows, &acc[m * kRows], kRows * sizeof(float));
+                        }
+                    }
+                },
+                tbb::static_partitioner());
+        };
         if (m_activations == "q8") {
             static const bool vnni = __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512vl") &&
                                      std::getenv("OVRUN_KERNEL_NO_VNNI") == nullptr;
             std::vector<Q8Row> q(M);
             for (size_t m = 0; m < M; ++m) {
                 quantizeRow(xp + m * K, K, q[m]);
+            }
+            if (M > 1) {
+                splitTokens([&](const uint8_t* run, std::vector<float>& acc) { tokensQ8(run, f, nb, q, M, acc); });
+                return true;
             }
             split([&](const uint8_t* g, size_t m, float* y) {
                 if (f.q4) {
@@ -379,6 +497,10 @@ public:
                 s += xb[e];
             }
             sums[i] = s;
+        }
+        if (M > 1) {
+            splitTokens([&](const uint8_t* run, std::vector<float>& acc) { tokensF32(run, f, nb, xp, K, M, sums.data(), acc); });
+            return true;
         }
         split([&](const uint8_t* g, size_t m, float* y) {
             if (f.q4) {
