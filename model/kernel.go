@@ -52,14 +52,14 @@ func packRowKernel(d DType, src []byte, row int64, dst []byte) {
 		if d == DTypeQ4_1 {
 			copy(g[16+2*r:], blk[2:4])
 			// blk[4+e] holds element e (low nibble) and e+16 (high): the
-			// byte of element e = 4j+i goes to 32 + 32j + 4r + i whole.
-			for e := range int64(16) {
-				g[32+32*(e/4)+4*r+e%4] = blk[4+e]
+			// bytes of elements 4j..4j+3 go to 32 + 32j + 4r whole.
+			for j := range int64(4) {
+				copy(g[32+32*j+4*r:32+32*j+4*r+4], blk[4+4*j:])
 			}
 			continue
 		}
-		for e := range int64(32) {
-			g[16+32*(e/4)+4*r+e%4] = blk[2+e]
+		for j := range int64(8) {
+			copy(g[16+32*j+4*r:16+32*j+4*r+4], blk[2+4*j:])
 		}
 	}
 }
