@@ -20,7 +20,7 @@ type Summary struct {
 	PrecisionUsed   string `json:"precision_effective,omitempty"` // what the device reports it runs
 	Attention       string `json:"attention,omitempty"`           // paged, bounded or static, or, where auto splits the ladder, each with its capacities ("static 256-1024, bounded 2048")
 	KVPrecision     string `json:"kv_precision,omitempty"`        // element type of the KV cache (auto resolved)
-	Weights         string `json:"weights,omitempty"`             // how the graphs hold the weights: native, rounded or f32
+	Weights         string `json:"weights,omitempty"`             // how the graphs hold the weights: native, rounded, f32, kernel or kernel-q8
 	OpenVINOVersion string `json:"openvino_version"`
 	Ladder          []int  `json:"ladder"`
 	PromptTokens    int    `json:"prompt_tokens"`

@@ -202,7 +202,7 @@ func TestArms(t *testing.T) {
 		{in: "grow-one-ahead+attention=bounded+weights=rounded", want: Arm{Policy: runtime.GrowOneAhead, Attention: model.AttentionBounded, Weights: model.WeightsRounded}},
 		{in: "grow-one-ahead+attention=dense", wantErr: "want auto, paged, bounded or static"},
 		{in: "grow-one-ahead+weights=rounded", want: Arm{Policy: runtime.GrowOneAhead, Weights: model.WeightsRounded}},
-		{in: "grow-one-ahead+weights=u4", wantErr: "want native, rounded or f32"},
+		{in: "grow-one-ahead+weights=u4", wantErr: "want native, rounded, f32, kernel or kernel-q8"},
 		{in: "grow-one-ahead+weights=", wantErr: "POLICY[+prefill=MODE]"},
 		{in: "grow-one-ahead+compile-in=worker", want: Arm{Policy: runtime.GrowOneAhead, CompileIn: runtime.CompileInWorker}},
 		{in: "grow-one-ahead+compile-in=worker+prefill=decode", want: Arm{Policy: runtime.GrowOneAhead, Prefill: runtime.PrefillDecode, CompileIn: runtime.CompileInWorker}},

@@ -23,7 +23,7 @@ var (
 	// benchModelFlag is --model, checked by the action rather than by the
 	// parser, so that "ovrun bench merge DIR" needs no --model.
 	benchModelFlag = cliutil.ModelFlag(false)
-	armsFlag       = &cli.StringFlag{Name: "arms", Value: "grow-eager,grow-one-ahead", Usage: "`ARMS` to compare, the control first: policies (" + strings.Join(runtime.PolicyNames(), ", ") + "), each optionally +prefill=MODE (" + strings.Join(runtime.PrefillModes(), ", ") + "), +compile-in=WHERE (process, worker), +weights=FORMAT (native, rounded, f32) and +attention=FORM (auto, bounded, static)",
+	armsFlag       = &cli.StringFlag{Name: "arms", Value: "grow-eager,grow-one-ahead", Usage: "`ARMS` to compare, the control first: policies (" + strings.Join(runtime.PolicyNames(), ", ") + "), each optionally +prefill=MODE (" + strings.Join(runtime.PrefillModes(), ", ") + "), +compile-in=WHERE (process, worker), +weights=FORMAT (native, rounded, f32, kernel, kernel-q8) and +attention=FORM (auto, bounded, static)",
 		Action: func(_ *cli.Context, v string) error { _, err := parseArms(v); return err }}
 	pairsFlag             = &cli.IntFlag{Name: "pairs", Value: stats.MinPairs, Usage: "measured blocks `N` (each runs every arm once); default 6, or a whole number of Williams cycles for 3+ arms"}
 	allowSmallFlag        = &cli.BoolFlag{Name: "allow-small", Usage: "accept --pairs below 6, odd, or not a whole number of counterbalancing cycles"}

@@ -196,5 +196,5 @@ func TestGenerateWeightsRounded(t *testing.T) {
 		t.Errorf("rounded blob %d bytes, native %d: want smaller", sizes["rounded"], sizes["native"])
 	}
 	_, stderr, code := ovrun(t, nil, "generate", "--model", g, "--weights", "u4", "--prompt-tokens", "4")
-	assertOneLineError(t, stderr, code, "want native, rounded or f32")
+	assertOneLineError(t, stderr, code, "want native, rounded, f32, kernel or kernel-q8")
 }
