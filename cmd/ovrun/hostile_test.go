@@ -502,19 +502,7 @@ func TestRunJSONOnLoadError(t *testing.T) {
 // forms, giving the tokens of --attention bounded; --attention paged is a
 // one-line error.
 func TestMissingPagedAttentionExtension(t *testing.T) {
-	libs := filepath.Join(testenv.RepoRoot(t), ".venv", "openvino", "libs")
-	es, err := os.ReadDir(libs)
-	if err != nil {
-		t.Skipf("no wheel: %v", err)
-	}
-	dir := t.TempDir()
-	for _, e := range es {
-		if e.Name() != ov.PagedAttentionLibrary {
-			if err := os.Symlink(filepath.Join(libs, e.Name()), filepath.Join(dir, e.Name())); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
+	dir := wheelWithout(t, ov.PagedAttentionLibrary)
 	ck := testenv.Synth(t, "tiny", "F32")
 	run := func(attention string) (string, string, int) {
 		cmd := exec.Command(ovrunBin, "generate", "--model", ck, "--capacity", "64", "--prompt-tokens", "20",
@@ -542,19 +530,7 @@ func TestMissingPagedAttentionExtension(t *testing.T) {
 // ovrun's kernel library: --weights kernel is a one-line error that says
 // what to do, and the default weights run without a word about it.
 func TestMissingKernelExtension(t *testing.T) {
-	libs := filepath.Join(testenv.RepoRoot(t), ".venv", "openvino", "libs")
-	es, err := os.ReadDir(libs)
-	if err != nil {
-		t.Skipf("no wheel: %v", err)
-	}
-	dir := t.TempDir()
-	for _, e := range es {
-		if e.Name() != ov.GGUFLinearLibrary {
-			if err := os.Symlink(filepath.Join(libs, e.Name()), filepath.Join(dir, e.Name())); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
+	dir := wheelWithout(t, ov.GGUFLinearLibrary)
 	ck := testenv.Synth(t, "tiny", "F32")
 	run := func(weights string) (string, int) {
 		cmd := exec.Command(ovrunBin, "generate", "--model", ck, "--capacity", "64", "--prompt-tokens", "20",
@@ -573,4 +549,24 @@ func TestMissingKernelExtension(t *testing.T) {
 	if stderr, code := run("native"); code != 0 || strings.Contains(stderr, "kernel") {
 		t.Errorf("native weights without the kernel library: exit %d, stderr %q", code, stderr)
 	}
+}
+
+// wheelWithout is a folder of links to every file of the wheel's OpenVINO
+// libraries but library, for ov.EnvLibrary.
+func wheelWithout(t *testing.T, library string) string {
+	t.Helper()
+	libs := filepath.Join(testenv.RepoRoot(t), ".venv", "openvino", "libs")
+	es, err := os.ReadDir(libs)
+	if err != nil {
+		t.Skipf("no wheel: %v", err)
+	}
+	dir := t.TempDir()
+	for _, e := range es {
+		if e.Name() != library {
+			if err := os.Symlink(filepath.Join(libs, e.Name()), filepath.Join(dir, e.Name())); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	return dir
 }
