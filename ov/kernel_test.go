@@ -130,8 +130,8 @@ func TestKernelMatchesReference(t *testing.T) {
 		t.Fatalf("kernel unavailable: %v", err)
 	}
 	rng := rand.New(rand.NewPCG(1, 2))
-	const n, k = 24, 96
-	ids := []int64{0, 23, 9, -1, n, 8}
+	const n, k = 48, 96
+	ids := []int64{0, n - 1, 9, -1, n, 8}
 	for _, q4 := range []bool{true, false} {
 		typ, bb := "q8_0x8", 34
 		if q4 {
@@ -158,7 +158,9 @@ func TestKernelMatchesReference(t *testing.T) {
 						t.Fatal(err)
 					}
 					defer model.Close()
-					cm, err := c.CompileModel(model, "CPU", compileOpts...)
+					// Two threads: the rows are split between them.
+					cm, err := c.CompileModel(model, "CPU", Property{"INFERENCE_PRECISION_HINT", "f32"},
+						Property{"INFERENCE_NUM_THREADS", "2"}, Property{"ENABLE_CPU_PINNING", "NO"})
 					if err != nil {
 						t.Fatal(err)
 					}

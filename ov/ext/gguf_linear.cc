@@ -459,7 +459,7 @@ public:
             tbb::parallel_for(
                 tbb::blocked_range<size_t>(0, N / kRows),
                 [&](const tbb::blocked_range<size_t>& r) {
-                    std::vector<float> acc;
+                    thread_local std::vector<float> acc;
                     for (size_t c = r.begin(); c != r.end(); ++c) {
                         run(wp + c * runBytes, acc);
                         for (size_t m = 0; m < M; ++m) {
@@ -472,7 +472,13 @@ public:
         if (m_activations == "q8") {
             static const bool vnni = __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512vl") &&
                                      std::getenv("OVRUN_KERNEL_NO_VNNI") == nullptr;
-            std::vector<Q8Row> q(M);
+            // Scratch kept by the calling thread (a decode step calls every
+            // operation once, and allocating per call costs more than it
+            // does), named by a reference: a thread_local named inside the
+            // workers' lambda would be each worker's own.
+            thread_local std::vector<Q8Row> qScratch;
+            std::vector<Q8Row>& q = qScratch;
+            q.resize(M);
             for (size_t m = 0; m < M; ++m) {
                 quantizeRow(xp + m * K, K, q[m]);
             }
@@ -489,7 +495,9 @@ public:
             });
             return true;
         }
-        std::vector<float> sums(f.q4 ? M * nb : 0);
+        thread_local std::vector<float> sumsScratch;
+        std::vector<float>& sums = sumsScratch;  // as q above
+        sums.assign(f.q4 ? M * nb : 0, 0.0f);
         for (size_t i = 0; i < sums.size(); ++i) {
             const float* xb = xp + i * kBlock;  // block i % nb of row i / nb
             float s = 0.0f;
