@@ -2,15 +2,16 @@ package model
 
 // This file lays out weights for ovrun's own kernel, the GGUFLinear and
 // GGUFGather operations of ov/ext/gguf_linear.cc (WeightsKernel,
-// WeightsKernelQ8): Q4_1 and Q8_0 blocks as the file stores them (an f16
-// scale d, for Q4_1 an f16 minimum m, 32 quants; w = d*q (+ m), exact),
-// repacked once so that one 32-byte load holds 4 elements of 8 rows.
+// WeightsKernelQ8): Q4_1, Q4_0 and Q8_0 blocks as the file stores them (an
+// f16 scale d, for Q4_1 an f16 minimum m, 32 quants; w = d*q + m, Q4_0
+// d*(q - 8), Q8_0 d*q; exact), repacked once so that one 32-byte load holds
+// 4 elements of 8 rows.
 //
 // For each run of 8 rows and each block b of their rows, 8 blocks' bytes:
 // the 8 rows' scales d (f16), for Q4_1 their 8 minima m (f16), then the
 // rows' quants, where byte 32j + 4r + i holds row r's element 4j+i (Q8_0,
-// j = 0..7) or, for Q4_1 (j = 0..3), element 4j+i in its low nibble and
-// element 16+4j+i in its high one. A tensor of N rows (N a multiple of 8)
+// j = 0..7) or, for Q4_1 and Q4_0 (j = 0..3), element 4j+i in its low
+// nibble and element 16+4j+i in its high one. A tensor of N rows (N a multiple of 8)
 // and K inputs takes as many bytes as in the file.
 
 // kernelRows are the rows the layout interleaves.
@@ -22,6 +23,8 @@ func kernelType(d DType) string {
 	switch d {
 	case DTypeQ4_1:
 		return "q4_1x8"
+	case DTypeQ4_0:
+		return "q4_0x8"
 	case DTypeQ8_0:
 		return "q8_0x8"
 	}
@@ -29,7 +32,7 @@ func kernelType(d DType) string {
 }
 
 // kernelFits reports whether tensor n of type d and shape can be laid out
-// for the kernel: a Q4_1 or Q8_0 matrix with rows in runs of 8 and whole
+// for the kernel: a Q4_1, Q4_0 or Q8_0 matrix with rows in runs of 8 and whole
 // blocks, multiplied (linearOnly) or the embedding (gathered by the kernel
 // too, and multiplied where the lm_head is tied to it).
 func kernelFits(n string, d DType, shape []int64) bool {
@@ -49,12 +52,18 @@ func packRowKernel(d DType, src []byte, row int64, dst []byte) {
 		blk := src[b*int64(bb) : (b+1)*int64(bb)]
 		g := base[b*group : (b+1)*group]
 		copy(g[2*r:], blk[0:2])
-		if d == DTypeQ4_1 {
+		switch d {
+		case DTypeQ4_1:
 			copy(g[16+2*r:], blk[2:4])
 			// blk[4+e] holds element e (low nibble) and e+16 (high): the
 			// bytes of elements 4j..4j+3 go to 32 + 32j + 4r whole.
 			for j := range int64(4) {
 				copy(g[32+32*j+4*r:32+32*j+4*r+4], blk[4+4*j:])
+			}
+			continue
+		case DTypeQ4_0: // the same nibbles, no minimum
+			for j := range int64(4) {
+				copy(g[16+32*j+4*r:16+32*j+4*r+4], blk[2+4*j:])
 			}
 			continue
 		}

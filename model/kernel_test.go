@@ -23,9 +23,17 @@ func unpackKernel(d DType, layout []byte, rows, n int) []float32 {
 					out[row*n+b*32+e] = scale * float32(int8(g[16+32*(e/4)+4*r+e%4]))
 					continue
 				}
-				q := g[32+32*((e%16)/4)+4*r+e%4]
+				quants := 32 // Q4_1: after the scales and minima
+				if d == DTypeQ4_0 {
+					quants = 16
+				}
+				q := g[quants+32*((e%16)/4)+4*r+e%4]
 				if e >= 16 {
 					q >>= 4
+				}
+				if d == DTypeQ4_0 {
+					out[row*n+b*32+e] = scale * float32(int(q&0x0F)-8)
+					continue
 				}
 				out[row*n+b*32+e] = scale*float32(q&0x0F) + f16At(g[16+2*r:])
 			}
@@ -34,13 +42,13 @@ func unpackKernel(d DType, layout []byte, rows, n int) []float32 {
 	return out
 }
 
-// TestKernelLayoutMatchesDequantize packs random Q4_1 and Q8_0 tensors
+// TestKernelLayoutMatchesDequantize packs random Q4_1, Q4_0 and Q8_0 tensors
 // (extreme scales and minima among them) for the kernel row by row, in an
 // order that is not the rows', and checks every element against the
 // file's decoding.
 func TestKernelLayoutMatchesDequantize(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 8))
-	for _, d := range []DType{DTypeQ4_1, DTypeQ8_0} {
+	for _, d := range []DType{DTypeQ4_1, DTypeQ4_0, DTypeQ8_0} {
 		for _, shape := range [][2]int{{8, 32}, {16, 96}, {24, 576}} {
 			rows, n := shape[0], shape[1]
 			src := randomBlocks(d, rows*n/32, rng)
@@ -68,8 +76,8 @@ func TestKernelLayoutMatchesDequantize(t *testing.T) {
 	}
 }
 
-// TestKernelFits lays out for the kernel only what it can read: Q4_1 and
-// Q8_0 projections and embeddings with rows in runs of 8.
+// TestKernelFits lays out for the kernel only what it can read: Q4_1, Q4_0
+// and Q8_0 projections and embeddings with rows in runs of 8.
 func TestKernelFits(t *testing.T) {
 	for _, c := range []struct {
 		name  string
@@ -81,7 +89,8 @@ func TestKernelFits(t *testing.T) {
 		{"lm_head.weight", DTypeQ4_1, []int64{49152, 576}, true},
 		{"model.embed_tokens.weight", DTypeQ8_0, []int64{49152, 576}, true},
 		{"model.layers.0.input_layernorm.weight", DTypeQ8_0, []int64{576, 32}, false},
-		{"model.layers.0.mlp.up_proj.weight", DTypeQ4_0, []int64{1536, 576}, false},
+		{"model.layers.0.mlp.up_proj.weight", DTypeQ4_0, []int64{1536, 576}, true},
+		{"model.layers.0.mlp.up_proj.weight", DTypeQ4_K, []int64{1536, 576}, false},
 		{"model.layers.0.mlp.up_proj.weight", DTypeQ4_1, []int64{1540, 576}, false},
 		{"model.layers.0.mlp.up_proj.weight", DTypeQ4_1, []int64{1536}, false},
 	} {

@@ -34,10 +34,10 @@ const (
 	WeightsRounded WeightFormat = "rounded"
 	// WeightsF32 dequantizes every tensor to f32 constants.
 	WeightsF32 WeightFormat = "f32"
-	// WeightsKernel is WeightsNative with the Q4_1 projections multiplied
-	// by ovrun's own kernel (the GGUFLinear operation of
-	// ov/ext/gguf_linear.cc, laid out by kernel.go) instead of the
-	// plugin's: exact, the weights read in place from the blob rather than
+	// WeightsKernel is WeightsNative with the Q4_1, Q4_0 and Q8_0
+	// matrices and embedding multiplied and gathered by ovrun's own kernel
+	// (the GGUFLinear and GGUFGather operations of ov/ext/gguf_linear.cc,
+	// laid out by kernel.go) instead of the plugin: exact, the weights read in place from the blob rather than
 	// laid out again by the plugin (less memory, no first-call reorders),
 	// and on a CPU without VNNI as fast as the plugin's f32 kernel.
 	WeightsKernel WeightFormat = "kernel"
@@ -49,7 +49,7 @@ const (
 	WeightsKernelQ8 WeightFormat = "kernel-q8"
 )
 
-// Kernel reports whether f multiplies Q4_1 projections with ovrun's kernel.
+// Kernel reports whether f multiplies with ovrun's kernel.
 func (f WeightFormat) Kernel() bool { return f == WeightsKernel || f == WeightsKernelQ8 }
 
 // ParseWeightFormat accepts "native" (or ""), "rounded", "f32", "kernel"

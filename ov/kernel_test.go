@@ -12,13 +12,18 @@ import (
 // against float64 references written here from its documented layout (an
 // implementation of the layout independent of model/kernel.go's).
 
-// kernelBlocks are random Q4_1 or Q8_0 rows (rows x k, the file's block
-// bytes, scales ordinary f16 values) and their decoded weights.
-func kernelBlocks(rng *rand.Rand, q4 bool, rows, k int) (blocks []byte, w [][]float64) {
-	bb := 34
-	if q4 {
-		bb = 20
-	}
+// kernelFormats are the kernel's layouts by name: the block type's bytes a
+// block, whether its quants are nibbles, whether it stores a minimum.
+var kernelFormats = map[string]struct {
+	bytes   int
+	q4, min bool
+}{"q4_1x8": {20, true, true}, "q4_0x8": {18, true, false}, "q8_0x8": {34, false, false}}
+
+// kernelBlocks are random rows of the block type of layout typ (rows x k,
+// the file's block bytes, scales ordinary f16 values) and their decoded
+// weights.
+func kernelBlocks(rng *rand.Rand, typ string, rows, k int) (blocks []byte, w [][]float64) {
+	bb, q4, hasMin := kernelFormats[typ].bytes, kernelFormats[typ].q4, kernelFormats[typ].min
 	nb := k / 32
 	blocks = make([]byte, rows*nb*bb)
 	w = make([][]float64, rows)
@@ -29,13 +34,17 @@ func kernelBlocks(rng *rand.Rand, q4 bool, rows, k int) (blocks []byte, w [][]fl
 			d := f16Bits(rng.Float64()*0.02 + 0.001)
 			binary.LittleEndian.PutUint16(blk, d)
 			if q4 {
-				m := f16Bits(-rng.Float64() * 0.1)
-				binary.LittleEndian.PutUint16(blk[2:], m)
+				quants, m := blk[2:], -8*f16Value(d) // Q4_0: w = d*(q - 8)
+				if hasMin {
+					mb := f16Bits(-rng.Float64() * 0.1)
+					binary.LittleEndian.PutUint16(blk[2:], mb)
+					quants, m = blk[4:], f16Value(mb)
+				}
 				for e := range 16 {
 					lo, hi := rng.IntN(16), rng.IntN(16)
-					blk[4+e] = byte(lo | hi<<4)
-					w[r][b*32+e] = f16Value(d)*float64(lo) + f16Value(m)
-					w[r][b*32+16+e] = f16Value(d)*float64(hi) + f16Value(m)
+					quants[e] = byte(lo | hi<<4)
+					w[r][b*32+e] = f16Value(d)*float64(lo) + m
+					w[r][b*32+16+e] = f16Value(d)*float64(hi) + m
 				}
 				continue
 			}
@@ -50,13 +59,10 @@ func kernelBlocks(rng *rand.Rand, q4 bool, rows, k int) (blocks []byte, w [][]fl
 }
 
 // kernelLayout repacks rows of blocks as the kernel reads them: per run of
-// 8 rows and block, the 8 scales, (the 8 minima,) then byte 32j + 4r + i
-// = row r's quant byte of elements 4j+i (Q4_1: 4j+i and 16+4j+i).
-func kernelLayout(blocks []byte, q4 bool, rows, k int) []byte {
-	bb := 34
-	if q4 {
-		bb = 20
-	}
+// 8 rows and block, the 8 scales, (Q4_1: the 8 minima,) then byte 32j + 4r
+// + i = row r's quant byte of elements 4j+i (Q4: 4j+i and 16+4j+i).
+func kernelLayout(blocks []byte, typ string, rows, k int) []byte {
+	bb, hasMin := kernelFormats[typ].bytes, kernelFormats[typ].min
 	nb := k / 32
 	out := make([]byte, len(blocks))
 	for row := range rows {
@@ -66,7 +72,7 @@ func kernelLayout(blocks []byte, q4 bool, rows, k int) []byte {
 			g := out[(run*nb+b)*8*bb:]
 			copy(g[2*r:2*r+2], src[0:2])
 			quants, base := src[2:], 16
-			if q4 {
+			if hasMin {
 				copy(g[16+2*r:16+2*r+2], src[2:4])
 				quants, base = src[4:], 32
 			}
@@ -117,7 +123,7 @@ func quantized(x []float32) []float64 {
 	return out
 }
 
-// TestKernelMatchesReference multiplies random Q4_1 and Q8_0 matrices by
+// TestKernelMatchesReference multiplies random Q4_1, Q4_0 and Q8_0 matrices by
 // one token and by several (the prompt path), exactly and with 8-bit
 // activations, and gathers rows, ids out of range among them, against
 // float64 references: exact products to f32 rounding; 8-bit ones against
@@ -132,13 +138,10 @@ func TestKernelMatchesReference(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	const n, k = 48, 96
 	ids := []int64{0, n - 1, 9, -1, n, 8}
-	for _, q4 := range []bool{true, false} {
-		typ, bb := "q8_0x8", 34
-		if q4 {
-			typ, bb = "q4_1x8", 20
-		}
-		blocks, w := kernelBlocks(rng, q4, n, k)
-		layout := kernelLayout(blocks, q4, n, k)
+	for _, typ := range []string{"q4_1x8", "q4_0x8", "q8_0x8"} {
+		bb, q4, hasMin := kernelFormats[typ].bytes, kernelFormats[typ].q4, kernelFormats[typ].min
+		blocks, w := kernelBlocks(rng, typ, n, k)
+		layout := kernelLayout(blocks, typ, n, k)
 		for _, act := range []string{"f32", "q8"} {
 			for _, m := range []int{1, 5} {
 				t.Run(fmt.Sprintf("%s %s %d tokens", typ, act, m), func(t *testing.T) {
@@ -210,7 +213,11 @@ func TestKernelMatchesReference(t *testing.T) {
 								// The minimum's term reads the exact x.
 								wr := w[r][e]
 								if q4 && act == "q8" {
-									mm := f16Value(binary.LittleEndian.Uint16(blocks[(r*(k/32)+e/32)*bb+2:]))
+									blk := blocks[(r*(k/32)+e/32)*bb:]
+									mm := -8 * f16Value(binary.LittleEndian.Uint16(blk))
+									if hasMin {
+										mm = f16Value(binary.LittleEndian.Uint16(blk[2:]))
+									}
 									want += (wr-mm)*xs[e] + mm*float64(x[tok*k+e])
 								} else {
 									want += wr * xs[e]

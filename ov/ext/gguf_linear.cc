@@ -1,5 +1,5 @@
 // gguf_linear.cc: OpenVINO operations that read weights in the GGUF file's
-// own Q4_1 and Q8_0 blocks, the way llama.cpp does: ovrun's kernel
+// own Q4_1, Q4_0 and Q8_0 blocks, the way llama.cpp does: ovrun's kernel
 // (--weights kernel and kernel-q8).
 //
 //   GGUFLinear(x f32 [..., K], blocks u8 [N, K/32*B]) -> y f32 [..., N]
@@ -8,12 +8,13 @@
 //     the rows ids name (an embedding), zeros for an id out of range
 //
 // Attribute type: "q4_1x8" (B = 20: an f16 scale d, an f16 minimum m and
-// 32 nibbles a block, w = d*q + m) or "q8_0x8" (B = 34: an f16 scale d and
-// 32 int8 a block, w = d*q). The blocks are the file's, repacked once
+// 32 nibbles a block, w = d*q + m), "q4_0x8" (B = 18: an f16 scale d and 32
+// nibbles, w = d*(q - 8), taken as Q4_1 with m = -8d computed in f32) or
+// "q8_0x8" (B = 34: an f16 scale d and 32 int8 a block, w = d*q). The blocks are the file's, repacked once
 // (model/kernel.go) so that one 32-byte load holds 4 elements of each of 8
 // rows: for each run of 8 rows and block b, the 8 scales (f16), for Q4_1
 // the 8 minima (f16), then the 8 rows' elements, byte 32j + 4r + i holding
-// row r's element 4j+i (Q8_0, j = 0..7) or, for Q4_1 (j = 0..3), element
+// row r's element 4j+i (Q8_0, j = 0..7) or, for Q4_1 and Q4_0 (j = 0..3), element
 // 4j+i in its low nibble and 16+4j+i in its high one. A product with 4
 // elements of x broadcast then gives the 8 rows' partial sums in the 8
 // lanes of a register: no horizontal sums.
@@ -56,23 +57,33 @@ constexpr size_t kRows = 8;    // rows a run of the layout interleaves
 
 // Format is one block type's layout.
 struct Format {
-    size_t blockBytes;  // per row and block: 20 (Q4_1) or 34 (Q8_0)
-    bool q4;            // Q4_1: nibbles and a minimum
+    size_t blockBytes;  // per row and block: 20 (Q4_1), 18 (Q4_0) or 34 (Q8_0)
+    bool q4;            // nibbles (Q4_1, Q4_0), else int8 (Q8_0)
+    bool min;           // a stored minimum (Q4_1); Q4_0's is -8d
     size_t groupBytes() const { return kRows * blockBytes; }
-    size_t quantOffset() const { return q4 ? 32 : 16; }  // of the elements in a group
+    size_t quantOffset() const { return min ? 32 : 16; }  // of the elements in a group
 };
 
 bool formatOf(const std::string& type, Format& f) {
     if (type == "q4_1x8") {
-        f = Format{20, true};
+        f = Format{20, true, true};
+        return true;
+    }
+    if (type == "q4_0x8") {
+        f = Format{18, true, false};
         return true;
     }
     if (type == "q8_0x8") {
-        f = Format{34, false};
+        f = Format{34, false, false};
         return true;
     }
     return false;
 }
+
+// A Q4 group's 8 minima: Q4_1 stores them after the 8 scales; Q4_0's are
+// -8d (w = d*(q - 8)), exact in f32.
+template <bool MIN>
+inline __m256 q4Minima(const uint8_t* g, __m256 d8);
 
 inline float f16(const uint8_t* p) {
     uint16_t h;
@@ -89,6 +100,25 @@ inline float hsum(__m256 v) {
 
 inline __m256 loadF16x8(const uint8_t* p) {
     return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+
+template <bool MIN>
+inline __m256 q4Minima(const uint8_t* g, __m256 d8) {
+    if constexpr (MIN) {
+        return loadF16x8(g + 16);
+    } else {
+        return _mm256_mul_ps(d8, _mm256_set1_ps(-8.0f));
+    }
+}
+
+// The bytes of a Q4 group and the offset of its nibbles.
+template <bool MIN>
+constexpr size_t q4Group() {
+    return MIN ? 160 : 144;
+}
+template <bool MIN>
+constexpr size_t q4Quants() {
+    return MIN ? 32 : 16;
 }
 
 inline __m256i load32(const uint8_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
@@ -146,44 +176,41 @@ void quantizeRow(const float* x, size_t K, Q8Row& r) {
 #define OVRUN_VNNI __attribute__((target("avx512vnni,avx512vl")))
 
 // dotQ4 writes y[0..8) for the 8 rows of group (nb blocks), x quantized.
-template <bool VNNI>
-void dotQ4(const uint8_t* group, const Q8Row& x, size_t nb, float* y);
-
-template <>
-void dotQ4<false>(const uint8_t* group, const Q8Row& x, size_t nb, float* y) {
+template <bool MIN>
+void dotQ4(const uint8_t* group, const Q8Row& x, size_t nb, float* y) {
     const __m256i low = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
     __m256 acc = _mm256_setzero_ps(), accMin = _mm256_setzero_ps();
     for (size_t b = 0; b < nb; ++b) {
-        const uint8_t* g = group + b * 160;
+        const uint8_t* g = group + b * q4Group<MIN>();
         const int8_t* xb = x.q.data() + b * kBlock;
         __m256i s = _mm256_setzero_si256();
         for (int j = 0; j < 4; ++j) {
-            const __m256i q = load32(g + 32 + 32 * j);
+            const __m256i q = load32(g + q4Quants<MIN>() + 32 * j);
             s = _mm256_add_epi16(s, _mm256_maddubs_epi16(_mm256_and_si256(q, low), bcast4(xb + 4 * j)));
             s = _mm256_add_epi16(s, _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(q, 4), low), bcast4(xb + 16 + 4 * j)));
         }
         const __m256 p = _mm256_cvtepi32_ps(_mm256_madd_epi16(s, ones));
         acc = _mm256_fmadd_ps(_mm256_mul_ps(loadF16x8(g), _mm256_set1_ps(x.d[b])), p, acc);
-        accMin = _mm256_fmadd_ps(loadF16x8(g + 16), _mm256_set1_ps(x.sum[b]), accMin);
+        accMin = _mm256_fmadd_ps(q4Minima<MIN>(g, loadF16x8(g)), _mm256_set1_ps(x.sum[b]), accMin);
     }
     _mm256_storeu_ps(y, _mm256_add_ps(acc, accMin));
 }
 
-template <>
-OVRUN_VNNI void dotQ4<true>(const uint8_t* group, const Q8Row& x, size_t nb, float* y) {
+template <bool MIN>
+OVRUN_VNNI void dotQ4Vnni(const uint8_t* group, const Q8Row& x, size_t nb, float* y) {
     const __m256i low = _mm256_set1_epi8(0x0F);
     __m256 acc = _mm256_setzero_ps(), accMin = _mm256_setzero_ps();
     for (size_t b = 0; b < nb; ++b) {
-        const uint8_t* g = group + b * 160;
+        const uint8_t* g = group + b * q4Group<MIN>();
         const int8_t* xb = x.q.data() + b * kBlock;
         __m256i s = _mm256_setzero_si256();
         for (int j = 0; j < 4; ++j) {
-            const __m256i q = load32(g + 32 + 32 * j);
+            const __m256i q = load32(g + q4Quants<MIN>() + 32 * j);
             s = _mm256_dpbusd_epi32(s, _mm256_and_si256(q, low), bcast4(xb + 4 * j));
             s = _mm256_dpbusd_epi32(s, _mm256_and_si256(_mm256_srli_epi16(q, 4), low), bcast4(xb + 16 + 4 * j));
         }
         acc = _mm256_fmadd_ps(_mm256_mul_ps(loadF16x8(g), _mm256_set1_ps(x.d[b])), _mm256_cvtepi32_ps(s), acc);
-        accMin = _mm256_fmadd_ps(loadF16x8(g + 16), _mm256_set1_ps(x.sum[b]), accMin);
+        accMin = _mm256_fmadd_ps(q4Minima<MIN>(g, loadF16x8(g)), _mm256_set1_ps(x.sum[b]), accMin);
     }
     _mm256_storeu_ps(y, _mm256_add_ps(acc, accMin));
 }
@@ -234,15 +261,16 @@ inline __m256i byteS(__m256i v, int i) { return _mm256_srai_epi32(_mm256_slli_ep
 
 // dotF32Q4 is dotQ4 with x exact: each weight widened to f32, two partial
 // sums per block against the FMA latency.
+template <bool MIN>
 void dotF32Q4(const uint8_t* group, const float* x, const float* sums, size_t nb, float* y) {
     const __m256i low = _mm256_set1_epi8(0x0F);
     __m256 acc = _mm256_setzero_ps(), accMin = _mm256_setzero_ps();
     for (size_t b = 0; b < nb; ++b) {
-        const uint8_t* g = group + b * 160;
+        const uint8_t* g = group + b * q4Group<MIN>();
         const float* xb = x + b * kBlock;
         __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
         for (int j = 0; j < 4; ++j) {
-            const __m256i q = load32(g + 32 + 32 * j);
+            const __m256i q = load32(g + q4Quants<MIN>() + 32 * j);
             const __m256i lo = _mm256_and_si256(q, low), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), low);
 #pragma GCC unroll 4
             for (int i = 0; i < 4; ++i) {
@@ -251,7 +279,7 @@ void dotF32Q4(const uint8_t* group, const float* x, const float* sums, size_t nb
             }
         }
         acc = _mm256_fmadd_ps(loadF16x8(g), _mm256_add_ps(s0, s1), acc);
-        accMin = _mm256_fmadd_ps(loadF16x8(g + 16), _mm256_set1_ps(sums[b]), accMin);
+        accMin = _mm256_fmadd_ps(q4Minima<MIN>(g, loadF16x8(g)), _mm256_set1_ps(sums[b]), accMin);
     }
     _mm256_storeu_ps(y, _mm256_add_ps(acc, accMin));
 }
@@ -292,7 +320,7 @@ void tokensF32(const uint8_t* run, const Format& f, size_t nb, const float* x, s
         const uint8_t* g = run + b * f.groupBytes();
         if (f.q4) {
             for (int j = 0; j < 4; ++j) {
-                const __m256i q = load32(g + 32 + 32 * j);
+                const __m256i q = load32(g + f.quantOffset() + 32 * j);
                 const __m256i lo = _mm256_and_si256(q, low), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), low);
 #pragma GCC unroll 4
                 for (int i = 0; i < 4; ++i) {
@@ -309,7 +337,8 @@ void tokensF32(const uint8_t* run, const Format& f, size_t nb, const float* x, s
                 }
             }
         }
-        const __m256 d8 = loadF16x8(g), m8 = f.q4 ? loadF16x8(g + 16) : _mm256_setzero_ps();
+        const __m256 d8 = loadF16x8(g);
+        const __m256 m8 = !f.q4 ? _mm256_setzero_ps() : f.min ? q4Minima<true>(g, d8) : q4Minima<false>(g, d8);
         for (size_t m = 0; m < M; ++m) {
             const float* xb = x + m * K + b * kBlock;
             __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
@@ -327,7 +356,7 @@ void tokensF32(const uint8_t* run, const Format& f, size_t nb, const float* x, s
     }
 }
 
-// tokensQ8 is dotQ4<false> and dotQ8<false> for M tokens: each block's
+// tokensQ8 is dotQ4 and dotQ8<false> for M tokens: each block's
 // unsigned quants (Q4_1's nibbles, Q8_0's magnitudes) unpacked once.
 void tokensQ8(const uint8_t* run, const Format& f, size_t nb, const std::vector<Q8Row>& x, size_t M,
               std::vector<float>& acc) {
@@ -338,7 +367,7 @@ void tokensQ8(const uint8_t* run, const Format& f, size_t nb, const std::vector<
         const uint8_t* g = run + b * f.groupBytes();
         if (f.q4) {
             for (int j = 0; j < 4; ++j) {
-                const __m256i q = load32(g + 32 + 32 * j);
+                const __m256i q = load32(g + f.quantOffset() + 32 * j);
                 u[j] = _mm256_and_si256(q, low);
                 u[4 + j] = _mm256_and_si256(_mm256_srli_epi16(q, 4), low);
             }
@@ -348,12 +377,13 @@ void tokensQ8(const uint8_t* run, const Format& f, size_t nb, const std::vector<
                 u[j] = _mm256_abs_epi8(w[j]);
             }
         }
-        const __m256 d8 = loadF16x8(g), m8 = f.q4 ? loadF16x8(g + 16) : _mm256_setzero_ps();
+        const __m256 d8 = loadF16x8(g);
+        const __m256 m8 = !f.q4 ? _mm256_setzero_ps() : f.min ? q4Minima<true>(g, d8) : q4Minima<false>(g, d8);
         for (size_t m = 0; m < M; ++m) {
             const int8_t* xb = x[m].q.data() + b * kBlock;
             __m256i s;
             if (f.q4) {
-                __m256i s16 = _mm256_setzero_si256();  // as in dotQ4<false>
+                __m256i s16 = _mm256_setzero_si256();  // as in dotQ4
                 for (int j = 0; j < 4; ++j) {
                     s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(u[j], bcast4(xb + 4 * j)));
                     s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(u[4 + j], bcast4(xb + 16 + 4 * j)));
@@ -396,7 +426,7 @@ public:
     }
 
     void validate_and_infer_types() override {
-        NODE_VALIDATION_CHECK(this, formatOf(m_type, m_format), "type must be q4_1x8 or q8_0x8, not ", m_type);
+        NODE_VALIDATION_CHECK(this, formatOf(m_type, m_format), "type must be q4_1x8, q4_0x8 or q8_0x8, not ", m_type);
         NODE_VALIDATION_CHECK(this, m_activations == "f32" || m_activations == "q8", "activations must be f32 or q8, not ",
                               m_activations);
         NODE_VALIDATION_CHECK(this, get_input_element_type(0) == ov::element::f32, "x must be f32");
@@ -488,7 +518,11 @@ public:
             }
             split([&](const uint8_t* g, size_t m, float* y) {
                 if (f.q4) {
-                    vnni ? dotQ4<true>(g, q[m], nb, y) : dotQ4<false>(g, q[m], nb, y);
+                    if (f.min) {
+                        vnni ? dotQ4Vnni<true>(g, q[m], nb, y) : dotQ4<true>(g, q[m], nb, y);
+                    } else {
+                        vnni ? dotQ4Vnni<false>(g, q[m], nb, y) : dotQ4<false>(g, q[m], nb, y);
+                    }
                 } else {
                     vnni ? dotQ8<true>(g, q[m], nb, y) : dotQ8<false>(g, q[m], nb, y);
                 }
@@ -512,7 +546,8 @@ public:
         }
         split([&](const uint8_t* g, size_t m, float* y) {
             if (f.q4) {
-                dotF32Q4(g, xp + m * K, sums.data() + m * nb, nb, y);
+                f.min ? dotF32Q4<true>(g, xp + m * K, sums.data() + m * nb, nb, y)
+                      : dotF32Q4<false>(g, xp + m * K, sums.data() + m * nb, nb, y);
             } else {
                 dotF32Q8(g, xp + m * K, nb, y);
             }
@@ -523,7 +558,7 @@ public:
 private:
     std::string m_type = "q4_1x8";
     std::string m_activations = "f32";
-    Format m_format{20, true};
+    Format m_format{20, true, true};
 };
 
 class GGUFGather : public ov::op::Op {
@@ -537,7 +572,7 @@ public:
     }
 
     void validate_and_infer_types() override {
-        NODE_VALIDATION_CHECK(this, formatOf(m_type, m_format), "type must be q4_1x8 or q8_0x8, not ", m_type);
+        NODE_VALIDATION_CHECK(this, formatOf(m_type, m_format), "type must be q4_1x8, q4_0x8 or q8_0x8, not ", m_type);
         NODE_VALIDATION_CHECK(this, get_input_element_type(0) == ov::element::u8, "blocks must be u8");
         const ov::element::Type it = get_input_element_type(1);
         NODE_VALIDATION_CHECK(this, it == ov::element::i32 || it == ov::element::i64, "ids must be i32 or i64");
@@ -583,7 +618,7 @@ public:
             const size_t run = static_cast<size_t>(id) / kRows, r = static_cast<size_t>(id) % kRows;
             for (size_t b = 0; b < nb; ++b) {
                 const uint8_t* g = wp + (run * nb + b) * f.groupBytes();
-                const float d = f16(g + 2 * r), m = f.q4 ? f16(g + 16 + 2 * r) : 0.0f;
+                const float d = f16(g + 2 * r), m = !f.q4 ? 0.0f : f.min ? f16(g + 16 + 2 * r) : -8.0f * d;
                 const uint8_t* qs = g + f.quantOffset() + 4 * r;
                 float* yb = y + b * kBlock;
                 for (size_t e = 0; e < (f.q4 ? 16u : 32u); ++e) {
@@ -602,7 +637,7 @@ public:
 
 private:
     std::string m_type = "q8_0x8";
-    Format m_format{34, false};
+    Format m_format{34, false, false};
 };
 
 }  // namespace
