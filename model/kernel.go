@@ -72,3 +72,16 @@ func packRowKernel(d DType, src []byte, row int64, dst []byte) {
 		}
 	}
 }
+
+// KernelOnly reports whether ovrun's kernel reads every matrix of the blob
+// (WeightsKernel, and every matrix of a type the kernel lays out): the
+// plugin then lays out no weights of its own, and the blob's pages are the
+// only copy of the model.
+func (w *Weights) KernelOnly() bool {
+	for _, s := range w.slots {
+		if len(s.shape) == 2 && s.pack.kernel == "" {
+			return false
+		}
+	}
+	return w.format.Kernel()
+}

@@ -99,3 +99,25 @@ func TestKernelFits(t *testing.T) {
 		}
 	}
 }
+
+// TestKernelOnly says the blob is the only copy of the model only where
+// the kernel reads every matrix.
+func TestKernelOnly(t *testing.T) {
+	w := &Weights{format: WeightsKernel, slots: map[string]*slot{
+		"model.embed_tokens.weight":         {shape: []int64{64, 32}, pack: packing{kernel: DTypeQ8_0}},
+		"model.layers.0.mlp.up_proj.weight": {shape: []int64{64, 32}, pack: packing{kernel: DTypeQ4_1}},
+		"model.norm.weight":                 {shape: []int64{32}},
+	}}
+	if !w.KernelOnly() {
+		t.Error("KernelOnly() = false with every matrix laid out for the kernel")
+	}
+	w.slots["model.layers.0.mlp.down_proj.weight"] = &slot{shape: []int64{32, 64}, pack: packingOf(DTypeQ4_K)}
+	if w.KernelOnly() {
+		t.Error("KernelOnly() = true with a Q4_K matrix the plugin lays out")
+	}
+	delete(w.slots, "model.layers.0.mlp.down_proj.weight")
+	w.format = WeightsNative
+	if w.KernelOnly() {
+		t.Error("KernelOnly() = true for native weights")
+	}
+}

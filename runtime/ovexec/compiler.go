@@ -486,13 +486,14 @@ func (c *Compiler) releaseWhile() (stop func()) {
 	return releasing(func() { c.releaseFiles() }) // best effort; the final release reports errors
 }
 
-// keepsWeights reports whether the graphs read their weights in place on
-// every call (model.WeightsKernel: ovrun's kernel multiplies the blob's
-// blocks, the plugin lays out no copy of them): those pages are the model,
-// as a mapped GGUF file is llama.cpp's, and dropping them would only make
-// the next calls fault them back in (a first token 20-30 ms later, and a
-// step after each drop while another rung compiles).
-func (c *Compiler) keepsWeights() bool { return c.opts.Weights.Kernel() }
+// keepsWeights reports whether the graphs read all their weights in place
+// on every call (model.Weights.KernelOnly: ovrun's kernel multiplies the
+// blob's blocks, the plugin lays out no copy of them): those pages are the
+// model, as a mapped GGUF file is llama.cpp's, and dropping them would only
+// make the next calls fault them back in. Where the plugin lays out some
+// matrices (a Q4_K file with --weights kernel), the pages are dropped as
+// for the plugin's weights.
+func (c *Compiler) keepsWeights() bool { return c.weights.KernelOnly() }
 
 // releaseFiles drops the pages of the files the blob maps from the
 // resident set, unless the graphs read them in place (keepsWeights).
