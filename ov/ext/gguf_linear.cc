@@ -24,7 +24,8 @@
 //          m * sum(x) over the block).
 //   "q8":  x quantized per 32 elements to int8 with an f32 scale (as
 //          llama.cpp's Q8_1), the products in integer instructions
-//          (vpmaddubsw, or vpdpbusd with AVX512_VNNI); the minimum's term
+//          (vpmaddubsw, or vpdpbusd with AVX512_VNNI unless
+//          ONEDNN_MAX_CPU_ISA excludes it); the minimum's term
 //          uses the exact f32 sum of x. Not the file's model: its error is
 //          stated in docs/benchmarks.md.
 //
@@ -40,6 +41,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <strings.h>
 #include <memory>
 #include <openvino/core/extension.hpp>
 #include <openvino/core/op_extension.hpp>
@@ -405,6 +407,29 @@ void tokensQ8(const uint8_t* run, const Format& f, size_t nb, const std::vector<
     }
 }
 
+// vnniAllowed reports whether the 8-bit products may use AVX512_VNNI: the
+// CPU has it (with AVX512VL), and ONEDNN_MAX_CPU_ISA, where set, names an
+// ISA that includes it, as oneDNN reads the variable for the plugin's own
+// kernels (scripts/bench-vs-llama.sh --isa avx2 sets AVX2: both run as on
+// a CPU without AVX-512).
+bool vnniAllowed() {
+    if (!__builtin_cpu_supports("avx512vnni") || !__builtin_cpu_supports("avx512vl")) {
+        return false;
+    }
+    const char* isa = std::getenv("ONEDNN_MAX_CPU_ISA");
+    if (isa == nullptr || *isa == '\0') {
+        return true;
+    }
+    for (const char* with : {"AVX512_CORE_VNNI", "AVX512_CORE_BF16", "AVX512_CORE_FP16", "AVX512_CORE_AMX",
+                             "AVX512_CORE_AMX_FP16", "AVX10_1_512", "AVX10_1_512_AMX", "AVX10_1_512_AMX_FP16", "ALL",
+                             "DEFAULT"}) {
+        if (strcasecmp(isa, with) == 0) {
+            return true;
+        }
+    }
+    return false;
+}
+
 // blocksShape checks a blocks input: a static [N, K/32*B] with N a multiple
 // of 8; K is returned.
 size_t checkBlocks(const ov::Node* node, const ov::PartialShape& ws, const Format& f) {
@@ -500,8 +525,7 @@ public:
                 tbb::static_partitioner());
         };
         if (m_activations == "q8") {
-            static const bool vnni = __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512vl") &&
-                                     std::getenv("OVRUN_KERNEL_NO_VNNI") == nullptr;
+            static const bool vnni = vnniAllowed();
             // Scratch kept by the calling thread (a decode step calls every
             // operation once, and allocating per call costs more than it
             // does), named by a reference: a thread_local named inside the
