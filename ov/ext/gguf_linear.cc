@@ -430,7 +430,7 @@ bool vnniAllowed() {
     return false;
 }
 
-// blocksShape checks a blocks input: a static [N, K/32*B] with N a multiple
+// checkBlocks checks a blocks input: a static [N, K/32*B] with N a multiple
 // of 8; K is returned.
 size_t checkBlocks(const ov::Node* node, const ov::PartialShape& ws, const Format& f) {
     NODE_VALIDATION_CHECK(node, ws.rank().is_static() && ws.rank().get_length() == 2 && ws.is_static(),
