@@ -36,7 +36,9 @@ where ovrun's extension library is added to the core (scripts/ovrun_core.py
 shows how); ask for them with --attention paged. --kv-precision the
 element type of the K/V inputs and outputs (auto is f32 here, an IR file has
 no inference precision, unless --precision names the one the graphs are
-written for); --weights how the weights are stored, as for run.
+written for); --weights how the weights are stored, as for run (kernel and
+kernel-q8 write GGUFLinear and GGUFGather layers, which read back where
+ovrun's kernel library, libovrun_gguf_linear.so, is added to the core).
 --shared writes the one graph of prefill mode shared instead: it takes 1 to
 --prefill-chunk tokens per call (a dynamic token axis) and bounded or paged
 attention.`,
