@@ -1,5 +1,7 @@
 package model
 
+import "encoding/binary"
+
 // This file lays out weights for ovrun's own kernel, the GGUFLinear and
 // GGUFGather operations of ov/ext/gguf_linear.cc (WeightsKernel,
 // WeightsKernelQ8): Q4_1, Q4_0 and Q8_0 blocks as the file stores them (an
@@ -48,27 +50,27 @@ func packRowKernel(d DType, src []byte, row int64, dst []byte) {
 	group := int64(kernelRows * bb)
 	run, r := row/kernelRows, row%kernelRows
 	base := dst[run*nb*group:]
+	// The quants' offset in a block of the file and in a group, and their
+	// 4-byte words a block (Q4: 16 bytes of nibbles, Q8_0: 32 quants).
+	from, to, words := int64(2), int64(16), int64(8)
+	switch d {
+	case DTypeQ4_1:
+		from, to, words = 4, 32, 4
+	case DTypeQ4_0:
+		words = 4
+	}
+	le := binary.LittleEndian
 	for b := range nb {
 		blk := src[b*int64(bb) : (b+1)*int64(bb)]
 		g := base[b*group : (b+1)*group]
-		copy(g[2*r:], blk[0:2])
-		switch d {
-		case DTypeQ4_1:
-			copy(g[16+2*r:], blk[2:4])
-			// blk[4+e] holds element e (low nibble) and e+16 (high): the
-			// bytes of elements 4j..4j+3 go to 32 + 32j + 4r whole.
-			for j := range int64(4) {
-				copy(g[32+32*j+4*r:32+32*j+4*r+4], blk[4+4*j:])
-			}
-			continue
-		case DTypeQ4_0: // the same nibbles, no minimum
-			for j := range int64(4) {
-				copy(g[16+32*j+4*r:16+32*j+4*r+4], blk[2+4*j:])
-			}
-			continue
+		le.PutUint16(g[2*r:], le.Uint16(blk))
+		if d == DTypeQ4_1 {
+			le.PutUint16(g[16+2*r:], le.Uint16(blk[2:]))
 		}
-		for j := range int64(8) {
-			copy(g[16+32*j+4*r:16+32*j+4*r+4], blk[2+4*j:])
+		// Bytes 4j..4j+3 of the quants (elements 4j..4j+3; for nibbles
+		// also 16+4j..) go to to + 32j + 4r whole.
+		for j := range words {
+			le.PutUint32(g[to+32*j+4*r:], le.Uint32(blk[from+4*j:]))
 		}
 	}
 }
