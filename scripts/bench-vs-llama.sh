@@ -16,7 +16,8 @@
 #   --isa avx2 measures both on AVX2 kernels alone, as on a CPU without
 #   AVX-512 (most AMD and client CPUs): OpenVINO with
 #   ONEDNN_MAX_CPU_ISA=AVX2 (its CPU plugin then picks brgemm_avx2_f32
-#   kernels and f32), llama.cpp built with GGML_NATIVE=OFF, AVX2, FMA and
+#   kernels and f32, and ovrun's kernel, --weights kernel-q8, leaves out
+#   AVX512_VNNI), llama.cpp built with GGML_NATIVE=OFF, AVX2, FMA and
 #   F16C into .cache/llama.cpp/src/build-avx2 (libllama only, minutes).
 set -euo pipefail
 cd "$(dirname "$0")/.."
