@@ -13,8 +13,8 @@ import "encoding/binary"
 // the 8 rows' scales d (f16), for Q4_1 their 8 minima m (f16), then the
 // rows' quants, where byte 32j + 4r + i holds row r's element 4j+i (Q8_0,
 // j = 0..7) or, for Q4_1 and Q4_0 (j = 0..3), element 4j+i in its low
-// nibble and element 16+4j+i in its high one. A tensor of N rows (N a multiple of 8)
-// and K inputs takes as many bytes as in the file.
+// nibble and element 16+4j+i in its high one. A tensor of N rows (N a
+// multiple of 8) and K inputs takes as many bytes as in the file.
 
 // kernelRows are the rows the layout interleaves.
 const kernelRows = 8
@@ -34,9 +34,9 @@ func kernelType(d DType) string {
 }
 
 // kernelFits reports whether tensor n of type d and shape can be laid out
-// for the kernel: a Q4_1, Q4_0 or Q8_0 matrix with rows in runs of 8 and whole
-// blocks, multiplied (linearOnly) or the embedding (gathered by the kernel
-// too, and multiplied where the lm_head is tied to it).
+// for the kernel: a Q4_1, Q4_0 or Q8_0 matrix with rows in runs of 8 and
+// whole blocks, multiplied (linearOnly) or the embedding (gathered by the
+// kernel too, and multiplied where the lm_head is tied to it).
 func kernelFits(n string, d DType, shape []int64) bool {
 	return kernelType(d) != "" && (linearOnly(n) || n == "model.embed_tokens.weight") &&
 		len(shape) == 2 && shape[0]%kernelRows == 0 && shape[1]%32 == 0

@@ -37,9 +37,10 @@ const (
 	// WeightsKernel is WeightsNative with the Q4_1, Q4_0 and Q8_0
 	// matrices and embedding multiplied and gathered by ovrun's own kernel
 	// (the GGUFLinear and GGUFGather operations of ov/ext/gguf_linear.cc,
-	// laid out by kernel.go) instead of the plugin: exact, the weights read in place from the blob rather than
-	// laid out again by the plugin (less memory, no first-call reorders),
-	// and on a CPU without VNNI as fast as the plugin's f32 kernel.
+	// laid out by kernel.go) instead of the plugin: exact, the weights read
+	// in place from the blob rather than laid out again by the plugin (less
+	// memory, no first-call reorders), and on a CPU without VNNI as fast as
+	// the plugin's f32 kernel.
 	WeightsKernel WeightFormat = "kernel"
 	// WeightsKernelQ8 is WeightsKernel with the activations quantized to
 	// int8 per 32 elements, as llama.cpp multiplies Q4 blocks: products in

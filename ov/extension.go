@@ -23,10 +23,11 @@ import (
 // CPU plugin runs but no standard opset names.
 const PagedAttentionLibrary = "libovrun_paged_attention.so"
 
-// GGUFLinearLibrary is the file name of ovrun's own matrix-vector kernel
+// GGUFLinearLibrary is the file name of ovrun's own kernel
 // (ov/ext/gguf_linear.cc, built like PagedAttentionLibrary): the GGUFLinear
-// operation, which multiplies by Q4_1 blocks laid out for it
-// (model.WeightsKernel). It needs AVX2, FMA and F16C.
+// and GGUFGather operations, which multiply by and gather from Q4_1, Q4_0
+// and Q8_0 blocks laid out for them (model.WeightsKernel). It needs AVX2,
+// FMA and F16C.
 const GGUFLinearLibrary = "libovrun_gguf_linear.so"
 
 // ErrNoPagedAttention is returned (wrapped) by Core.PagedAttention when the
