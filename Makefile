@@ -76,8 +76,8 @@ $(IMPORT_EXT): ov/ext/import_mapped.cc $(OV_STAMP)
 # CPU that has them), linked to the wheel's TBB, whose threads it shares.
 KERNEL_EXT       := $(VENV)/openvino/libs/libovrun_gguf_linear.so
 
-$(KERNEL_EXT): ov/ext/gguf_linear.cc $(OV_STAMP)
-	$(CXX) -std=c++17 -O2 -mavx2 -mfma -mf16c -Wall -Wextra -shared -fPIC -isystem $(VENV)/openvino/include -o $@ $< \
+$(KERNEL_EXT): ov/ext/gguf_linear.cc ov/ext/layer_ops.cc ov/ext/layer_ops.h $(OV_STAMP)
+	$(CXX) -std=c++17 -O2 -mavx2 -mfma -mf16c -Wall -Wextra -shared -fPIC -isystem $(VENV)/openvino/include -o $@ $(filter %.cc,$^) \
 		-L$(VENV)/openvino/libs -l:libopenvino.so.$$(cd $(VENV)/openvino/libs && ls libopenvino.so.* | head -n 1 | sed 's/.*\.so\.//') \
 		-l:libtbb.so.12 -Wl,-rpath,'$$ORIGIN'
 

@@ -3,6 +3,7 @@ package model
 import (
 	"fmt"
 	"math"
+	"strconv"
 )
 
 // Graph I/O names. KV is explicit graph input and output owned by the
@@ -156,7 +157,7 @@ type decoderBuilder struct {
 	pastSlots port      // [1]: the past slots bound
 	tokens    port      // [1]: the chunk's length, when it is dynamic
 
-	cos, sin port // [1, T, 1, D]
+	cos, sin port // [1, T, 1, D]; [T, D/2] in a kernel graph (layerOps)
 	mask     port // [T, P+T] additive f32
 }
 
@@ -306,6 +307,10 @@ func (b *decoderBuilder) rotary(pos port) {
 		}
 		rest = g.op("Divide", "opset1", []attr{{"auto_broadcast", "numpy"}, {"m_pythondiv", "true"}}, []int64{b.T}, i64, rest, g.scalarI64(base)) // [T]
 	}
+	if b.layerOps() {
+		b.cos, b.sin = cos, sin // [T, D/2]
+		return
+	}
 	b.cos = b.reshape(g.op("Concat", "opset1", []attr{{"axis", "1"}}, []int64{b.T, D}, f32, cos, cos), []int64{1, b.T, 1, D}) // [1, T, 1, D]
 	b.sin = b.reshape(g.op("Concat", "opset1", []attr{{"axis", "1"}}, []int64{b.T, D}, f32, sin, sin), []int64{1, b.T, 1, D}) // [1, T, 1, D]
 }
@@ -347,9 +352,13 @@ func (b *decoderBuilder) layer(i int, x, pastK, pastV port) port {
 	h := b.rmsNorm(x, pre+"input_layernorm.weight")                               // [1, T, H]
 	qkv := b.projs(h, qkvNames, []int64{Nh * D, Hkv * D, Hkv * D}, cfg.QKVBias()) // [1, T, Nh*D], 2 x [1, T, Hkv*D]
 	q, k, v := qkv[0], qkv[1], qkv[2]
-	q = b.rope(b.reshape(q, []int64{T, Nh, D}))  // [T, Nh, D]
-	k = b.rope(b.reshape(k, []int64{T, Hkv, D})) // [T, Hkv, D]
-	v = b.reshape(v, []int64{T, Hkv, D})         // [T, Hkv, D]
+	if b.paged && b.layerOps() { // rotated as the projections' rows, which the operation takes
+		q, k = b.rope(q), b.rope(k) // [1, T, Nh*D], [1, T, Hkv*D]
+	} else {
+		q = b.rope(b.reshape(q, []int64{T, Nh, D}))  // [T, Nh, D]
+		k = b.rope(b.reshape(k, []int64{T, Hkv, D})) // [T, Hkv, D]
+		v = b.reshape(v, []int64{T, Hkv, D})         // [T, Hkv, D]
+	}
 
 	if !b.paged { // a paged graph's attention writes k and v into the caches itself
 		g.result(PresentKey(i), b.toKV(k))
@@ -501,7 +510,8 @@ func (b *decoderBuilder) splitLengths() port {
 }
 
 // rope applies the rotary embedding to x [T, heads, D]: x*cos +
-// rotate_half(x)*sin, written in the rank-4 form the CPU plugin fuses into
+// rotate_half(x)*sin, as ovrun's RoPE in a kernel graph (which takes x as
+// rows of whole heads in any shape, [1, T, heads*D] too), else written in the rank-4 form the CPU plugin fuses into
 // one RoPE node (its GPT-NeoX pattern: VariadicSplit on the last axis, the
 // second half multiplied by -1, Concat): SmolLM2's decode graph runs 60
 // RoPE nodes instead of 90 Splits, 60 Concats and 120 more fused
@@ -509,6 +519,9 @@ func (b *decoderBuilder) splitLengths() port {
 func (b *decoderBuilder) rope(x port) port {
 	g := b.g
 	s := x.shape
+	if b.layerOps() {
+		return g.op("RoPE", "ovrun", []attr{{"head_size", fmt.Sprint(b.cfg.HeadDim())}}, s, f32, x, b.cos, b.sin) // x's shape
+	}
 	s4 := []int64{1, s[0], s[1], s[2]}
 	half := []int64{1, s[0], s[1], s[2] / 2}
 	x4 := b.unsqueeze(x, 0) // [1, T, heads, D]
@@ -520,12 +533,26 @@ func (b *decoderBuilder) rope(x port) port {
 	return b.reshape(y, s)                                                          // [T, heads, D]
 }
 
+// layerOps reports whether the graph normalizes and rotates through ovrun's
+// RMSNorm and RoPE operations (ov/ext/layer_ops.cc), one node each instead
+// of the 7 and 8 opset nodes the CPU plugin's compile matches back into
+// its own: in kernel graphs, whose library (which has them) every compile
+// of one requires.
+func (b *decoderBuilder) layerOps() bool { return b.g.w.format.Kernel() }
+
 // rmsNorm is x / sqrt(mean(x^2) + eps) * weight over the last axis, or
 // * (1 + weight) in the family's NormOnePlusWeight form (1 + weight is a
 // constant expression the plugin folds).
 func (b *decoderBuilder) rmsNorm(x port, weight string) port {
 	g := b.g
 	s := x.shape
+	if b.layerOps() {
+		w := g.weight(weight) // [H]
+		if b.forms.norm == NormOnePlusWeight {
+			w = b.add(w, g.scalarF32(1), w.shape) // [H]
+		}
+		return g.op("RMSNorm", "ovrun", []attr{{"eps", strconv.FormatFloat(b.cfg.RMSNormEps, 'g', -1, 32)}}, s, f32, x, w) // [.., H]
+	}
 	red := append(append([]int64{}, s[:len(s)-1]...), 1)
 	sq := b.mul(x, x, s)                                                                                          // [.., H]
 	mean := g.op("ReduceMean", "opset1", []attr{{"keep_dims", "true"}}, red, f32, sq, g.constI64([]int64{1}, -1)) // [.., 1]

@@ -52,6 +52,8 @@
 #include <tbb/partitioner.h>
 #include <vector>
 
+#include "layer_ops.h"
+
 namespace {
 
 constexpr size_t kBlock = 32;  // elements per block
@@ -666,5 +668,19 @@ private:
 
 }  // namespace
 
-OPENVINO_CREATE_EXTENSIONS(std::vector<ov::Extension::Ptr>({std::make_shared<ov::OpExtension<GGUFLinear>>(),
-                                                            std::make_shared<ov::OpExtension<GGUFGather>>()}));
+namespace {
+
+// extensions are the library's operations: the kernel's two and the layer's
+// small ones (layer_ops.cc) its graphs use with them.
+std::vector<ov::Extension::Ptr> extensions() {
+    std::vector<ov::Extension::Ptr> all{std::make_shared<ov::OpExtension<GGUFLinear>>(),
+                                        std::make_shared<ov::OpExtension<GGUFGather>>()};
+    for (auto& e : ovrun::layerOps()) {
+        all.push_back(e);
+    }
+    return all;
+}
+
+}  // namespace
+
+OPENVINO_CREATE_EXTENSIONS(extensions());
