@@ -12,8 +12,10 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/ovtoolkit/ovrun/internal/safefile"
+	"github.com/ovtoolkit/ovrun/tokenizer"
 )
 
 // File names of a Hugging Face checkpoint directory.
@@ -32,6 +34,10 @@ type Checkpoint struct {
 	GGUF    *GGUFFile          // the GGUF file's metadata (tokenizer.*), nil for a directory
 
 	files []*SafetensorsFile
+
+	tokOnce sync.Once // Tokenizer builds it once
+	tok     *tokenizer.Tokenizer
+	tokErr  error
 }
 
 // Load opens a checkpoint: a GGUF file (see docs/benchmarks.md "GGUF weights"),

@@ -66,3 +66,20 @@ func release(path string, m []byte) error {
 	}
 	return nil
 }
+
+// releaseTensor drops the mapped pages t's data lies on (the pages it
+// shares with its neighbours too: a neighbour still being read faults them
+// back in), as ReleasePages does for whole files; a no-op for data outside
+// the checkpoint's mappings. The conversion (Weights.BindMapped) calls it
+// for each tensor it has converted, so the checkpoint's pages are resident
+// one tensor at a time rather than until a timer next drops them all.
+func (c *Checkpoint) releaseTensor(t *Tensor) {
+	maps := c.mappings()
+	i, off, ok := within(maps, t.Data)
+	if !ok {
+		return
+	}
+	page := int64(syscall.Getpagesize())
+	start, end := off/page*page, min(int64(len(maps[i].data)), (off+int64(len(t.Data))+page-1)/page*page)
+	_ = release(maps[i].path, maps[i].data[start:end]) // best effort: ReleasePages reports errors
+}

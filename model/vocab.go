@@ -27,8 +27,15 @@ var ErrNoTokenizer = errors.New("no tokenizer")
 
 // Tokenizer builds the checkpoint's own tokenizer: from the GGUF
 // metadata (tokenizer.ggml.*) or from tokenizer.json next to config.json,
-// checked against the model's vocabulary size.
+// checked against the model's vocabulary size. It is built once: later
+// calls, from any goroutine, return the same (a Tokenizer is safe for
+// concurrent use), so a caller may start building it early.
 func (c *Checkpoint) Tokenizer() (*tokenizer.Tokenizer, error) {
+	c.tokOnce.Do(func() { c.tok, c.tokErr = c.buildTokenizer() })
+	return c.tok, c.tokErr
+}
+
+func (c *Checkpoint) buildTokenizer() (*tokenizer.Tokenizer, error) {
 	var tok *tokenizer.Tokenizer
 	var err error
 	if c.GGUF != nil {

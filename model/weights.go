@@ -471,7 +471,10 @@ func (w *Weights) Config() *Config { return w.ck.Config }
 func (w *Weights) Bind(buf []byte) error { return w.bind(buf, false) }
 
 // BindMapped is Bind for a buffer that maps the Files already (ov.MapHost):
-// it checks that each file's region holds the file and writes the rest.
+// it checks that each file's region holds the file and writes the rest,
+// dropping each converted tensor's pages of the checkpoint's mapping from
+// the resident set as it goes (the conversion's peak holds one copy of the
+// weights, not two).
 func (w *Weights) BindMapped(buf []byte) error { return w.bind(buf, true) }
 
 func (w *Weights) bind(buf []byte, mapped bool) error {
@@ -494,7 +497,11 @@ func (w *Weights) bind(buf []byte, mapped bool) error {
 	for range min(runtime.GOMAXPROCS(0), len(w.names)) {
 		wg.Go(func() {
 			for n := range next {
-				w.fill(buf, w.ck.Tensors[n], w.slots[n])
+				t, s := w.ck.Tensors[n], w.slots[n]
+				w.fill(buf, t, s)
+				if mapped && s.kind != slotMapped { // converted: the checkpoint's copy is read
+					w.ck.releaseTensor(t)
+				}
 			}
 		})
 	}

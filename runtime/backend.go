@@ -157,6 +157,9 @@ type Origin struct {
 	Source  string  // OriginCompiled, OriginImported or OriginReused
 	ImportS float64 // seconds importing a compiled blob; 0 when none was imported
 	ExportS float64 // seconds exporting the compiled model (worker result, cache entry); 0 when none was
+	// CompiledS is what compiling an imported graph cost when it was
+	// compiled (the cache entry's record); 0 when unknown.
+	CompiledS float64
 }
 
 // The sources of a compiled graph: a rung imported from a worker's result

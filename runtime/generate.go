@@ -154,7 +154,7 @@ func Generate(ctx context.Context, comp Compiler, shape KVShape, cfg GenerateCon
 			res.PrefillUsed = PrefillUsedShared
 		}
 	default:
-		if logits, err = generatePrefillAuto(res, dec, kv, cfg, compilePrefill); err != nil {
+		if logits, err = generatePrefillAuto(res, comp, dec, kv, cfg, compilePrefill); err != nil {
 			return nil, err
 		}
 	}
@@ -199,11 +199,12 @@ func Generate(ctx context.Context, comp Compiler, shape KVShape, cfg GenerateCon
 // generatePrefillAuto feeds the prompt through dec one token at a time
 // and, when prefillGraphPays says so, compiles the prefill graph and runs
 // the rest through it (the decode graph's compile time, res.CompileS so
-// far, is the estimate of the prefill graph's). Compile time goes to
+// far, is the estimate of the prefill graph's: fromDecodeGraph). Compile time goes to
 // res.CompileS, the rest to res.PrefillS.
-func generatePrefillAuto(res *GenerateResult, dec Executable, kv *KV, cfg GenerateConfig, compilePrefill func() (Executable, error)) ([]float32, error) {
+func generatePrefillAuto(res *GenerateResult, comp Compiler, dec Executable, kv *KV, cfg GenerateConfig, compilePrefill func() (Executable, error)) ([]float32, error) {
 	prompt := cfg.Prompt
-	feed := autoFeed{chunk: cfg.PrefillChunk, est: res.CompileS, source: "the decode graph's compile time"}
+	feed := autoFeed{chunk: cfg.PrefillChunk}
+	feed.est, feed.source = fromDecodeGraph(dec, res.CompileS, model.GraphSpec{Capacity: cfg.Capacity, Chunk: cfg.PrefillChunk}, comp)
 	var logits []float32
 	t1 := time.Now()
 	for k := range prompt {

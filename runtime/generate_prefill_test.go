@@ -2,8 +2,12 @@ package runtime
 
 import (
 	"context"
+	"math"
 	"slices"
+	"strings"
 	"testing"
+
+	"github.com/ovtoolkit/ovrun/model"
 )
 
 // TestGeneratePrefillModesAgree runs one prompt through every prefill mode
@@ -68,5 +72,56 @@ func TestPrefillGraphPays(t *testing.T) {
 				t.Errorf("prefillGraphPays(%d, 64, %g, %g) = %g, %g, %v; want graph %g, pays %v", tc.rest, tc.step, tc.est, feed, graph, pays, tc.wantGraphS, tc.wantPays)
 			}
 		})
+	}
+}
+
+// cachedCompiler is a fake compiler with a compiled-rung cache that holds
+// the specs in cached.
+type cachedCompiler struct {
+	*fakeCompiler
+	cached map[model.GraphSpec]bool
+}
+
+func (c cachedCompiler) Cached(spec model.GraphSpec) bool { return c.cached[spec] }
+
+// TestPrefillEstimate pins fromDecodeGraph, what auto mode takes a prefill graph to cost:
+// the decode graph's compile time, unless the decode graph was imported
+// (its import time is no compile time): then the import time only where
+// the prefill graph is cached too, else the compile time the cache
+// recorded, else unknown (never worth compiling).
+func TestPrefillEstimate(t *testing.T) {
+	pre := model.GraphSpec{Capacity: 256, Chunk: 64}
+	f := newFakeCompiler(testShape, 97, nil)
+	exe := &fakeExecutable{}
+	imported := func(compiledS float64) Executable {
+		return originExecutable{exe, Origin{Source: OriginImported, ImportS: 0.11, CompiledS: compiledS}}
+	}
+	for _, tc := range []struct {
+		name string
+		dec  Executable
+		comp Compiler
+		want float64
+	}{
+		{"compiled", originExecutable{exe, Origin{Source: OriginCompiled}}, f, 0.11},
+		{"no origin", exe, f, 0.11},
+		{"imported, prefill graph cached", imported(0.8), cachedCompiler{f, map[model.GraphSpec]bool{pre: true}}, 0.11},
+		{"imported, compile time recorded", imported(0.8), cachedCompiler{f, nil}, 0.8},
+		{"imported, nothing recorded", imported(0), f, math.Inf(1)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			est, source := fromDecodeGraph(tc.dec, 0.11, pre, tc.comp)
+			if est != tc.want || source == "" {
+				t.Errorf("estimate %g (%q), want %g", est, source, tc.want)
+			}
+		})
+	}
+	a := autoFeed{chunk: 64, est: math.Inf(1), source: "unknown"}
+	for k := range 20 {
+		if _, pays := a.fed(k, 0.01, 500); pays {
+			t.Fatalf("an unknown compile cost paid after %d tokens", k+1)
+		}
+	}
+	if r := a.stayedReason(500); strings.Contains(r, "Inf") {
+		t.Errorf("reason %q prints an infinity", r)
 	}
 }

@@ -3,6 +3,7 @@ package runtime
 import (
 	"context"
 	"fmt"
+	"math"
 	"strings"
 
 	"github.com/ovtoolkit/ovrun/compilecost"
@@ -178,9 +179,34 @@ func (q *Sequence) prefillEstimate() (float64, string) {
 		}
 	}
 	if s := q.l.compileSeconds(q.cur); s > 0 {
-		return s, fmt.Sprintf("taken to be at least the %.2f s this rung's decode graph took; no compile-cost profile with prefill graphs", s)
+		return fromDecodeGraph(q.exe, s, model.GraphSpec{Capacity: capacity, Chunk: chunk}, q.l.comp)
 	}
 	return 0, "unknown: no compile-cost profile and no decode compile measured"
+}
+
+// fromDecodeGraph is what auto mode takes the prefill graph pre to cost
+// before its first call when no compile-cost profile predicts it, and
+// where that comes from: the decode graph's compile time decS (the same
+// model's; a prefill graph's compile takes at least as long), unless the
+// decode graph dec was imported from the compiled-rung cache and pre is
+// not there: then an import says nothing of a compile, and the decode
+// graph's compile time as its cache entry records it stands in, or, where
+// none is recorded, nothing (+Inf: the prefill graph never pays). A warm
+// SmolLM2 start had imported its decode graph in 0.11 s, taken that as the
+// prefill graph's cost, and compiled it for 1.0 s and 120 MiB for 14
+// prompt tokens that the decode graph took in 0.12 s.
+func fromDecodeGraph(dec Executable, decS float64, pre model.GraphSpec, comp Compiler) (est float64, source string) {
+	o, ok := dec.(OriginReporter)
+	if !ok || o.Origin().Source != OriginImported {
+		return decS, fmt.Sprintf("taken to be at least the %.2f s the decode graph's compile took", decS)
+	}
+	if c, ok := comp.(CacheChecker); ok && c.Cached(pre) {
+		return decS, fmt.Sprintf("taken to be at least the %.2f s the decode graph's import took: the prefill graph is cached too", decS)
+	}
+	if s := o.Origin().CompiledS; s > 0 {
+		return s, fmt.Sprintf("taken to be at least the %.2f s the decode graph's compile took, as the rung cache recorded it", s)
+	}
+	return math.Inf(1), "unknown: the decode graph was imported and the prefill graph is not cached"
 }
 
 // prefillAuto feeds the prompt through the first rung's decode graph one
@@ -285,6 +311,10 @@ func (a *autoFeed) fed(k int, dt float64, n int) (why string, pays bool) {
 
 // stayedReason says why all n prompt tokens stayed on the decode graph.
 func (a *autoFeed) stayedReason(n int) string {
+	if math.IsInf(a.est, 1) {
+		return fmt.Sprintf("the %d prompt tokens went through the decode graph (%.1f ms each): what compiling the prefill graph would cost is %s",
+			n, 1000*a.stepSum/float64(max(a.steps, 1)), a.source)
+	}
 	return fmt.Sprintf("the %d prompt tokens went through the decode graph (%.1f ms each) in less time than the prefill graph would take to compile (%.2f s, %s)",
 		n, 1000*a.stepSum/float64(max(a.steps, 1)), a.est, a.source)
 }

@@ -7,11 +7,12 @@ import (
 	"strings"
 )
 
-// Mapping is one mapping of /proc/self/smaps: its address range, the file
-// it maps ("" for anonymous memory, or a pseudo-name like "[stack]"), and
-// its resident and anonymous bytes.
+// Mapping is one mapping of /proc/self/smaps: its address range, its
+// permissions ("r-xp"), the file it maps ("" for anonymous memory, or a
+// pseudo-name like "[stack]"), and its resident and anonymous bytes.
 type Mapping struct {
 	Start, End uintptr
+	Perms      string
 	Path       string
 	Rss, Anon  int64
 }
@@ -34,6 +35,9 @@ func Smaps() []Mapping {
 		}
 		if lo, hi, ok := addrRange(fields[0]); ok && !strings.HasSuffix(fields[0], ":") {
 			m := Mapping{Start: lo, End: hi}
+			if len(fields) >= 2 {
+				m.Perms = fields[1]
+			}
 			if len(fields) >= 6 {
 				m.Path = strings.Join(fields[5:], " ")
 			}

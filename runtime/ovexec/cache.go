@@ -215,7 +215,7 @@ func (c *Compiler) Cached(spec model.GraphSpec) bool {
 // say why an entry was discarded; drop drops the pages of the blob it
 // reads in place (importEntry).
 func (c *Compiler) imported(spec model.GraphSpec, key rungcache.Key) (cm *ov.CompiledModel, o runtime.Origin, notes []string, drop func()) {
-	cm, importS, note, drop := c.importEntry(c.cache.store, key)
+	cm, importS, compiledS, note, drop := c.importEntry(c.cache.store, key)
 	if note != "" {
 		notes = append(notes, fmt.Sprintf("graph %s: %s", spec.Name(), note))
 	}
@@ -223,21 +223,22 @@ func (c *Compiler) imported(spec model.GraphSpec, key rungcache.Key) (cm *ov.Com
 		return nil, runtime.Origin{}, notes, drop
 	}
 	c.recordPrecision(cm)
-	return cm, runtime.Origin{Source: runtime.OriginImported, ImportS: importS}, notes, drop
+	return cm, runtime.Origin{Source: runtime.OriginImported, ImportS: importS, CompiledS: compiledS}, notes, drop
 }
 
 // importEntry imports the entry under key from store, checked as
-// store.Get checks it, and times the import. On a plain miss it returns
+// store.Get checks it, and times the import (compiledS: what its compile
+// cost, as the entry records it). On a plain miss it returns
 // nil and no note; an entry that is damaged or that OpenVINO refuses is
 // discarded, and the note says so (the caller compiles the graph again).
 // drop drops the pages of a blob the graph reads in place from the
 // resident set again (the graph's first calls read its constants to lay
 // them out); it is a no-op for a copying import.
-func (c *Compiler) importEntry(store *rungcache.Cache, key rungcache.Key) (cm *ov.CompiledModel, importS float64, note string, drop func()) {
+func (c *Compiler) importEntry(store *rungcache.Cache, key rungcache.Key) (cm *ov.CompiledModel, importS, compiledS float64, note string, drop func()) {
 	drop = func() {}
-	blob, _, ok, note := store.Get(key)
+	blob, meta, ok, note := store.Get(key)
 	if !ok {
-		return nil, 0, note, drop
+		return nil, 0, 0, note, drop
 	}
 	start := time.Now()
 	// In place: the plugin shares the blob's constants instead of copying
@@ -264,9 +265,9 @@ func (c *Compiler) importEntry(store *rungcache.Cache, key rungcache.Key) (cm *o
 	}
 	if err != nil {
 		store.Discard(key)
-		return nil, 0, fmt.Sprintf("rung cache: OpenVINO refused entry %s (%v); discarded it, compiling it again", key.Short(), err), drop
+		return nil, 0, 0, fmt.Sprintf("rung cache: OpenVINO refused entry %s (%v); discarded it, compiling it again", key.Short(), err), drop
 	}
-	return cm, time.Since(start).Seconds(), note, drop
+	return cm, time.Since(start).Seconds(), meta.CompileS, note, drop
 }
 
 // export stores a compiled graph in the cache; a failure is a note, not an

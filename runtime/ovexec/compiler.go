@@ -21,6 +21,7 @@ import (
 
 	"github.com/ovtoolkit/ovrun/compilecost"
 	"github.com/ovtoolkit/ovrun/internal/every"
+	"github.com/ovtoolkit/ovrun/internal/procfs"
 	"github.com/ovtoolkit/ovrun/model"
 	"github.com/ovtoolkit/ovrun/ov"
 	"github.com/ovtoolkit/ovrun/rungcache"
@@ -227,6 +228,9 @@ func NewCompiler(ck *model.Checkpoint, opts Options) (*Compiler, error) {
 	return c, nil
 }
 
+// shmDir is where the kept weights' file goes: memory, not a disk.
+const shmDir = "/dev/shm"
+
 // AllocWeights allocates and binds the blob of w: tensors stored as is are
 // read in place from the checkpoint files, which the blob maps read-only
 // (w.Files); the rest (repacked, dequantized, reordered) is written into it,
@@ -246,12 +250,21 @@ func AllocWeights(w *model.Weights) (*ov.HostBuffer, error) {
 	// checkpoint's own pages they leave the resident set between compiles
 	// (docs/design.md "The weights blob"): they are written into its
 	// pages directly. Where no file can be made they stay in memory.
-	_ = blob.Spill(os.TempDir())
-	// The conversion reads the checkpoint's pages and writes the file's:
-	// both leave the resident set as it goes, or the checkpoint and its
-	// converted copy would be resident together at the start's peak
-	// (qwen2.5-0.5b Q8_0: 1066 -> 656 MiB).
-	stop := releasing(func() { blob.ReleaseFiles(); w.ReleaseSource() })
+	// Where ovrun's kernel reads every matrix (KernelOnly) the file is
+	// in memory (/dev/shm): its pages are the model, read on every step,
+	// and writing them there costs no block device's dirty tracking and
+	// write-back (SmolLM2 Q4_1: 0.15-0.16 -> 0.07-0.09 s on this VM's
+	// ext4 /tmp).
+	if !w.KernelOnly() || blob.Spill(shmDir) != nil {
+		_ = blob.Spill(os.TempDir())
+	}
+	// The conversion reads the checkpoint's pages, each tensor's dropped
+	// once converted (BindMapped), and writes the file's, which leave the
+	// resident set as it goes (the compile does not read the kernel's
+	// blocks; the graph's first calls fault them back in), or the
+	// checkpoint and its converted copy would be resident together at the
+	// start's peak (qwen2.5-0.5b Q8_0: 1066 -> 656 MiB).
+	stop := releasing(func() { blob.ReleaseFiles() })
 	err = w.BindMapped(blob.Bytes())
 	stop()
 	if err == nil {
@@ -493,9 +506,7 @@ func (c *Compiler) releaseWhile() (stop func()) {
 // make the next calls fault them back in. Where the plugin lays out some
 // matrices (a Q4_K file with --weights kernel), the pages are dropped as
 // for the plugin's weights. The conversion (AllocWeights) and the digest
-// (readWeights) drop them either way, on purpose: keeping them there too
-// raised SmolLM2's kernel-q8 cold peak by about 5 MiB and saved no
-// measurable time.
+// (readWeights) drop them either way: the compile does not read them.
 func (c *Compiler) keepsWeights() bool { return c.weights.KernelOnly() }
 
 // releaseFiles drops the pages of the files the blob maps from the
@@ -534,6 +545,12 @@ func (c *Compiler) newExecutable(spec model.GraphSpec, cm *ov.CompiledModel, irB
 	if err := e.prepare(); err != nil {
 		return nil, errors.Join(fmt.Errorf("prepare graph %s: %w", spec.Name(), err), e.Close())
 	}
+	// The compile ran code the graph's calls do not (the IR reader, the
+	// plugin's passes): out of the resident set with it before the first
+	// calls fault in theirs (SmolLM2 kernel-q8: code 68 -> 33-38 MiB,
+	// peak 195 -> 164 MiB with the kernel's pages dropped after their
+	// conversion, the decode rate the same within this VM's noise).
+	procfs.ReleaseCode()
 	stop := releasing(drop)
 	err := e.warmUp()
 	stop()

@@ -169,7 +169,7 @@ func (c *Compiler) importWorkerEntry(key string) (cm *ov.CompiledModel, importS 
 	if err != nil {
 		return nil, 0, "", func() {}, fmt.Errorf("the worker's cache key: %w", err)
 	}
-	if cm, importS, note, drop = c.importEntry(c.workerCache, k); cm == nil && note == "" {
+	if cm, importS, _, note, drop = c.importEntry(c.workerCache, k); cm == nil && note == "" {
 		note = fmt.Sprintf("rung cache: entry %s is gone (evicted by another process?); compiling it again", k.Short())
 	}
 	return cm, importS, note, drop, nil
