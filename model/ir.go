@@ -67,10 +67,15 @@ type irGraph struct {
 	w      *Weights
 	count  map[string]int
 	err    error // first error while building; reported by the caller
+	// blocks are the kernel's constants by blob offset: a tied lm_head
+	// reads the embedding's Const itself, not a second one over the
+	// same bytes, which an exported graph would store (and an import
+	// map) twice (SmolLM2: 17.7 MB).
+	blocks map[int64]port
 }
 
 func newGraph(name string, w *Weights) *irGraph {
-	return &irGraph{name: name, w: w, count: map[string]int{}}
+	return &irGraph{name: name, w: w, count: map[string]int{}, blocks: map[int64]port{}}
 }
 
 // uname makes layer names unique and readable ("MatMul_3").
@@ -236,7 +241,12 @@ func (g *irGraph) kernelBlocks(name string) (w port, typ string, ok bool) {
 	if s.kind != slotPacked || s.pack.kernel == "" {
 		return port{}, "", false
 	}
-	return g.constAt(name, u8, []int64{s.shape[0], s.size / s.shape[0]}, s.off, s.size), kernelType(s.pack.kernel), true
+	w, ok = g.blocks[s.off]
+	if !ok {
+		w = g.constAt(name, u8, []int64{s.shape[0], s.size / s.shape[0]}, s.off, s.size)
+		g.blocks[s.off] = w
+	}
+	return w, kernelType(s.pack.kernel), true
 }
 
 // weightMin is the minimum plane [out, in/G] of a weight stored with one

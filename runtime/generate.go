@@ -203,8 +203,8 @@ func Generate(ctx context.Context, comp Compiler, shape KVShape, cfg GenerateCon
 // res.CompileS, the rest to res.PrefillS.
 func generatePrefillAuto(res *GenerateResult, comp Compiler, dec Executable, kv *KV, cfg GenerateConfig, compilePrefill func() (Executable, error)) ([]float32, error) {
 	prompt := cfg.Prompt
-	feed := autoFeed{chunk: cfg.PrefillChunk}
-	feed.est, feed.source = fromDecodeGraph(dec, res.CompileS, model.GraphSpec{Capacity: cfg.Capacity, Chunk: cfg.PrefillChunk}, comp)
+	feed := fromDecodeGraph(dec, res.CompileS, model.GraphSpec{Capacity: cfg.Capacity, Chunk: cfg.PrefillChunk}, comp)
+	feed.chunk = cfg.PrefillChunk
 	var logits []float32
 	t1 := time.Now()
 	for k := range prompt {

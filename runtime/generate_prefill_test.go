@@ -84,11 +84,12 @@ type cachedCompiler struct {
 
 func (c cachedCompiler) Cached(spec model.GraphSpec) bool { return c.cached[spec] }
 
-// TestPrefillEstimate pins fromDecodeGraph, what auto mode takes a prefill graph to cost:
-// the decode graph's compile time, unless the decode graph was imported
-// (its import time is no compile time): then the import time only where
-// the prefill graph is cached too, else the compile time the cache
-// recorded, else unknown (never worth compiling).
+// TestPrefillEstimate pins fromDecodeGraph, what auto mode takes a
+// prefill graph to cost: the decode graph's compile time, unless the
+// decode graph was imported (its import time is no compile time, only a
+// lower bound): then, once that bound pays, the import time where the
+// prefill graph is cached too, else the compile time the cache recorded,
+// else unknown (never worth compiling).
 func TestPrefillEstimate(t *testing.T) {
 	pre := model.GraphSpec{Capacity: 256, Chunk: 64}
 	f := newFakeCompiler(testShape, 97, nil)
@@ -97,21 +98,30 @@ func TestPrefillEstimate(t *testing.T) {
 		return originExecutable{exe, Origin{Source: OriginImported, ImportS: 0.11, CompiledS: compiledS}}
 	}
 	for _, tc := range []struct {
-		name string
-		dec  Executable
-		comp Compiler
-		want float64
+		name      string
+		dec       Executable
+		comp      Compiler
+		want      float64
+		wantExact bool // an exact estimate follows
 	}{
-		{"compiled", originExecutable{exe, Origin{Source: OriginCompiled}}, f, 0.11},
-		{"no origin", exe, f, 0.11},
-		{"imported, prefill graph cached", imported(0.8), cachedCompiler{f, map[model.GraphSpec]bool{pre: true}}, 0.11},
-		{"imported, compile time recorded", imported(0.8), cachedCompiler{f, nil}, 0.8},
-		{"imported, nothing recorded", imported(0), f, math.Inf(1)},
+		{"compiled", originExecutable{exe, Origin{Source: OriginCompiled}}, f, 0.11, false},
+		{"no origin", exe, f, 0.11, false},
+		{"imported, prefill graph cached", imported(0.8), cachedCompiler{f, map[model.GraphSpec]bool{pre: true}}, 0.11, true},
+		{"imported, compile time recorded", imported(0.8), cachedCompiler{f, nil}, 0.8, true},
+		{"imported, nothing recorded", imported(0), f, math.Inf(1), true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			est, source := fromDecodeGraph(tc.dec, 0.11, pre, tc.comp)
-			if est != tc.want || source == "" {
-				t.Errorf("estimate %g (%q), want %g", est, source, tc.want)
+			a := fromDecodeGraph(tc.dec, 0.11, pre, tc.comp)
+			if a.est != 0.11 || a.source == "" || (a.exact != nil) != tc.wantExact {
+				t.Fatalf("first estimate %g (%q), exact %v; want 0.11, exact %v", a.est, a.source, a.exact != nil, tc.wantExact)
+			}
+			a.chunk = 64
+			// 400 tokens left at 10 ms a step: 4 s through the decode graph
+			// against 0.11 s + 7 calls: the lower bound pays.
+			a.fed(0, 0.01, 402)
+			_, pays := a.fed(1, 0.01, 402)
+			if a.est != tc.want || pays != (tc.want < 1) {
+				t.Errorf("estimate %g (%q), pays %v; want %g", a.est, a.source, pays, tc.want)
 			}
 		})
 	}

@@ -170,43 +170,48 @@ func (q *Sequence) startPrefill() (compileFirst bool) {
 
 // prefillEstimate is the predicted compile time of the prefill graph of a
 // capacity, compiled after the decode graph (the order auto mode uses), and
-// where the prediction comes from.
-func (q *Sequence) prefillEstimate() (float64, string) {
+// where the prediction comes from, as an autoFeed of the ladder's chunk.
+func (q *Sequence) prefillEstimate() autoFeed {
 	capacity, chunk := q.l.caps[q.cur], q.l.cfg.PrefillChunk
 	if p := q.l.cfg.CompileCost; p != nil {
 		if s, ok := p.PredictKind(compilecost.Kind{Graph: compilecost.GraphPrefill, Chunk: chunk, Successor: true}, capacity); ok {
-			return s, "from the compile-cost profile"
+			return autoFeed{est: s, source: "from the compile-cost profile"}
 		}
 	}
 	if s := q.l.compileSeconds(q.cur); s > 0 {
 		return fromDecodeGraph(q.exe, s, model.GraphSpec{Capacity: capacity, Chunk: chunk}, q.l.comp)
 	}
-	return 0, "unknown: no compile-cost profile and no decode compile measured"
+	return autoFeed{source: "unknown: no compile-cost profile and no decode compile measured"}
 }
 
 // fromDecodeGraph is what auto mode takes the prefill graph pre to cost
 // before its first call when no compile-cost profile predicts it, and
 // where that comes from: the decode graph's compile time decS (the same
 // model's; a prefill graph's compile takes at least as long), unless the
-// decode graph dec was imported from the compiled-rung cache and pre is
-// not there: then an import says nothing of a compile, and the decode
-// graph's compile time as its cache entry records it stands in, or, where
-// none is recorded, nothing (+Inf: the prefill graph never pays). A warm
+// decode graph dec was imported from the compiled-rung cache. An import
+// says nothing of a compile: its time decS is then only a lower bound,
+// and exact, asked for where that bound pays, looks further (building
+// pre's IR to find its cache key takes SmolLM2 11 ms): decS where pre is
+// cached too, else the decode graph's compile time as its cache entry
+// records it, else nothing (+Inf: the prefill graph never pays). A warm
 // SmolLM2 start had imported its decode graph in 0.11 s, taken that as the
 // prefill graph's cost, and compiled it for 1.0 s and 120 MiB for 14
 // prompt tokens that the decode graph took in 0.12 s.
-func fromDecodeGraph(dec Executable, decS float64, pre model.GraphSpec, comp Compiler) (est float64, source string) {
+func fromDecodeGraph(dec Executable, decS float64, pre model.GraphSpec, comp Compiler) autoFeed {
 	o, ok := dec.(OriginReporter)
 	if !ok || o.Origin().Source != OriginImported {
-		return decS, fmt.Sprintf("taken to be at least the %.2f s the decode graph's compile took", decS)
+		return autoFeed{est: decS, source: fmt.Sprintf("taken to be at least the %.2f s the decode graph's compile took", decS)}
 	}
-	if c, ok := comp.(CacheChecker); ok && c.Cached(pre) {
-		return decS, fmt.Sprintf("taken to be at least the %.2f s the decode graph's import took: the prefill graph is cached too", decS)
+	exact := func() (float64, string) {
+		if c, ok := comp.(CacheChecker); ok && c.Cached(pre) {
+			return decS, fmt.Sprintf("taken to be at least the %.2f s the decode graph's import took: the prefill graph is cached too", decS)
+		}
+		if s := o.Origin().CompiledS; s > 0 {
+			return s, fmt.Sprintf("taken to be at least the %.2f s the decode graph's compile took, as the rung cache recorded it", s)
+		}
+		return math.Inf(1), "unknown: the decode graph was imported and the prefill graph is not cached"
 	}
-	if s := o.Origin().CompiledS; s > 0 {
-		return s, fmt.Sprintf("taken to be at least the %.2f s the decode graph's compile took, as the rung cache recorded it", s)
-	}
-	return math.Inf(1), "unknown: the decode graph was imported and the prefill graph is not cached"
+	return autoFeed{est: decS, source: fmt.Sprintf("at least the %.2f s the decode graph's import took", decS), exact: exact}
 }
 
 // prefillAuto feeds the prompt through the first rung's decode graph one
@@ -222,8 +227,8 @@ func fromDecodeGraph(dec Executable, decS float64, pre model.GraphSpec, comp Com
 func (q *Sequence) prefillAuto(ctx context.Context) (compileS float64, err error) {
 	prompt, chunk := q.cfg.Prompt, q.l.cfg.PrefillChunk
 	r, exe := q.l.rungs[q.cur], q.exe
-	est, source := q.prefillEstimate()
-	feed := autoFeed{chunk: chunk, est: est, source: source}
+	feed := q.prefillEstimate()
+	feed.chunk = chunk
 	failed := false // the prefill graph failed to compile: the decode graph takes the rest
 	for k := range prompt {
 		if err := ctx.Err(); err != nil {
@@ -282,9 +287,12 @@ func (q *Sequence) prefillAuto(ctx context.Context) (compileS float64, err error
 // token, whether the prefill graph now pays for the rest (prefillGraphPays)
 // and why.
 type autoFeed struct {
-	chunk   int     // tokens per prefill call
-	est     float64 // the prefill graph's compile, estimated, s
-	source  string  // where est comes from
+	chunk  int     // tokens per prefill call
+	est    float64 // the prefill graph's compile, estimated, s
+	source string  // where est comes from
+	// exact, when set, is a costlier estimate of which est is a lower
+	// bound: asked for once, when est says the prefill graph pays.
+	exact   func() (float64, string)
 	stepSum float64
 	steps   int
 }
@@ -302,6 +310,11 @@ func (a *autoFeed) fed(k int, dt float64, n int) (why string, pays bool) {
 	}
 	step := a.stepSum / float64(a.steps)
 	feed, graph, pays := prefillGraphPays(rest, a.chunk, step, a.est)
+	if pays && a.exact != nil {
+		a.est, a.source = a.exact()
+		a.exact = nil
+		feed, graph, pays = prefillGraphPays(rest, a.chunk, step, a.est)
+	}
 	if !pays {
 		return "", false
 	}

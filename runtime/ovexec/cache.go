@@ -243,13 +243,12 @@ func (c *Compiler) importEntry(store *rungcache.Cache, key rungcache.Key) (cm *o
 	start := time.Now()
 	// In place: the plugin shares the blob's constants instead of copying
 	// them (ov/ext/import_mapped.cc), so the mapping lives as long as the
-	// graph, and its pages are the page cache's, dropped after the import.
+	// graph, and its pages are the page cache's, dropped during and after
+	// the import (the check and the import read them all), and after the
+	// graph's first calls unless its weights are read in place on every
+	// call (keepsWeights: the first calls fault back what they read).
 	// Without the library, a copying import and the mapping goes at once.
-	release := func() {
-		if !c.keepsWeights() {
-			blob.Release()
-		}
-	}
+	release := func() { blob.Release() }
 	stop := releasing(release) // the plugin reads each constant once
 	cm, err := c.core.ImportMapped(blob.Bytes(), c.opts.Device, func() { blob.Close() })
 	stop()
@@ -259,7 +258,9 @@ func (c *Compiler) importEntry(store *rungcache.Cache, key rungcache.Key) (cm *o
 		blob.Close()
 	case err == nil:
 		release()
-		drop = release
+		if !c.keepsWeights() {
+			drop = release
+		}
 	default:
 		blob.Close()
 	}
