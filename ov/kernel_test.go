@@ -162,17 +162,7 @@ func TestKernelMatchesReference(t *testing.T) {
 					}
 					defer model.Close()
 					// Two threads: the rows are split between them.
-					cm, err := c.CompileModel(model, "CPU", Property{"INFERENCE_PRECISION_HINT", "f32"},
-						Property{"INFERENCE_NUM_THREADS", "2"}, Property{"ENABLE_CPU_PINNING", "NO"})
-					if err != nil {
-						t.Fatal(err)
-					}
-					defer cm.Close()
-					req, err := cm.NewInferRequest()
-					if err != nil {
-						t.Fatal(err)
-					}
-					defer req.Close()
+					req := requestOn(t, c, model, Property{"INFERENCE_NUM_THREADS", "2"}, Property{"ENABLE_CPU_PINNING", "NO"})
 					x := make([]float32, m*k)
 					for i := range x {
 						x[i] = float32(rng.NormFloat64())
@@ -245,6 +235,23 @@ func TestKernelMatchesReference(t *testing.T) {
 			}
 		}
 	}
+}
+
+// requestOn compiles model on the CPU at f32 with props and is an infer
+// request on it; both are closed when the test ends.
+func requestOn(t *testing.T, c *Core, model *Model, props ...Property) *InferRequest {
+	t.Helper()
+	cm, err := c.CompileModel(model, "CPU", append([]Property{{"INFERENCE_PRECISION_HINT", "f32"}}, props...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cm.Close() })
+	req, err := cm.NewInferRequest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { req.Close() })
+	return req
 }
 
 func outputOf(t *testing.T, req *InferRequest, name string) []float32 {

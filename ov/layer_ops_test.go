@@ -69,16 +69,7 @@ func TestLayerOpsMatchReference(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer model.Close()
-	cm, err := c.CompileModel(model, "CPU", Property{"INFERENCE_PRECISION_HINT", "f32"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cm.Close()
-	req, err := cm.NewInferRequest()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer req.Close()
+	req := requestOn(t, c, model)
 	rng := rand.New(rand.NewPCG(3, 4))
 	input := func(name string, dims ...int64) []float32 {
 		tn, err := NewTensor(F32, dims)
