@@ -13,7 +13,7 @@ import (
 const (
 	InputIDs     = "input_ids"    // i64 [1, T]
 	PositionIDs  = "position_ids" // i64 [1, T], consecutive, first = tokens already in the cache
-	LogitsIndex  = "logits_index" // i64 [1], row of the chunk whose logits are returned; [S] in a batched graph, one row per sequence
+	LogitsIndex  = "logits_index" // i64 [1], row of the chunk whose logits are returned (negative: none wanted, which a kernel graph then skips); [S] in a batched graph, one row per sequence
 	OutputLogits = "logits"       // f32 [1, V]; [S, V] in a batched graph
 )
 
@@ -257,7 +257,16 @@ func (b *decoderBuilder) build() {
 	}
 	last := g.op("Gather", "opset8", []attr{{"batch_dims", "0"}}, []int64{1, rows, H}, f32, x, li, g.scalarI64(1)) // [1, S, H]
 	last = b.reshape(last, []int64{rows, H})                                                                       // [S, H]
-	logits := b.linear(last, "lm_head.weight", V)                                                                  // [S, V]
+	// A prompt fed token by token wants the logits of its last token
+	// only: one sequence's kernel lm_head skips its product when the
+	// index is negative (18% of SmolLM2's weights, read for nothing).
+	logits, ok := port{}, false
+	if b.batch == 0 {
+		logits, ok = g.kernelLinear(last, "lm_head.weight", []int64{rows, V}, li) // [1, V]
+	}
+	if !ok {
+		logits = b.linear(last, "lm_head.weight", V) // [S, V]
+	}
 	g.result(OutputLogits, logits)
 }
 

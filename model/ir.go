@@ -210,8 +210,8 @@ func (g *irGraph) weight(name string) port {
 
 // kernelLinear is x @ W^T through ovrun's GGUFLinear operation for a
 // weight laid out for it (kernel.go), y of shape; ok is false for other
-// weights.
-func (g *irGraph) kernelLinear(x port, name string, shape []int64) (y port, ok bool) {
+// weights. With row (an i64 [1]), a negative value skips the product.
+func (g *irGraph) kernelLinear(x port, name string, shape []int64, row ...port) (y port, ok bool) {
 	w, typ, ok := g.kernelBlocks(name)
 	if !ok {
 		return port{}, false
@@ -220,7 +220,7 @@ func (g *irGraph) kernelLinear(x port, name string, shape []int64) (y port, ok b
 	if g.w.format == WeightsKernelQ8 {
 		act = "q8"
 	}
-	return g.op("GGUFLinear", "ovrun", []attr{{"type", typ}, {"activations", act}}, shape, f32, x, w), true
+	return g.op("GGUFLinear", "ovrun", []attr{{"type", typ}, {"activations", act}}, shape, f32, append([]port{x, w}, row...)...), true
 }
 
 // kernelGather is the rows ids names of the weight name (an embedding [V,

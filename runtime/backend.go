@@ -173,6 +173,13 @@ const (
 	OriginReused = "reused"
 )
 
+// Feeder is an Executable that takes tokens whose logits nobody reads
+// (a prompt's before its last) more cheaply than Step: ovexec's kernel
+// graphs skip their lm_head then. runtime.Feed uses it where there is one.
+type Feeder interface {
+	Feed(ids []int64, start int) error
+}
+
 // OriginReporter is an Executable that knows its Origin.
 type OriginReporter interface {
 	Origin() Origin

@@ -209,11 +209,15 @@ func generatePrefillAuto(res *GenerateResult, comp Compiler, dec Executable, kv 
 	t1 := time.Now()
 	for k := range prompt {
 		t := time.Now()
-		out, err := dec.Step(prompt[k:k+1], k)
+		var err error
+		if k < len(prompt)-1 {
+			err = Feed(dec, prompt[k:k+1], k)
+		} else {
+			logits, err = dec.Step(prompt[k:k+1], k)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("prompt token %d through the decode graph: %w", k, err)
 		}
-		logits = out
 		why, pays := feed.fed(k, time.Since(t).Seconds(), len(prompt))
 		if !pays {
 			continue

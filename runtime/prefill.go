@@ -237,6 +237,11 @@ func (q *Sequence) prefillAuto(ctx context.Context) (compileS float64, err error
 		var dt float64
 		err := r.run(exe, q.kv, func() error {
 			t0 := q.now()
+			if k < len(prompt)-1 { // the last token's logits are the prompt's
+				err := Feed(exe, prompt[k:k+1], k)
+				dt = q.now().Sub(t0).Seconds()
+				return err
+			}
 			logits, err := exe.Step(prompt[k:k+1], k)
 			dt = q.now().Sub(t0).Seconds()
 			q.logits = append(q.logits[:0], logits...)
@@ -351,9 +356,25 @@ func PrefillFrom(exe Executable, prompt []int64, start int) ([]float32, error) {
 	for s := start; s < len(prompt); s += chunk {
 		end := min(s+chunk, len(prompt))
 		var err error
-		if logits, err = exe.Step(prompt[s:end], s); err != nil {
+		if end < len(prompt) {
+			err = Feed(exe, prompt[s:end], s) // logits nobody reads
+		} else {
+			logits, err = exe.Step(prompt[s:end], s)
+		}
+		if err != nil {
 			return nil, err
 		}
 	}
 	return logits, nil
+}
+
+// Feed runs ids through exe from position start as Step does, for a
+// caller that reads no logits (a prompt's tokens before its last): through
+// Feeder.Feed where exe has it.
+func Feed(exe Executable, ids []int64, start int) error {
+	if f, ok := exe.(Feeder); ok {
+		return f.Feed(ids, start)
+	}
+	_, err := exe.Step(ids, start)
+	return err
 }

@@ -2,8 +2,10 @@
 // own Q4_1, Q4_0 and Q8_0 blocks, the way llama.cpp does: ovrun's kernel
 // (--weights kernel and kernel-q8).
 //
-//   GGUFLinear(x f32 [..., K], blocks u8 [N, K/32*B]) -> y f32 [..., N]
-//     y[.., n] = sum over k of x[.., k] * w[n, k]
+//   GGUFLinear(x f32 [..., K], blocks u8 [N, K/32*B] [, row i32|i64 [1]]) -> y f32 [..., N]
+//     y[.., n] = sum over k of x[.., k] * w[n, k]; with the optional row
+//     input negative, nothing is computed and y is left as it was (the
+//     lm_head of a decode graph whose caller wants no logits this call)
 //   GGUFGather(blocks u8 [V, K/32*B], ids i32|i64 [...]) -> f32 [..., K]
 //     the rows ids name (an embedding), zeros for an id out of range
 //
@@ -447,8 +449,8 @@ public:
     OPENVINO_OP("GGUFLinear", "ovrun");
 
     GGUFLinear() = default;
-    GGUFLinear(const ov::Output<ov::Node>& x, const ov::Output<ov::Node>& blocks, std::string type, std::string activations)
-        : Op({x, blocks}), m_type(std::move(type)), m_activations(std::move(activations)) {
+    GGUFLinear(const ov::OutputVector& args, std::string type, std::string activations)
+        : Op(args), m_type(std::move(type)), m_activations(std::move(activations)) {
         constructor_validate_and_infer_types();
     }
 
@@ -456,8 +458,13 @@ public:
         NODE_VALIDATION_CHECK(this, formatOf(m_type, m_format), "type must be q4_1x8, q4_0x8 or q8_0x8, not ", m_type);
         NODE_VALIDATION_CHECK(this, m_activations == "f32" || m_activations == "q8", "activations must be f32 or q8, not ",
                               m_activations);
+        NODE_VALIDATION_CHECK(this, get_input_size() == 2 || get_input_size() == 3, "takes x, blocks and optionally row");
         NODE_VALIDATION_CHECK(this, get_input_element_type(0) == ov::element::f32, "x must be f32");
         NODE_VALIDATION_CHECK(this, get_input_element_type(1) == ov::element::u8, "blocks must be u8");
+        if (get_input_size() == 3) {
+            const ov::element::Type rt = get_input_element_type(2);
+            NODE_VALIDATION_CHECK(this, rt == ov::element::i32 || rt == ov::element::i64, "row must be i32 or i64");
+        }
         const ov::PartialShape& ws = get_input_partial_shape(1);
         const size_t K = checkBlocks(this, ws, m_format);
         ov::PartialShape ys = get_input_partial_shape(0);
@@ -471,8 +478,7 @@ public:
     }
 
     std::shared_ptr<ov::Node> clone_with_new_inputs(const ov::OutputVector& args) const override {
-        check_new_args_count(this, args);
-        return std::make_shared<GGUFLinear>(args.at(0), args.at(1), m_type, m_activations);
+        return std::make_shared<GGUFLinear>(args, m_type, m_activations);
     }
 
     bool visit_attributes(ov::AttributeVisitor& visitor) override {
@@ -492,6 +498,14 @@ public:
         ov::Shape ys = xs;
         ys.back() = N;
         outputs[0].set_shape(ys);
+        if (inputs.size() == 3 && inputs[2].get_size() > 0) {
+            const ov::Tensor& row = inputs[2];
+            const int64_t r = row.get_element_type() == ov::element::i64 ? row.data<const int64_t>()[0]
+                                                                          : row.data<const int32_t>()[0];
+            if (r < 0) {
+                return true;  // no product wanted this call
+            }
+        }
         const float* xp = x.data<const float>();
         const uint8_t* wp = static_cast<const uint8_t*>(w.data());
         float* yp = outputs[0].data<float>();

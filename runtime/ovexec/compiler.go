@@ -181,6 +181,7 @@ var (
 	_ runtime.Executable      = (*executable)(nil)
 	_ runtime.IRSizer         = (*executable)(nil)
 	_ runtime.OriginReporter  = (*executable)(nil)
+	_ runtime.Feeder          = (*executable)(nil)
 	_ runtime.CompileNoter    = (*executable)(nil)
 )
 

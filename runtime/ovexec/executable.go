@@ -279,6 +279,17 @@ func (e *executable) bindPast(slots int) error {
 }
 
 func (e *executable) Step(ids []int64, start int) ([]float32, error) {
+	return e.step(ids, start, true)
+}
+
+// Feed is Step for tokens whose logits nobody reads: a kernel graph skips
+// its lm_head (model.LogitsIndex negative), a batched one's are dropped.
+func (e *executable) Feed(ids []int64, start int) error {
+	_, err := e.step(ids, start, false)
+	return err
+}
+
+func (e *executable) step(ids []int64, start int, logits bool) ([]float32, error) {
 	n := len(ids)
 	switch {
 	case e.req == nil:
@@ -312,7 +323,11 @@ func (e *executable) Step(ids []int64, start int) ([]float32, error) {
 		binary.LittleEndian.PutUint64(idb[8*t:], uint64(id))
 		binary.LittleEndian.PutUint64(pb[8*t:], uint64(start+t))
 	}
-	binary.LittleEndian.PutUint64(e.idx.Bytes(), uint64(n-1))
+	row := int64(n - 1)
+	if !logits {
+		row = -1
+	}
+	binary.LittleEndian.PutUint64(e.idx.Bytes(), uint64(row))
 	if err := e.req.Infer(); err != nil {
 		return nil, fmt.Errorf("infer graph %s: %w", e.spec.Name(), err)
 	}

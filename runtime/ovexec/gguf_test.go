@@ -225,3 +225,77 @@ func TestCompileLeavesWeightsOut(t *testing.T) {
 		t.Errorf("%d of the blob's %d bytes stayed resident after the compile and its warm-up", resident, region.Len)
 	}
 }
+
+// TestKernelFeedSkipsLogits feeds a prompt through a kernel decode graph
+// with Feed for its middle tokens (the logits of none wanted) and checks
+// that Feed left the logits as the first Step made them (the lm_head
+// skipped), while the cache took the tokens: the prompt's last logits
+// equal those of stepping through every token.
+func TestKernelFeedSkipsLogits(t *testing.T) {
+	path := testenv.SmolLM2(t)
+	ck, err := model.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ck.Close()
+	comp, err := NewCompiler(ck, Options{Device: "CPU", Precision: "f32", Weights: model.WeightsKernel})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer comp.Close()
+	exe, err := comp.Compile(context.Background(), model.GraphSpec{Capacity: 64, Chunk: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer exe.Close()
+	prompt := smolPrompt[:6]
+	// run returns the prompt's last logits and whether the logits of the
+	// first token were still in the graph's buffer after the middle ones.
+	run := func(feed bool) (last []float32, kept bool) {
+		buf, err := runtime.AllocKV(comp.KVShape(), 64, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer buf.Free()
+		kv, err := buf.View(64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := exe.Bind(kv); err != nil {
+			t.Fatal(err)
+		}
+		out, err := exe.Step(prompt[:1], 0) // the graph's logits buffer
+		if err != nil {
+			t.Fatal(err)
+		}
+		first := slices.Clone(out)
+		for k := 1; k < len(prompt)-1; k++ {
+			if feed {
+				err = exe.(runtime.Feeder).Feed(prompt[k:k+1], k)
+			} else {
+				_, err = exe.Step(prompt[k:k+1], k)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		kept = slices.Equal(out, first)
+		out, err = exe.Step(prompt[len(prompt)-1:], len(prompt)-1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return slices.Clone(out), kept
+	}
+	stepped, keptStepping := run(false)
+	fed, keptFeeding := run(true)
+	if keptStepping || !keptFeeding {
+		t.Errorf("the first logits outlived the middle tokens: stepping %v, feeding %v; want false, true", keptStepping, keptFeeding)
+	}
+	var d float64
+	for i := range stepped {
+		d = max(d, math.Abs(float64(stepped[i]-fed[i])))
+	}
+	if d > 1e-5 {
+		t.Errorf("the prompt's last logits differ by %g when its middle tokens are fed", d)
+	}
+}
