@@ -210,12 +210,7 @@ func generatePrefillAuto(res *GenerateResult, comp Compiler, dec Executable, kv 
 	for k := range prompt {
 		t := time.Now()
 		var err error
-		if k < len(prompt)-1 {
-			err = Feed(dec, prompt[k:k+1], k)
-		} else {
-			logits, err = dec.Step(prompt[k:k+1], k)
-		}
-		if err != nil {
+		if logits, err = promptStep(dec, prompt, k, k+1); err != nil {
 			return nil, fmt.Errorf("prompt token %d through the decode graph: %w", k, err)
 		}
 		why, pays := feed.fed(k, time.Since(t).Seconds(), len(prompt))

@@ -237,14 +237,11 @@ func (q *Sequence) prefillAuto(ctx context.Context) (compileS float64, err error
 		var dt float64
 		err := r.run(exe, q.kv, func() error {
 			t0 := q.now()
-			if k < len(prompt)-1 { // the last token's logits are the prompt's
-				err := Feed(exe, prompt[k:k+1], k)
-				dt = q.now().Sub(t0).Seconds()
-				return err
-			}
-			logits, err := exe.Step(prompt[k:k+1], k)
+			logits, err := promptStep(exe, prompt, k, k+1)
 			dt = q.now().Sub(t0).Seconds()
-			q.logits = append(q.logits[:0], logits...)
+			if logits != nil {
+				q.logits = append(q.logits[:0], logits...)
+			}
 			return err
 		})
 		if err != nil {
@@ -354,18 +351,22 @@ func PrefillFrom(exe Executable, prompt []int64, start int) ([]float32, error) {
 	chunk := exe.Spec().Chunk
 	var logits []float32
 	for s := start; s < len(prompt); s += chunk {
-		end := min(s+chunk, len(prompt))
 		var err error
-		if end < len(prompt) {
-			err = Feed(exe, prompt[s:end], s) // logits nobody reads
-		} else {
-			logits, err = exe.Step(prompt[s:end], s)
-		}
-		if err != nil {
+		if logits, err = promptStep(exe, prompt, s, min(s+chunk, len(prompt))); err != nil {
 			return nil, err
 		}
 	}
 	return logits, nil
+}
+
+// promptStep runs the prompt's tokens s..end-1 through exe: Step for the
+// call that ends the prompt, whose logits are the prompt's, Feed before it
+// (nil logits).
+func promptStep(exe Executable, prompt []int64, s, end int) ([]float32, error) {
+	if end < len(prompt) {
+		return nil, Feed(exe, prompt[s:end], s)
+	}
+	return exe.Step(prompt[s:end], s)
 }
 
 // Feed runs ids through exe from position start as Step does, for a
