@@ -15,6 +15,12 @@ const (
 	PositionIDs  = "position_ids" // i64 [1, T], consecutive, first = tokens already in the cache
 	LogitsIndex  = "logits_index" // i64 [1], row of the chunk whose logits are returned (negative: none wanted, which a kernel graph then skips); [S] in a batched graph, one row per sequence
 	OutputLogits = "logits"       // f32 [1, V]; [S, V] in a batched graph
+	// KVTable replaces the past K/V inputs of a graph that attends through
+	// ovrun's Attend (Weights.AttendsInKernel): u8 [layers*16], each
+	// layer's K and V cache addresses, 8 bytes little-endian each, in the
+	// paged layout of the graph's capacity. The runtime writes them when
+	// it binds a cache, which must stay mapped while the graph runs.
+	KVTable = "kv_table"
 )
 
 // The scheduling inputs of a batched paged graph (GraphSpec.Batch), i32,
@@ -123,7 +129,7 @@ func BuildIR(w *Weights, spec GraphSpec) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("graph %s: %w", spec.Name(), err)
 	}
-	b := &decoderBuilder{g: newGraph(spec.Name(), w), cfg: w.Config(), forms: forms, kv: kv, C: int64(spec.Capacity), T: int64(spec.Chunk), maxT: int64(spec.Chunk), bounded: spec.Attention == AttentionBounded, paged: spec.Attention == AttentionPaged, batch: int64(spec.Batch)}
+	b := &decoderBuilder{spec: spec, g: newGraph(spec.Name(), w), cfg: w.Config(), forms: forms, kv: kv, C: int64(spec.Capacity), T: int64(spec.Chunk), maxT: int64(spec.Chunk), bounded: spec.Attention == AttentionBounded, paged: spec.Attention == AttentionPaged, batch: int64(spec.Batch)}
 	if spec.DynamicTokens() {
 		b.T = -1
 	}
@@ -139,10 +145,11 @@ func BuildIR(w *Weights, spec GraphSpec) ([]byte, error) {
 }
 
 type decoderBuilder struct {
-	g   *irGraph
-	cfg *Config
-	C   int64 // capacity
-	T   int64 // chunk length in shapes: the chunk, or -1 (dynamic) when shared
+	spec GraphSpec
+	g    *irGraph
+	cfg  *Config
+	C    int64 // capacity
+	T    int64 // chunk length in shapes: the chunk, or -1 (dynamic) when shared
 	// maxT is the most tokens a call takes (the spec's chunk).
 	maxT int64
 	// P is the past slots' dimension in shapes: C, or -1 (dynamic) when
@@ -156,6 +163,8 @@ type decoderBuilder struct {
 	forms     forms     // what the model's family makes of the layers
 	pastSlots port      // [1]: the past slots bound
 	tokens    port      // [1]: the chunk's length, when it is dynamic
+
+	kvTable port // u8 [layers*16]: the caches' addresses (KVTable), when kernelAttend
 
 	cos, sin port // [1, T, 1, D]; [T, D/2] in a kernel graph (layerOps)
 	mask     port // [T, P+T] additive f32
@@ -179,7 +188,13 @@ func (b *decoderBuilder) build() {
 		li = g.parameter(LogitsIndex, i64, []int64{1})
 	}
 	past := make([][2]port, cfg.NumHiddenLayers)
+	if b.kernelAttend() { // the caches' addresses: Weights.AttendsInKernel says why
+		b.kvTable = g.parameter(KVTable, u8, []int64{int64(16 * cfg.NumHiddenLayers)})
+	}
 	for i := range past {
+		if b.kernelAttend() {
+			continue
+		}
 		if b.paged {
 			// The paged layout, declared 1..C/PagedBlock blocks: the
 			// runtime binds the whole capacity once, and the operation
@@ -376,7 +391,7 @@ func (b *decoderBuilder) layer(i int, x, pastK, pastV port) port {
 	var att port
 	switch {
 	case b.paged:
-		att = b.attendPaged(q, k, v, pastK, pastV) // [1, T, Nh*D]
+		att = b.attendPaged(i, q, k, v, pastK, pastV) // [1, T, Nh*D]
 	case b.staticBatch():
 		att = b.attendBatchStatic(q, k, v, pastK, pastV) // [1, B, Nh*D]
 	case T == 1 || b.T < 0:

@@ -17,6 +17,7 @@ import (
 // pagedSeq holds the operation's inputs every layer shares: one sequence
 // whose chunk starts at position p with T tokens.
 type pagedSeq struct {
+	first       port // i64 [1] = p
 	pastLens    port // i32 [1] = p
 	begins      port // i32 [2] = 0, T
 	blocks      port // i32 [nb] = 0..nb-1, nb = ceil((p+T)/PagedBlock)
@@ -38,6 +39,10 @@ func (b *decoderBuilder) pagedInputs(pos port) {
 	D := int64(b.cfg.HeadDim())
 	first := g.op("Gather", "opset8", []attr{{"batch_dims", "0"}}, []int64{1}, i64,
 		b.reshape(pos, []int64{T}), g.constI64([]int64{1}, 0), g.scalarI64(0)) // [1] = p
+	if b.kernelAttend() { // Attend takes the first position alone
+		b.pa = &pagedSeq{first: first}
+		return
+	}
 	tokens := b.tokens
 	if T >= 0 {
 		tokens = g.constI64([]int64{1}, T)
@@ -54,6 +59,7 @@ func (b *decoderBuilder) pagedInputs(pos port) {
 	}
 	scalar := func(x port) port { return b.reshape(x, []int64{}) }
 	b.pa = &pagedSeq{
+		first:       first,
 		pastLens:    toI32(first),
 		begins:      toI32(concat(zero, tokens)),
 		blocks:      g.op("Range", "opset4", []attr{{"output_type", string(i32)}}, []int64{-1}, i32, g.scalarI64(0), scalar(nb), g.scalarI64(1)),
@@ -101,6 +107,33 @@ func (b *decoderBuilder) pagedUnused() []port {
 	}
 }
 
+// AttendsInKernel reports whether spec's graph over w attends through
+// ovrun's Attend operation (ov/ext/layer_ops.cc) rather than OpenVINO's
+// PagedAttentionExtension: a kernel graph's decode step (paged, one token
+// of one sequence, an f32 or bf16 cache), over the same cache layout, so
+// a prompt written by a prefill or shared graph's PagedAttention is read
+// as it is. The plugin's PagedAttention node costs SmolLM2 about 20 us a
+// layer before it reads a slot (0.6 of a 3.5 ms step at 8 live tokens);
+// its kernels stay for chunks of many tokens.
+//
+// Such a graph takes its caches' addresses (KVTable), not the caches: as
+// inputs with a dynamic block axis, an operation the plugin does not know
+// gets its shapes inferred on every call (24 us a layer); declared
+// static, the plugin reserves a buffer of the capacity's size for each
+// (untouched, but in memory once transparent huge pages fill it: SmolLM2
+// at capacity 4096 went from 168 to 338 MiB during its answer). The graph
+// then serves one capacity, not every rung as other paged graphs do. An
+// f16 cache stays with PagedAttention: Attend writes the cache in place,
+// and the plugin hands an operation f16 inputs converted to f32.
+func (w *Weights) AttendsInKernel(spec GraphSpec) bool {
+	kv := spec.KVPrecision
+	return w.format.Kernel() && spec.Attention == AttentionPaged && spec.Batch == 0 && spec.Chunk == 1 && !spec.DynamicTokens() &&
+		(kv == "" || kv == "f32" || kv == "bf16")
+}
+
+// kernelAttend is AttendsInKernel for the graph being built.
+func (b *decoderBuilder) kernelAttend() bool { return b.g.w.AttendsInKernel(b.spec) }
+
 // batchInputs makes the sequence inputs graph inputs (a batched graph):
 // the runtime binds every sequence's past length, token span and block
 // table for each call. The positions stay an input of their own, as in
@@ -124,11 +157,18 @@ func (b *decoderBuilder) batchInputs() {
 // attendPaged is one layer's attention through PagedAttentionExtension:
 // q [T, Nh, D] and k, v [T, Hkv, D] (rotary applied), and the layer's
 // paged caches, which the operation also writes the chunk's K/V into.
-func (b *decoderBuilder) attendPaged(q, k, v, cacheK, cacheV port) port {
+func (b *decoderBuilder) attendPaged(layer int, q, k, v, cacheK, cacheV port) port {
 	g, cfg := b.g, b.cfg
 	T := b.T
 	Nh, Hkv, D := int64(cfg.NumAttentionHeads), int64(cfg.KVHeads()), int64(cfg.HeadDim())
 	pa := b.pa
+	if b.kernelAttend() { // q, k, v are the projections' rows [1, T, n*D]; the caches are the table's
+		return g.op("Attend", "ovrun", []attr{
+			{"heads", fmt.Sprint(Nh)}, {"kv_heads", fmt.Sprint(Hkv)}, {"head_size", fmt.Sprint(D)},
+			{"block", fmt.Sprint(PagedBlock)}, {"blocks", fmt.Sprint((b.C + PagedBlock - 1) / PagedBlock)},
+			{"layer", fmt.Sprint(layer)}, {"cache_type", string(b.kv)},
+		}, []int64{1, T, Nh * D}, f32, q, k, v, b.kvTable, pa.first) // [1, T, Nh*D]
+	}
 	inputs := []port{
 		b.reshape(q, []int64{T, Nh * D}), b.reshape(k, []int64{T, Hkv * D}), b.reshape(v, []int64{T, Hkv * D}),
 		cacheK, cacheV, pa.pastLens, pa.begins, pa.blocks, pa.blockBegins, pa.scale,

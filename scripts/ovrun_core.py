@@ -6,6 +6,7 @@ beside the wheel's libopenvino) lets the IR reader build.
 """
 import os
 
+import numpy as np
 import openvino as ov
 
 EXTENSIONS = ("libovrun_paged_attention.so", "libovrun_gguf_linear.so")
@@ -56,3 +57,25 @@ def past_rows(model, live, declared_max):
     slots that hold live + 1 tokens."""
     rows = live // 32 + 1 if paged(model) else (live // 64 + 1) * 64
     return min(declared_max, rows)
+
+
+def kv_table(model, fill=None):
+    """The kv_table input of a graph that attends through ovrun's Attend (a
+    kernel graph's decode graph): each layer's K and V caches allocated in
+    the paged layout its Attend operation names (attributes blocks,
+    kv_heads, block, head_size, cache_type), zeros or fill(shape, dtype),
+    and their addresses, 8 bytes each, K then V per layer. Returns the
+    table and the arrays, which must outlive every call (the graph writes
+    into them)."""
+    ops = [op for op in model.get_ops() if op.get_type_name() == "Attend"]
+    table = np.zeros(16 * len(ops), np.uint8)
+    keep = [table]
+    for op in ops:
+        a = op.get_attributes()
+        shape = (int(a["blocks"]), int(a["kv_heads"]), int(a["block"]), int(a["head_size"]))
+        dtype = np.uint16 if a["cache_type"] == "bf16" else np.float32
+        for i in range(2):
+            c = fill(shape, dtype) if fill else np.zeros(shape, dtype)
+            keep.append(c)
+            table[16 * int(a["layer"]) + 8 * i:][:8] = np.frombuffer(np.uint64(c.ctypes.data).tobytes(), np.uint8)
+    return table, keep

@@ -16,11 +16,12 @@ plugin runs each MLP as one LLMMLP node)
 """
 import argparse
 import collections
+import re
 import time
 
 import numpy as np
 import openvino as ov
-from ovrun_core import compile_props, new_core, past_rows, precision_props
+from ovrun_core import compile_props, kv_table, new_core, past_rows, precision_props
 
 
 def main():
@@ -61,6 +62,10 @@ def main():
         elif name == "logits_index":
             T = feeds["input_ids"].shape[1]
             feeds[name] = np.array([T - 1], dtype=np.int64)  # the last token of the chunk
+        elif name == "kv_table":  # a kernel decode graph's caches, by address
+            bits = lambda shape, dtype: (rng.standard_normal(shape).astype(np.float32).view(np.uint32) >> 16).astype(np.uint16)
+            fill = lambda shape, dtype: bits(shape, dtype) if dtype == np.uint16 else rng.standard_normal(shape).astype(np.float32)
+            feeds[name], caches = kv_table(m, fill)
         elif p.get_element_type() == ov.Type.bf16:  # a cache stored in bf16: the top half of f32
             bits = (rng.standard_normal(shape).astype(np.float32).view(np.uint32) >> 16).astype(np.uint16)
             feeds[name] = ov.Tensor(bits, shape, ov.Type.bf16)
@@ -72,6 +77,7 @@ def main():
     req.infer()  # warm-up
     per_type = collections.Counter()
     per_node = collections.Counter()
+    per_op = collections.Counter()  # Reference nodes by operation (ovrun's kernel: GGUFLinear, RMSNorm, RoPE)
     node_type = {}
     wall = []
     for _ in range(a.steps):
@@ -84,15 +90,19 @@ def main():
             us = pi.real_time.total_seconds() * 1e6
             per_type[pi.node_type] += us
             per_node[pi.node_name] += us
+            per_op[re.sub(r"_\d+$", "", pi.node_name) if pi.node_type == "Reference" else pi.node_type] += us
             node_type[pi.node_name] = f"{pi.node_type} ({pi.exec_type})"
     n = a.steps
     total = sum(per_type.values()) / n
     print(f"step wall median {1e3 * float(np.median(wall)):.2f} ms; nodes sum {total / 1e3:.2f} ms")
-    fc = sum(us for t, us in per_type.items() if t.startswith(("FullyConnected", "Gather"))) / n
-    print(f"weights (FullyConnected, Gather) {fc / 1e3:.2f} ms; the rest (attention, KV layout, norms) "
+    fc = sum(us for t, us in per_op.items() if t.startswith(("FullyConnected", "Gather", "GGUF"))) / n
+    print(f"weights (FullyConnected, Gather, GGUFLinear, GGUFGather) {fc / 1e3:.2f} ms; the rest (attention, KV layout, norms) "
           f"{(total - fc) / 1e3:.2f} ms = {(total - fc) / fc:.2f} x weights")
     print("\nper node type, us per step:")
     for t, us in per_type.most_common():
+        print(f"  {t:28s} {us / n:9.1f}  {100 * us / n / total:5.1f}%")
+    print("\nper operation (Reference nodes by name), us per step:")
+    for t, us in per_op.most_common():
         print(f"  {t:28s} {us / n:9.1f}  {100 * us / n / total:5.1f}%")
     print(f"\ntop {a.top} nodes, us per step:")
     for name, us in per_node.most_common(a.top):

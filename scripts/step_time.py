@@ -32,7 +32,7 @@ import time
 
 import numpy as np
 import openvino as ov
-from ovrun_core import compile_props, new_core, past_rows, precision_props
+from ovrun_core import compile_props, kv_table, new_core, past_rows, precision_props
 
 
 def timed(req, keep):
@@ -67,6 +67,10 @@ def ovrun_step(core, path, live, props):
             t = ov.Tensor(np.full(shape, live, np.int64))
         elif name == "logits_index":
             t = ov.Tensor(np.zeros(shape, np.int64))
+        elif name == "kv_table":  # a kernel decode graph's caches, by address
+            table, arrays = kv_table(m)
+            keep.extend(arrays)
+            t = ov.Tensor(table)
         elif p.get_element_type() == ov.Type.bf16:
             a = np.zeros(shape, np.uint16)
             keep.append(a)

@@ -8,7 +8,7 @@
 
 namespace ovrun {
 
-// layerOps are the extensions of RMSNorm and RoPE (domain "ovrun").
+// layerOps are the extensions of RMSNorm, RoPE and Attend (domain "ovrun").
 std::vector<ov::Extension::Ptr> layerOps();
 
 }  // namespace ovrun

@@ -567,7 +567,7 @@ func (c *Compiler) executableOn(spec model.GraphSpec, cm *ov.CompiledModel, irBy
 	shape := c.shape
 	shape.ElemBytes = kvElement(spec.KVPrecision).Size()
 	shape.Block = spec.Attention.CacheBlock()
-	return &executable{spec: spec, compiled: cm, shape: shape, vocab: c.vocab, inPlace: c.keepsWeights(), irBytes: irBytes, origin: origin, notes: notes}
+	return &executable{spec: spec, compiled: cm, shape: shape, vocab: c.vocab, inPlace: c.keepsWeights(), fixedCache: c.weights.AttendsInKernel(spec), irBytes: irBytes, origin: origin, notes: notes}
 }
 
 // Close frees the core and the weights; every Executable must be closed first.

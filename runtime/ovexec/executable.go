@@ -23,6 +23,11 @@ type executable struct {
 	// inPlace: the graph reads all its weights where they are (ovrun's
 	// kernel), so its first calls lay none out (warmUp).
 	inPlace bool
+	// fixedCache: the graph takes its caches' addresses (model.KVTable,
+	// model.Weights.AttendsInKernel), each of the capacity's blocks, so
+	// even its warm-up binds them whole; table holds them.
+	fixedCache bool
+	table      *ov.HostBuffer
 
 	ids, pos, idx *ov.HostBuffer // i64 [1,T], [1,T], [1]
 	logits        *ov.HostBuffer // f32 [1,V]
@@ -98,12 +103,21 @@ func (e *executable) prepare() error {
 		}
 		e.present = append(e.present, buf)
 	}
-	for _, b := range []struct {
+	type binding struct {
 		name  string
 		et    ov.ElementType
 		shape []int64
 		buf   *ov.HostBuffer
-	}{{model.LogitsIndex, ov.I64, []int64{1}, e.idx}, {model.OutputLogits, ov.F32, []int64{1, int64(e.vocab)}, e.logits}} {
+	}
+	binds := []binding{{model.LogitsIndex, ov.I64, []int64{1}, e.idx}, {model.OutputLogits, ov.F32, []int64{1, int64(e.vocab)}, e.logits}}
+	if e.fixedCache { // the caches' addresses, written when a cache is bound (writeTable)
+		n := 16 * int64(e.shape.Layers)
+		if e.table, err = alloc(ov.U8, n); err != nil {
+			return err
+		}
+		binds = append(binds, binding{model.KVTable, ov.U8, []int64{n}, e.table})
+	}
+	for _, b := range binds {
 		t, err := e.bind(b.name, b.et, b.shape, b.buf.Ptr())
 		if err != nil {
 			return err
@@ -215,6 +229,8 @@ func (e *executable) Bind(kv *runtime.KV) error {
 func (e *executable) warmUp() error {
 	var slots int
 	switch {
+	case e.fixedCache:
+		slots = e.spec.Capacity
 	case e.paged():
 		slots = e.shape.Slots(min(warmTokens, e.spec.Capacity))
 	case e.spec.Attention == model.AttentionBounded:
@@ -222,11 +238,17 @@ func (e *executable) warmUp() error {
 	default:
 		return nil
 	}
-	scratch, kv, err := runtime.AllocFullView(e.shape, slots)
+	// Reserved, not committed: the call writes and reads the first slot's
+	// pages alone (the rest read as the zero page).
+	scratch, err := runtime.AllocKV(e.shape, slots, false)
 	if err != nil {
 		return err
 	}
 	defer scratch.Free()
+	kv, err := scratch.View(slots)
+	if err != nil {
+		return err
+	}
 	e.kv = kv
 	defer e.freeKV()
 	if err := e.bindPast(slots); err != nil {
@@ -262,6 +284,9 @@ func (e *executable) bindPast(slots int) error {
 		t.Close()
 	}
 	e.kvTensors, e.pastSlots = nil, 0
+	if e.fixedCache {
+		return e.writeTable(slots)
+	}
 	shape := []int64{int64(slots), int64(e.shape.KVHeads), int64(e.shape.HeadDim)}
 	if e.paged() {
 		B := e.shape.Block
@@ -351,6 +376,30 @@ func (e *executable) freeKV() {
 		t.Close()
 	}
 	e.kvTensors, e.kv, e.pastSlots = nil, nil, 0
+	if e.table != nil { // a call now fails (Attend finds no cache) rather than reads memory no longer bound
+		clear(e.table.Bytes())
+	}
+}
+
+// writeTable writes the addresses of every layer's K and V cache into the
+// table of a graph that takes them so (model.KVTable): slots must be the
+// graph's capacity, which its Attend operations take the caches to hold.
+func (e *executable) writeTable(slots int) error {
+	if slots != e.spec.Capacity {
+		return fmt.Errorf("bind %d past slots to graph %s: it attends over its whole capacity, %d", slots, e.spec.Name(), e.spec.Capacity)
+	}
+	need := e.shape.LayerBytes(slots)
+	tb := e.table.Bytes()
+	for l := 0; l < e.shape.Layers; l++ {
+		for i, mem := range [][]byte{e.kv.K[l], e.kv.V[l]} {
+			if len(mem) < need {
+				return fmt.Errorf("bind graph %s: layer %d's cache has %d bytes, want %d", e.spec.Name(), l, len(mem), need)
+			}
+			binary.LittleEndian.PutUint64(tb[16*l+8*i:], uint64(uintptr(unsafe.Pointer(&mem[0]))))
+		}
+	}
+	e.pastSlots = slots
+	return nil
 }
 
 func (e *executable) Close() error {
@@ -374,12 +423,12 @@ func (e *executable) Close() error {
 	case e.compiled != nil:
 		e.compiled.Close()
 	}
-	for _, b := range append([]*ov.HostBuffer{e.ids, e.pos, e.idx, e.logits}, e.present...) {
+	for _, b := range append([]*ov.HostBuffer{e.ids, e.pos, e.idx, e.logits, e.table}, e.present...) {
 		if b != nil {
 			b.Free()
 		}
 	}
 	e.req, e.compiled, e.present = nil, nil, nil
-	e.ids, e.pos, e.idx, e.logits = nil, nil, nil, nil
+	e.ids, e.pos, e.idx, e.logits, e.table = nil, nil, nil, nil, nil
 	return errors.Join(errs...)
 }

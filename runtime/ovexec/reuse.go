@@ -17,8 +17,10 @@ import (
 // the model's whole context and each later rung takes a new infer request
 // on it: no compile at a rung boundary, and one copy of the repacked
 // weights for the whole ladder. Static and bounded graphs (NPU, GPU, the
-// CPU without the extension) still compile per rung, as does every graph
-// with Options.GraphPerRung.
+// CPU without the extension) still compile per rung, as do a kernel
+// graph's decode graphs (their caches are static:
+// model.Weights.AttendsInKernel) and every graph with
+// Options.GraphPerRung.
 
 // reusedGraph is a compiled model that executables of several capacities
 // share; the last one closed closes it.
@@ -34,7 +36,7 @@ type reusedGraph struct {
 // rungs may reuse it (the model's context length, or spec's capacity when
 // that is larger), 0 when every capacity compiles its own graph.
 func (c *Compiler) reuseBound(spec model.GraphSpec) int {
-	if c.opts.GraphPerRung || spec.Attention != model.AttentionPaged {
+	if c.opts.GraphPerRung || spec.Attention != model.AttentionPaged || c.weights.AttendsInKernel(spec) {
 		return 0
 	}
 	return max(spec.Capacity, c.ck.Config.MaxPositionEmbeddings)
