@@ -14,6 +14,7 @@ package runtime
 import (
 	"context"
 	"errors"
+	goruntime "runtime"
 	"strings"
 
 	"github.com/ovtoolkit/ovrun/compilecost"
@@ -127,6 +128,17 @@ func DynamicShapes(device string) bool {
 // then choose for a first rung. Without it, a compiler is assumed not to.
 type SharedGrapher interface {
 	SharedGraphs() bool
+}
+
+// WeightSharer is a Compiler whose graphs all read their weights in place
+// from one copy (ovrun's kernel: the plugin lays out none of them), so a
+// second graph of the same checkpoint costs its compile and its buffers,
+// not a second copy of the weights. Where prefill mode auto would take a
+// long prompt through a shared graph, Generate then compiles a prefill
+// graph and a decode graph at once instead: the prompt goes through the
+// one in chunks, the answer through the other's faster steps.
+type WeightSharer interface {
+	GraphsShareWeights() bool
 }
 
 // SharedCoster is a Compiler that estimates how much longer a decode step
@@ -251,6 +263,13 @@ func hostViews(comp Compiler) bool {
 func sharedGraphs(comp Compiler) bool {
 	x, ok := comp.(SharedGrapher)
 	return ok && x.SharedGraphs()
+}
+
+// sharesWeights reports whether comp's graphs share one copy of the
+// weights (WeightSharer) and a second core can compile a second graph.
+func sharesWeights(comp Compiler) bool {
+	x, ok := comp.(WeightSharer)
+	return ok && x.GraphsShareWeights() && goruntime.NumCPU() >= 2
 }
 
 // sharedPenalty is comp's SharedStepPenalty, or the default.

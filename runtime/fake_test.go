@@ -47,6 +47,7 @@ type fakeCompiler struct {
 	poison   map[int]bool          // last positions whose logits are NaN
 	shared   bool                  // compiles shared graphs (SharedGrapher)
 	penalty  float64               // SharedStepPenalty (SharedCoster); 0: the default
+	oneCopy  bool                  // its graphs share one copy of the weights (WeightSharer)
 	exes     []*fakeExecutable     // every executable made, in order
 }
 
@@ -97,6 +98,9 @@ func (f *fakeCompiler) Compile(ctx context.Context, spec model.GraphSpec) (Execu
 
 // SharedGraphs makes the fake a SharedGrapher that answers f.shared.
 func (f *fakeCompiler) SharedGraphs() bool { return f.shared }
+
+// GraphsShareWeights makes the fake a WeightSharer that answers f.oneCopy.
+func (f *fakeCompiler) GraphsShareWeights() bool { return f.oneCopy }
 
 // SharedStepPenalty makes the fake a SharedCoster that answers f.penalty,
 // or the default where that is 0.

@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
+	"github.com/ovtoolkit/ovrun/compilecost"
 	"github.com/ovtoolkit/ovrun/model"
 )
 
@@ -17,8 +19,10 @@ type GenerateConfig struct {
 	// graph with the decode graph; decode feeds the prompt through the
 	// decode graph; auto feeds it there until the measured step time says
 	// compiling the prefill graph is faster for the rest (the ladder's
-	// rule, with the decode graph's compile time as the estimate). ""
-	// is graph when PrefillChunk > 1.
+	// rule, with the decode graph's compile time as the estimate), or
+	// where the ladder's rule would choose a shared graph, a shared graph
+	// (or on a WeightSharer the prefill graph compiled beside the decode
+	// graph). "" is graph when PrefillChunk > 1.
 	Prefill      PrefillMode
 	Prompt       []int64
 	MaxNewTokens int
@@ -78,26 +82,42 @@ func Generate(ctx context.Context, comp Compiler, shape KVShape, cfg GenerateCon
 		return nil, err
 	}
 	res := &GenerateResult{}
+	beside := false // the prefill graph compiled beside the decode graph
 	if mode == PrefillAuto {
 		why, shared, penalty := autoShared(comp, P, M-1, cfg.PrefillChunk)
 		res.SharedStepPenalty = penalty
-		if shared {
+		switch {
+		case shared && sharesWeights(comp):
+			mode, beside = PrefillGraph, true
+			res.PrefillReason = fmt.Sprintf("%s; the prefill graph (up to %d tokens per call) compiles beside the decode graph, whose weights it reads in the same memory", compilecost.SharedWhy(P, M-1, penalty), cfg.PrefillChunk)
+		case shared:
 			mode, res.PrefillReason = PrefillShared, why
 		}
 	}
 	t0 := time.Now()
-	dec, err := comp.Compile(ctx, DecodeSpec(cfg.Capacity, mode, cfg.PrefillChunk))
-	if err != nil {
-		return nil, err
-	}
-	defer dec.Close()
-	res.CompileS = time.Since(t0).Seconds()
 	var pre Executable
 	defer func() {
 		if pre != nil {
 			pre.Close()
 		}
 	}()
+	var aside <-chan compiled
+	if beside {
+		aside = compileAside(ctx, comp, model.GraphSpec{Capacity: cfg.Capacity, Chunk: cfg.PrefillChunk})
+	}
+	dec, err := comp.Compile(ctx, DecodeSpec(cfg.Capacity, mode, cfg.PrefillChunk))
+	if aside != nil {
+		r := <-aside
+		pre, err = r.exe, errors.Join(err, r.err)
+	}
+	if err != nil {
+		if dec != nil {
+			dec.Close()
+		}
+		return nil, err
+	}
+	defer dec.Close()
+	res.CompileS = time.Since(t0).Seconds()
 	compilePrefill := func() (Executable, error) {
 		t := time.Now()
 		var err error
@@ -105,7 +125,7 @@ func Generate(ctx context.Context, comp Compiler, shape KVShape, cfg GenerateCon
 		res.CompileS += time.Since(t).Seconds()
 		return pre, err
 	}
-	if mode == PrefillGraph {
+	if mode == PrefillGraph && pre == nil {
 		if _, err := compilePrefill(); err != nil {
 			return nil, err
 		}
@@ -138,7 +158,18 @@ func Generate(ctx context.Context, comp Compiler, shape KVShape, cfg GenerateCon
 			return nil, err
 		}
 		res.PrefillS = time.Since(t1).Seconds()
-		res.PrefillUsed, res.PrefillReason = PrefillUsedGraph, fmt.Sprintf("prefill mode graph: the prefill graph (%d tokens per call) is compiled before the first token", cfg.PrefillChunk)
+		res.PrefillUsed = PrefillUsedGraph
+		if !beside {
+			res.PrefillReason = fmt.Sprintf("prefill mode graph: the prefill graph (%d tokens per call) is compiled before the first token", cfg.PrefillChunk)
+		}
+		// The prompt was the prefill graph's one job: it goes now with its
+		// buffers (SmolLM2's for a 512-token call: 40 MiB), not after the
+		// answer; the logits were its memory.
+		logits = slices.Clone(logits)
+		err := pre.Close()
+		if pre = nil; err != nil {
+			return nil, err
+		}
 	case PrefillDecode, PrefillShared:
 		t1 := time.Now()
 		if logits, err = Prefill(dec, cfg.Prompt); err != nil {
@@ -251,4 +282,21 @@ func Argmax(v []float32) int {
 		}
 	}
 	return best
+}
+
+// compiled is one compile's outcome.
+type compiled struct {
+	exe Executable
+	err error
+}
+
+// compileAside compiles spec in a goroutine of its own and sends the
+// outcome once.
+func compileAside(ctx context.Context, comp Compiler, spec model.GraphSpec) <-chan compiled {
+	ch := make(chan compiled, 1)
+	go func() {
+		exe, err := comp.Compile(ctx, spec)
+		ch <- compiled{exe, err}
+	}()
+	return ch
 }

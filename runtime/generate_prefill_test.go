@@ -2,6 +2,8 @@ package runtime
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"math"
 	"slices"
 	"strings"
@@ -50,6 +52,61 @@ func TestGeneratePrefillModesAgree(t *testing.T) {
 				t.Errorf("%d executables left open", f.open.Load())
 			}
 		})
+	}
+}
+
+// TestGenerateCompilesPrefillBesideDecode runs a prompt long enough for
+// auto mode's shared graph on a compiler whose graphs share one copy of the
+// weights: a prefill graph and a static decode graph are compiled instead
+// (no shared graph), the tokens are those of the decode graph alone, and a
+// prefill graph that fails to compile fails the run with nothing left open.
+func TestGenerateCompilesPrefillBesideDecode(t *testing.T) {
+	prompt := SeededTokens(4, 40, 97)
+	run := func(f *fakeCompiler, mode PrefillMode) (*GenerateResult, error) {
+		return Generate(context.Background(), f, testShape, GenerateConfig{
+			Capacity: 64, PrefillChunk: 16, Prefill: mode, Prompt: prompt, MaxNewTokens: 12})
+	}
+	want, err := run(newFakeCompiler(testShape, 97, nil), PrefillDecode)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := newFakeCompiler(testShape, 97, nil)
+	f.shared, f.oneCopy = true, true
+	res, err := run(f, PrefillAuto)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(res.Tokens, want.Tokens) {
+		t.Errorf("tokens %v, the decode graph alone gave %v", res.Tokens, want.Tokens)
+	}
+	var kinds []string
+	for _, s := range f.calls {
+		kinds = append(kinds, fmt.Sprintf("chunk %d shared %v", s.Chunk, s.Shared))
+	}
+	slices.Sort(kinds)
+	if want := []string{"chunk 1 shared false", "chunk 16 shared false"}; !slices.Equal(kinds, want) {
+		t.Errorf("compiled %v, want a decode and a prefill graph %v", kinds, want)
+	}
+	if res.PrefillUsed != PrefillUsedGraph || !strings.Contains(res.PrefillReason, "beside the decode graph") {
+		t.Errorf("prefill used %q (%q), want the prefill graph compiled beside the decode graph", res.PrefillUsed, res.PrefillReason)
+	}
+	if f.open.Load() != 0 {
+		t.Errorf("%d executables left open", f.open.Load())
+	}
+
+	f = newFakeCompiler(testShape, 97, nil)
+	f.shared, f.oneCopy, f.failPre = true, true, true
+	if _, err := run(f, PrefillAuto); !errors.Is(err, errFakeCompile) {
+		t.Errorf("a failed prefill graph: %v, want the compile's error", err)
+	}
+	if f.open.Load() != 0 {
+		t.Errorf("a failed prefill graph left %d executables open", f.open.Load())
+	}
+
+	f = newFakeCompiler(testShape, 97, nil)
+	f.shared = true // weights copied per graph: one shared graph, as before
+	if res, err := run(f, PrefillAuto); err != nil || res.PrefillUsed != PrefillUsedShared || len(f.calls) != 1 {
+		t.Errorf("without one copy of the weights: used %q, %d compiles, %v; want one shared graph", res.PrefillUsed, len(f.calls), err)
 	}
 }
 

@@ -589,3 +589,11 @@ func (c *Compiler) Close() error {
 	c.region.Store(nil)
 	return err
 }
+
+// GraphsShareWeights reports whether every graph this compiler makes reads
+// the one blob's weights in place (runtime.WeightSharer): ovrun's kernel,
+// compiled in this process (a compile worker's graphs come back as copies)
+// and not imported from the compiled-rung cache (each entry holds its own).
+func (c *Compiler) GraphsShareWeights() bool {
+	return c.opts.Worker == nil && c.cache == nil && c.keepsWeights()
+}
