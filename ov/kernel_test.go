@@ -5,6 +5,9 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"os"
+	"os/exec"
+	"strings"
 	"testing"
 )
 
@@ -143,7 +146,9 @@ func TestKernelMatchesReference(t *testing.T) {
 		blocks, w := kernelBlocks(rng, typ, n, k)
 		layout := kernelLayout(blocks, typ, n, k)
 		for _, act := range []string{"f32", "q8"} {
-			for _, m := range []int{1, 5} {
+			// 70 tokens: the prompt path's tiles of 64 and of 4, and
+			// its remainders.
+			for _, m := range []int{1, 5, 70} {
 				t.Run(fmt.Sprintf("%s %s %d tokens", typ, act, m), func(t *testing.T) {
 					wb, err := AllocHost(len(layout))
 					if err != nil {
@@ -234,6 +239,22 @@ func TestKernelMatchesReference(t *testing.T) {
 				})
 			}
 		}
+	}
+}
+
+// TestKernelMatchesReferenceAVX2 runs TestKernelMatchesReference again in
+// a process limited to AVX2 by ONEDNN_MAX_CPU_ISA (read once, by the
+// kernel's first product), so that the products without AVX512_VNNI are
+// checked on a CPU that has it too.
+func TestKernelMatchesReferenceAVX2(t *testing.T) {
+	if os.Getenv("ONEDNN_MAX_CPU_ISA") != "" {
+		t.Skip("this process is limited already")
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestKernelMatchesReference$", "-test.count=1", "-test.v")
+	cmd.Env = append(os.Environ(), "ONEDNN_MAX_CPU_ISA=AVX2")
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "--- PASS: TestKernelMatchesReference ") {
+		t.Fatalf("with ONEDNN_MAX_CPU_ISA=AVX2: %v\n%s", err, out)
 	}
 }
 

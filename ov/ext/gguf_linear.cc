@@ -40,6 +40,7 @@
 // package ov with ov_core_add_extension where the CPU has them.
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -175,98 +176,13 @@ void quantizeRow(const float* x, size_t K, Q8Row& r) {
     }
 }
 
-// The integer products of 8 rows' 4 elements (w, one 32-byte load) with 4
-// elements of x broadcast, accumulated in s: with VNNI in one instruction;
-// without, through i16 (vpmaddubsw), which Q4_1's small values allow to sum
-// over a whole block (8 * 2 * 15 * 127 < 2^15) before widening.
-#define OVRUN_VNNI __attribute__((target("avx512vnni,avx512vl")))
-
-// dotQ4 writes y[0..8) for the 8 rows of group (nb blocks), x quantized.
-template <bool MIN>
-void dotQ4(const uint8_t* group, const Q8Row& x, size_t nb, float* y) {
-    const __m256i low = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
-    __m256 acc = _mm256_setzero_ps(), accMin = _mm256_setzero_ps();
-    for (size_t b = 0; b < nb; ++b) {
-        const uint8_t* g = group + b * q4Group<MIN>();
-        const int8_t* xb = x.q.data() + b * kBlock;
-        __m256i s = _mm256_setzero_si256();
-        for (int j = 0; j < 4; ++j) {
-            const __m256i q = load32(g + q4Quants<MIN>() + 32 * j);
-            s = _mm256_add_epi16(s, _mm256_maddubs_epi16(_mm256_and_si256(q, low), bcast4(xb + 4 * j)));
-            s = _mm256_add_epi16(s, _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(q, 4), low), bcast4(xb + 16 + 4 * j)));
-        }
-        const __m256 p = _mm256_cvtepi32_ps(_mm256_madd_epi16(s, ones));
-        acc = _mm256_fmadd_ps(_mm256_mul_ps(loadF16x8(g), _mm256_set1_ps(x.d[b])), p, acc);
-        accMin = _mm256_fmadd_ps(q4Minima<MIN>(g, loadF16x8(g)), _mm256_set1_ps(x.sum[b]), accMin);
-    }
-    _mm256_storeu_ps(y, _mm256_add_ps(acc, accMin));
-}
-
-template <bool MIN>
-OVRUN_VNNI void dotQ4Vnni(const uint8_t* group, const Q8Row& x, size_t nb, float* y) {
-    const __m256i low = _mm256_set1_epi8(0x0F);
-    __m256 acc = _mm256_setzero_ps(), accMin = _mm256_setzero_ps();
-    for (size_t b = 0; b < nb; ++b) {
-        const uint8_t* g = group + b * q4Group<MIN>();
-        const int8_t* xb = x.q.data() + b * kBlock;
-        __m256i s = _mm256_setzero_si256();
-        for (int j = 0; j < 4; ++j) {
-            const __m256i q = load32(g + q4Quants<MIN>() + 32 * j);
-            s = _mm256_dpbusd_epi32(s, _mm256_and_si256(q, low), bcast4(xb + 4 * j));
-            s = _mm256_dpbusd_epi32(s, _mm256_and_si256(_mm256_srli_epi16(q, 4), low), bcast4(xb + 16 + 4 * j));
-        }
-        acc = _mm256_fmadd_ps(_mm256_mul_ps(loadF16x8(g), _mm256_set1_ps(x.d[b])), _mm256_cvtepi32_ps(s), acc);
-        accMin = _mm256_fmadd_ps(q4Minima<MIN>(g, loadF16x8(g)), _mm256_set1_ps(x.sum[b]), accMin);
-    }
-    _mm256_storeu_ps(y, _mm256_add_ps(acc, accMin));
-}
-
-// dotQ8 is dotQ4 for Q8_0 rows: signed weights, so the unsigned operand is
-// |w| and x takes w's sign (as llama.cpp does); each step widens to i32
-// (2 * 128 * 127 fills i16 once).
-template <bool VNNI>
-void dotQ8(const uint8_t* group, const Q8Row& x, size_t nb, float* y);
-
-template <>
-void dotQ8<false>(const uint8_t* group, const Q8Row& x, size_t nb, float* y) {
-    const __m256i ones = _mm256_set1_epi16(1);
-    __m256 acc = _mm256_setzero_ps();
-    for (size_t b = 0; b < nb; ++b) {
-        const uint8_t* g = group + b * 272;
-        const int8_t* xb = x.q.data() + b * kBlock;
-        __m256i s = _mm256_setzero_si256();
-        for (int j = 0; j < 8; ++j) {
-            const __m256i w = load32(g + 16 + 32 * j);
-            const __m256i p = _mm256_maddubs_epi16(_mm256_abs_epi8(w), _mm256_sign_epi8(bcast4(xb + 4 * j), w));
-            s = _mm256_add_epi32(s, _mm256_madd_epi16(p, ones));
-        }
-        acc = _mm256_fmadd_ps(_mm256_mul_ps(loadF16x8(g), _mm256_set1_ps(x.d[b])), _mm256_cvtepi32_ps(s), acc);
-    }
-    _mm256_storeu_ps(y, acc);
-}
-
-template <>
-OVRUN_VNNI void dotQ8<true>(const uint8_t* group, const Q8Row& x, size_t nb, float* y) {
-    __m256 acc = _mm256_setzero_ps();
-    for (size_t b = 0; b < nb; ++b) {
-        const uint8_t* g = group + b * 272;
-        const int8_t* xb = x.q.data() + b * kBlock;
-        __m256i s = _mm256_setzero_si256();
-        for (int j = 0; j < 8; ++j) {
-            const __m256i w = load32(g + 16 + 32 * j);
-            s = _mm256_dpbusd_epi32(s, _mm256_abs_epi8(w), _mm256_sign_epi8(bcast4(xb + 4 * j), w));
-        }
-        acc = _mm256_fmadd_ps(_mm256_mul_ps(loadF16x8(g), _mm256_set1_ps(x.d[b])), _mm256_cvtepi32_ps(s), acc);
-    }
-    _mm256_storeu_ps(y, acc);
-}
-
 // Lane r's byte i of 4 as i32: unsigned (Q4_1's nibbles, masked) or signed.
 inline __m256i byteU(__m256i v, int i) { return _mm256_and_si256(_mm256_srli_epi32(v, 8 * i), _mm256_set1_epi32(0xFF)); }
 inline __m256i byteS(__m256i v, int i) { return _mm256_srai_epi32(_mm256_slli_epi32(v, 24 - 8 * i), 24); }
 
-// dotF32Q4 is dotQ4 with x exact: each weight widened to f32, two partial
-// sums per block against the FMA latency.
+// dotF32Q4 writes y[0..8) for the 8 rows of group (nb blocks of Q4_1 or
+// Q4_0), x exact: each weight widened to f32, two partial sums per block
+// against the FMA latency; the minimum's term is m * sum(x) a block.
 template <bool MIN>
 void dotF32Q4(const uint8_t* group, const float* x, const float* sums, size_t nb, float* y) {
     const __m256i low = _mm256_set1_epi8(0x0F);
@@ -290,7 +206,7 @@ void dotF32Q4(const uint8_t* group, const float* x, const float* sums, size_t nb
     _mm256_storeu_ps(y, _mm256_add_ps(acc, accMin));
 }
 
-// dotF32Q8 is dotQ8 with x exact.
+// dotF32Q8 is dotF32Q4 for Q8_0 rows.
 void dotF32Q8(const uint8_t* group, const float* x, size_t nb, float* y) {
     __m256 acc = _mm256_setzero_ps();
     for (size_t b = 0; b < nb; ++b) {
@@ -362,53 +278,133 @@ void tokensF32(const uint8_t* run, const Format& f, size_t nb, const float* x, s
     }
 }
 
-// tokensQ8 is dotQ4 and dotQ8<false> for M tokens: each block's
-// unsigned quants (Q4_1's nibbles, Q8_0's magnitudes) unpacked once.
-void tokensQ8(const uint8_t* run, const Format& f, size_t nb, const std::vector<Q8Row>& x, size_t M,
-              std::vector<float>& acc) {
-    acc.assign(M * kRows, 0.0f);
-    __m256i u[8], w[8];
+// 8-bit activations. The integer products of 8 rows' 4 elements (one
+// 32-byte load) with 4 elements of x broadcast: with AVX512_VNNI in one
+// instruction (vpdpbusd); without, through i16 (vpmaddubsw), which Q4's
+// small values allow to sum over a whole block (8 * 2 * 15 * 127 < 2^15)
+// before widening. Q8_0's weights are signed, so the unsigned operand is
+// |w| and x takes w's sign (as llama.cpp does), widened each step (2 * 128
+// * 127 fills i16 once).
+#define OVRUN_VNNI __attribute__((target("avx512vnni,avx512vl")))
+
+// dpbusd is VNNI's product for tileQ8, which is compiled for AVX2: it
+// is inlined where tileQ8 is, into tilesVnni's flattened body.
+OVRUN_VNNI inline __m256i dpbusd(__m256i s, __m256i u, __m256i x) { return _mm256_dpbusd_epi32(s, u, x); }
+
+// tileQ8 multiplies the 8 rows of a run by NT tokens of x (quantized) over
+// all K, the NT x 8 sums kept in registers
+// (NT = 4 fills AVX2's 16: 4 f32 sums, 4 integer block sums, the quants and
+// constants). Each 32-byte load of quants (and Q8_0's |w|, Q4's nibbles
+// unmasked) serves all NT tokens. The callers tile the tokens so that a
+// run's blocks stay in L1 from one tile to the next and the tokens' bytes
+// in L2 from one run to the next.
+template <int NT, bool VNNI, bool Q4, bool MIN>
+inline void tileQ8(const uint8_t* run, size_t nb, const Q8Row* x, float* y, size_t ldy) {
     const __m256i low = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
+    constexpr size_t group = Q4 ? q4Group<MIN>() : 272, quants = Q4 ? q4Quants<MIN>() : 16;
+    __m256 acc[NT];
+    const int8_t* xq[NT];
+#pragma GCC unroll 4
+    for (int t = 0; t < NT; ++t) {
+        acc[t] = _mm256_setzero_ps();
+        xq[t] = x[t].q.data();
+    }
     for (size_t b = 0; b < nb; ++b) {
-        const uint8_t* g = run + b * f.groupBytes();
-        if (f.q4) {
+        const uint8_t* g = run + b * group;
+        __m256i s[NT];
+#pragma GCC unroll 4
+        for (int t = 0; t < NT; ++t) {
+            s[t] = _mm256_setzero_si256();
+        }
+        if constexpr (Q4) {
+#pragma GCC unroll 4
             for (int j = 0; j < 4; ++j) {
-                const __m256i q = load32(g + f.quantOffset() + 32 * j);
-                u[j] = _mm256_and_si256(q, low);
-                u[4 + j] = _mm256_and_si256(_mm256_srli_epi16(q, 4), low);
+                const __m256i q = load32(g + quants + 32 * j);
+                const __m256i lo = _mm256_and_si256(q, low), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), low);
+#pragma GCC unroll 4
+                for (int t = 0; t < NT; ++t) {
+                    const int8_t* xb = xq[t] + b * kBlock;
+                    if constexpr (VNNI) {
+                        s[t] = dpbusd(s[t], lo, bcast4(xb + 4 * j));
+                        s[t] = dpbusd(s[t], hi, bcast4(xb + 16 + 4 * j));
+                    } else {  // i16 sums
+                        s[t] = _mm256_add_epi16(s[t], _mm256_maddubs_epi16(lo, bcast4(xb + 4 * j)));
+                        s[t] = _mm256_add_epi16(s[t], _mm256_maddubs_epi16(hi, bcast4(xb + 16 + 4 * j)));
+                    }
+                }
             }
         } else {
+#pragma GCC unroll 8
             for (int j = 0; j < 8; ++j) {
-                w[j] = load32(g + 16 + 32 * j);
-                u[j] = _mm256_abs_epi8(w[j]);
+                const __m256i w = load32(g + quants + 32 * j), u = _mm256_abs_epi8(w);
+#pragma GCC unroll 4
+                for (int t = 0; t < NT; ++t) {
+                    const __m256i xs = _mm256_sign_epi8(bcast4(xq[t] + b * kBlock + 4 * j), w);
+                    if constexpr (VNNI) {
+                        s[t] = dpbusd(s[t], u, xs);
+                    } else {
+                        s[t] = _mm256_add_epi32(s[t], _mm256_madd_epi16(_mm256_maddubs_epi16(u, xs), ones));
+                    }
+                }
             }
         }
         const __m256 d8 = loadF16x8(g);
-        const __m256 m8 = !f.q4 ? _mm256_setzero_ps() : f.min ? q4Minima<true>(g, d8) : q4Minima<false>(g, d8);
-        for (size_t m = 0; m < M; ++m) {
-            const int8_t* xb = x[m].q.data() + b * kBlock;
-            __m256i s;
-            if (f.q4) {
-                __m256i s16 = _mm256_setzero_si256();  // as in dotQ4
-                for (int j = 0; j < 4; ++j) {
-                    s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(u[j], bcast4(xb + 4 * j)));
-                    s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(u[4 + j], bcast4(xb + 16 + 4 * j)));
-                }
-                s = _mm256_madd_epi16(s16, ones);
-            } else {
-                s = _mm256_setzero_si256();
-                for (int j = 0; j < 8; ++j) {
-                    const __m256i p = _mm256_maddubs_epi16(u[j], _mm256_sign_epi8(bcast4(xb + 4 * j), w[j]));
-                    s = _mm256_add_epi32(s, _mm256_madd_epi16(p, ones));
-                }
+#pragma GCC unroll 4
+        for (int t = 0; t < NT; ++t) {
+            __m256i si = s[t];
+            if constexpr (Q4 && !VNNI) {
+                si = _mm256_madd_epi16(si, ones);
             }
-            __m256 a = _mm256_fmadd_ps(_mm256_mul_ps(d8, _mm256_set1_ps(x[m].d[b])), _mm256_cvtepi32_ps(s), _mm256_loadu_ps(&acc[m * kRows]));
-            if (f.q4) {
-                a = _mm256_fmadd_ps(m8, _mm256_set1_ps(x[m].sum[b]), a);
+            acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(d8, _mm256_set1_ps(x[t].d[b])), _mm256_cvtepi32_ps(si), acc[t]);
+            if constexpr (Q4) {
+                acc[t] = _mm256_fmadd_ps(q4Minima<MIN>(g, d8), _mm256_set1_ps(x[t].sum[b]), acc[t]);
             }
-            _mm256_storeu_ps(&acc[m * kRows], a);
         }
     }
+#pragma GCC unroll 4
+    for (int t = 0; t < NT; ++t) {
+        _mm256_storeu_ps(y + t * ldy, acc[t]);
+    }
+}
+
+// tiles multiplies the runs [r0, r1) of the weights by M tokens of x
+// (quantized: a decode step's one or a prompt's), 64 tokens at a time (a
+// tile's bytes stay in L2 while each run's pass over it keeps the run's
+// blocks in L1), 4 at once.
+template <bool VNNI, bool Q4, bool MIN>
+inline void tiles(const uint8_t* w, size_t runBytes, size_t nb, size_t r0, size_t r1, const Q8Row* x, size_t M,
+                  float* y, size_t N) {
+    constexpr size_t outer = 64;
+    for (size_t m0 = 0; m0 < M; m0 += outer) {
+        const size_t m1 = std::min(M, m0 + outer);
+        for (size_t c = r0; c < r1; ++c) {
+            const uint8_t* run = w + c * runBytes;
+            size_t m = m0;
+            for (; m + 4 <= m1; m += 4) {
+                tileQ8<4, VNNI, Q4, MIN>(run, nb, x + m, y + m * N + c * kRows, N);
+            }
+            switch (m1 - m) {
+            case 3: tileQ8<3, VNNI, Q4, MIN>(run, nb, x + m, y + m * N + c * kRows, N); break;
+            case 2: tileQ8<2, VNNI, Q4, MIN>(run, nb, x + m, y + m * N + c * kRows, N); break;
+            case 1: tileQ8<1, VNNI, Q4, MIN>(run, nb, x + m, y + m * N + c * kRows, N); break;
+            }
+        }
+    }
+}
+
+// tilesVnni is tiles with AVX512_VNNI's products (flatten: every call
+// inlined, dpbusd among them, under this function's target).
+template <bool Q4, bool MIN>
+OVRUN_VNNI __attribute__((flatten)) void tilesVnni(const uint8_t* w, size_t runBytes, size_t nb, size_t r0, size_t r1,
+                                                   const Q8Row* x, size_t M, float* y, size_t N) {
+    tiles<true, Q4, MIN>(w, runBytes, nb, r0, r1, x, M, y, N);
+}
+
+// tilesAvx2 is tiles with AVX2's products.
+template <bool Q4, bool MIN>
+__attribute__((flatten)) void tilesAvx2(const uint8_t* w, size_t runBytes, size_t nb, size_t r0, size_t r1,
+                                        const Q8Row* x, size_t M, float* y, size_t N) {
+    tiles<false, Q4, MIN>(w, runBytes, nb, r0, r1, x, M, y, N);
 }
 
 // vnniAllowed reports whether the 8-bit products may use AVX512_VNNI: the
@@ -552,21 +548,12 @@ public:
             for (size_t m = 0; m < M; ++m) {
                 quantizeRow(xp + m * K, K, q[m]);
             }
-            if (M > 1) {
-                splitTokens([&](const uint8_t* run, std::vector<float>& acc) { tokensQ8(run, f, nb, q, M, acc); });
-                return true;
-            }
-            split([&](const uint8_t* g, size_t m, float* y) {
-                if (f.q4) {
-                    if (f.min) {
-                        vnni ? dotQ4Vnni<true>(g, q[m], nb, y) : dotQ4<true>(g, q[m], nb, y);
-                    } else {
-                        vnni ? dotQ4Vnni<false>(g, q[m], nb, y) : dotQ4<false>(g, q[m], nb, y);
-                    }
-                } else {
-                    vnni ? dotQ8<true>(g, q[m], nb, y) : dotQ8<false>(g, q[m], nb, y);
-                }
-            });
+            const auto tiled = vnni ? (!f.q4 ? tilesVnni<false, false> : f.min ? tilesVnni<true, true> : tilesVnni<true, false>)
+                                    : (!f.q4 ? tilesAvx2<false, false> : f.min ? tilesAvx2<true, true> : tilesAvx2<true, false>);
+            tbb::parallel_for(
+                tbb::blocked_range<size_t>(0, N / kRows),
+                [&](const tbb::blocked_range<size_t>& r) { tiled(wp, runBytes, nb, r.begin(), r.end(), q.data(), M, yp, N); },
+                tbb::static_partitioner());
             return true;
         }
         thread_local std::vector<float> sumsScratch;
