@@ -18,18 +18,7 @@ import (
 // heads, d], cos [rows, d/2], sin [rows, d/2]) -> rope, every input a
 // parameter.
 func layerOpsXML(rows, h, heads, d int, eps float64) string {
-	param := func(id int, name string, dims ...int) string {
-		shape, ports := "", ""
-		for i, v := range dims {
-			if i > 0 {
-				shape += ","
-			}
-			shape += fmt.Sprint(v)
-			ports += fmt.Sprintf("<dim>%d</dim>", v)
-		}
-		return fmt.Sprintf(`<layer id="%d" name="%s" type="Parameter" version="opset1"><data shape="%s" element_type="f32"/><output><port id="0" precision="FP32" names="%s">%s</port></output></layer>`,
-			id, name, shape, name, ports)
-	}
+	param := func(id int, name string, dims ...int) string { return paramXML(id, name, "f32", dims...) }
 	dims := func(v ...int) (s string) {
 		for _, x := range v {
 			s += fmt.Sprintf("<dim>%d</dim>", x)
@@ -125,23 +114,27 @@ func TestLayerOpsMatchReference(t *testing.T) {
 	}
 }
 
+// paramXML is an IR Parameter layer of element type et (f32, u8 or i64)
+// and shape dims, its output port named name.
+func paramXML(id int, name, et string, dims ...int) string {
+	shape, ports := "", ""
+	for i, v := range dims {
+		if i > 0 {
+			shape += ","
+		}
+		shape += fmt.Sprint(v)
+		ports += fmt.Sprintf("<dim>%d</dim>", v)
+	}
+	precision := map[string]string{"f32": "FP32", "u8": "U8", "i64": "I64"}[et]
+	return fmt.Sprintf(`<layer id="%d" name="%s" type="Parameter" version="opset1"><data shape="%s" element_type="%s"/><output><port id="0" precision="%s" names="%s">%s</port></output></layer>`,
+		id, name, shape, et, precision, name, ports)
+}
+
 // attendXML is Attend(q [1, T, nh*d], k, v [1, T, hkv*d], table u8 [16],
 // past i64 [1]) -> att over layer 0's caches of blocks blocks of et, every
 // input a parameter.
 func attendXML(tokens, nh, hkv, d, block, blocks int, et string) string {
-	param := func(id int, name, et string, dims ...int) string {
-		shape, ports := "", ""
-		for i, v := range dims {
-			if i > 0 {
-				shape += ","
-			}
-			shape += fmt.Sprint(v)
-			ports += fmt.Sprintf("<dim>%d</dim>", v)
-		}
-		precision := map[string]string{"f32": "FP32", "u8": "U8", "i64": "I64"}[et]
-		return fmt.Sprintf(`<layer id="%d" name="%s" type="Parameter" version="opset1"><data shape="%s" element_type="%s"/><output><port id="0" precision="%s" names="%s">%s</port></output></layer>`,
-			id, name, shape, et, precision, name, ports)
-	}
+	param := paramXML
 	var edges string
 	for i := range 5 {
 		edges += fmt.Sprintf(`<edge from-layer="%d" from-port="0" to-layer="5" to-port="%d"/>`, i, i)

@@ -98,13 +98,6 @@ inline float f16(const uint8_t* p) {
     return _cvtsh_ss(h);
 }
 
-inline float hsum(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
-
 inline __m256 loadF16x8(const uint8_t* p) {
     return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
 }
@@ -172,7 +165,7 @@ void quantizeRow(const float* x, size_t K, Q8Row& r) {
         i8 = _mm256_permutevar8x32_epi32(i8, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
         _mm256_storeu_si256(reinterpret_cast<__m256i*>(r.q.data() + b * kBlock), i8);
         r.d[b] = d;
-        r.sum[b] = hsum(s);
+        r.sum[b] = ovrun::hsum(s);
     }
 }
 

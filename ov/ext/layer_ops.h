@@ -3,10 +3,20 @@
 // library (gguf_linear.cc) beside GGUFLinear and GGUFGather.
 #pragma once
 
+#include <immintrin.h>
+
 #include <openvino/core/extension.hpp>
 #include <vector>
 
 namespace ovrun {
+
+// hsum is the sum of v's 8 lanes.
+inline float hsum(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
 
 // layerOps are the extensions of RMSNorm, RoPE and Attend (domain "ovrun").
 std::vector<ov::Extension::Ptr> layerOps();
