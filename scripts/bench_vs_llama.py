@@ -42,6 +42,7 @@ import argparse
 import json
 import os
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -93,8 +94,10 @@ def run(cmd, stdout_path, log, retries=3):
             _, status, ru = os.wait4(p.pid, 0)
         wall = time.perf_counter() - w0
         t1, i1 = cpu_times()
-        if os.waitstatus_to_exitcode(status) != 0:
-            sys.exit(f"{' '.join(cmd[:3])} ... failed: {p.stderr.read().decode()[-2000:]}")
+        if (code := os.waitstatus_to_exitcode(status)) != 0:
+            how = f"killed by {signal.Signals(-code).name}" if code < 0 else f"exit status {code}"
+            hint = " (an instruction this CPU or VM does not allow: --isa avx2 builds for AVX2 alone)" if code == -signal.SIGILL else ""
+            sys.exit(f"{' '.join(cmd[:3])} ... failed, {how}{hint}: {p.stderr.read().decode()[-2000:]}")
         busy, own = (t1 - t0) - (i1 - i0), own_ticks(ru)
         other = max(0.0, busy - own) / max(t1 - t0, 1)
         if other <= 0.10 or attempt == retries:
