@@ -42,6 +42,12 @@ def main():
     print(f"compile {time.perf_counter() - t0:.2f} s, runs as {cm.get_property('INFERENCE_PRECISION_HINT')}")
 
     rng = np.random.default_rng(0)
+
+    def random_cache(shape, dtype):
+        """Random values; for a bf16 cache (uint16) the top half of f32's bits."""
+        v = rng.standard_normal(shape).astype(np.float32)
+        return (v.view(np.uint32) >> 16).astype(np.uint16) if dtype == np.uint16 else v
+
     req = cm.create_infer_request()
     feeds = {}
     for p in m.inputs:  # as declared: the plugin may relax a paged cache's shape
@@ -63,14 +69,11 @@ def main():
             T = feeds["input_ids"].shape[1]
             feeds[name] = np.array([T - 1], dtype=np.int64)  # the last token of the chunk
         elif name == "kv_table":  # a kernel decode graph's caches, by address
-            bits = lambda shape, dtype: (rng.standard_normal(shape).astype(np.float32).view(np.uint32) >> 16).astype(np.uint16)
-            fill = lambda shape, dtype: bits(shape, dtype) if dtype == np.uint16 else rng.standard_normal(shape).astype(np.float32)
-            feeds[name], caches = kv_table(m, fill)
-        elif p.get_element_type() == ov.Type.bf16:  # a cache stored in bf16: the top half of f32
-            bits = (rng.standard_normal(shape).astype(np.float32).view(np.uint32) >> 16).astype(np.uint16)
-            feeds[name] = ov.Tensor(bits, shape, ov.Type.bf16)
+            feeds[name], caches = kv_table(m, random_cache)
+        elif p.get_element_type() == ov.Type.bf16:  # a cache stored in bf16
+            feeds[name] = ov.Tensor(random_cache(shape, np.uint16), shape, ov.Type.bf16)
         else:
-            feeds[name] = rng.standard_normal(shape).astype(np.float32)
+            feeds[name] = random_cache(shape, np.float32)
     for k, v in feeds.items():
         req.set_tensor(k, v if isinstance(v, ov.Tensor) else ov.Tensor(v))  # shares the numpy memory, as ovrun binds its own
 

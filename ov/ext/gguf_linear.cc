@@ -285,12 +285,11 @@ void tokensF32(const uint8_t* run, const Format& f, size_t nb, const float* x, s
 OVRUN_VNNI inline __m256i dpbusd(__m256i s, __m256i u, __m256i x) { return _mm256_dpbusd_epi32(s, u, x); }
 
 // tileQ8 multiplies the 8 rows of a run by NT tokens of x (quantized) over
-// all K, the NT x 8 sums kept in registers
-// (NT = 4 fills AVX2's 16: 4 f32 sums, 4 integer block sums, the quants and
-// constants). Each 32-byte load of quants (and Q8_0's |w|, Q4's nibbles
-// unmasked) serves all NT tokens. The callers tile the tokens so that a
-// run's blocks stay in L1 from one tile to the next and the tokens' bytes
-// in L2 from one run to the next.
+// all K, the NT x 8 sums kept in registers (NT = 4 fills AVX2's 16: 4 f32
+// sums, 4 integer block sums, the quants and constants). Each 32-byte load
+// of quants (and Q8_0's |w|, Q4's nibbles unmasked) serves all NT tokens.
+// The callers tile the tokens so that a run's blocks stay in L1 from one
+// tile to the next and the tokens' bytes in L2 from one run to the next.
 template <int NT, bool VNNI, bool Q4, bool MIN>
 inline void tileQ8(const uint8_t* run, size_t nb, const Q8Row* x, float* y, size_t ldy) {
     const __m256i low = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
@@ -342,6 +341,7 @@ inline void tileQ8(const uint8_t* run, size_t nb, const Q8Row* x, float* y, size
             }
         }
         const __m256 d8 = loadF16x8(g);
+        const __m256 m8 = Q4 ? q4Minima<MIN>(g, d8) : _mm256_setzero_ps();  // the block's 8 minima, once for all tokens
 #pragma GCC unroll 4
         for (int t = 0; t < NT; ++t) {
             __m256i si = s[t];
@@ -350,7 +350,7 @@ inline void tileQ8(const uint8_t* run, size_t nb, const Q8Row* x, float* y, size
             }
             acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(d8, _mm256_set1_ps(x[t].d[b])), _mm256_cvtepi32_ps(si), acc[t]);
             if constexpr (Q4) {
-                acc[t] = _mm256_fmadd_ps(q4Minima<MIN>(g, d8), _mm256_set1_ps(x[t].sum[b]), acc[t]);
+                acc[t] = _mm256_fmadd_ps(m8, _mm256_set1_ps(x[t].sum[b]), acc[t]);
             }
         }
     }
@@ -487,13 +487,8 @@ public:
         ov::Shape ys = xs;
         ys.back() = N;
         outputs[0].set_shape(ys);
-        if (inputs.size() == 3 && inputs[2].get_size() > 0) {
-            const ov::Tensor& row = inputs[2];
-            const int64_t r = row.get_element_type() == ov::element::i64 ? row.data<const int64_t>()[0]
-                                                                          : row.data<const int32_t>()[0];
-            if (r < 0) {
-                return true;  // no product wanted this call
-            }
+        if (inputs.size() == 3 && inputs[2].get_size() > 0 && ovrun::intAt(inputs[2], 0) < 0) {
+            return true;  // no product wanted this call
         }
         const float* xp = x.data<const float>();
         const uint8_t* wp = static_cast<const uint8_t*>(w.data());
@@ -628,8 +623,7 @@ public:
         const uint8_t* wp = static_cast<const uint8_t*>(w.data());
         const size_t n = ids.get_size();
         for (size_t t = 0; t < n; ++t) {
-            const int64_t id = ids.get_element_type() == ov::element::i64 ? ids.data<const int64_t>()[t]
-                                                                           : ids.data<const int32_t>()[t];
+            const int64_t id = ovrun::intAt(ids, t);
             float* y = yp + t * K;
             if (id < 0 || static_cast<size_t>(id) >= V) {
                 std::memset(y, 0, K * sizeof(float));

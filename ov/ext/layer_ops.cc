@@ -202,7 +202,6 @@ private:
     int64_t m_headSize = 64;
 };
 
-
 // Rows of the cache in each element type, 8 values at a time (D is a
 // multiple of 8): load widens to f32, store rounds to nearest even.
 struct F32 {
@@ -330,7 +329,7 @@ private:
         const size_t Hkv = static_cast<size_t>(m_kvHeads), B = static_cast<size_t>(m_block), D = static_cast<size_t>(m_headSize);
         const size_t Nh = static_cast<size_t>(m_heads), G = Nh / Hkv;
         const size_t T_ = inputs[0].get_size() / (Nh * D);
-        const int64_t past = inputs[4].get_element_type() == ov::element::i32 ? inputs[4].data<const int32_t>()[0] : inputs[4].data<const int64_t>()[0];
+        const int64_t past = intAt(inputs[4], 0);
         const uint8_t* table = static_cast<const uint8_t*>(inputs[3].data());
         uint64_t addr[2] = {0, 0};
         if (inputs[3].get_size() < 16 * static_cast<size_t>(m_layer + 1)) {

@@ -1,11 +1,14 @@
 // layer_ops.h: the small operations of a decoder layer that ovrun's kernel
 // graphs take as one node each (layer_ops.cc), registered by the kernel's
-// library (gguf_linear.cc) beside GGUFLinear and GGUFGather.
+// library (gguf_linear.cc) beside GGUFLinear and GGUFGather, and the
+// helpers both sources use.
 #pragma once
 
 #include <immintrin.h>
 
+#include <cstdint>
 #include <openvino/core/extension.hpp>
+#include <openvino/runtime/tensor.hpp>
 #include <vector>
 
 namespace ovrun {
@@ -16,6 +19,12 @@ inline float hsum(__m256 v) {
     s = _mm_add_ps(s, _mm_movehl_ps(s, s));
     s = _mm_add_ss(s, _mm_movehdup_ps(s));
     return _mm_cvtss_f32(s);
+}
+
+// intAt is element i of an i64 or i32 tensor (the CPU plugin may hand an
+// operation's i64 input over as i32).
+inline int64_t intAt(const ov::Tensor& t, size_t i) {
+    return t.get_element_type() == ov::element::i64 ? t.data<const int64_t>()[i] : t.data<const int32_t>()[i];
 }
 
 // layerOps are the extensions of RMSNorm, RoPE and Attend (domain "ovrun").
