@@ -68,19 +68,27 @@ func stepPenalty(layers int, weightBytes int64, overheadS float64) float64 {
 // SharedPays is auto mode's choice of a shared graph for the rung that takes
 // a prompt of n tokens and then decodes decoded tokens, on a device that
 // compiles shared graphs, whose steps are penalty longer than the decode
-// graph's (SharedStepPenalty): the prompt costs n steps through the decode
-// graph and next to nothing through the shared graph (a few chunks), which
+// graph's (SharedStepPenalty): the prompt costs n/per calls of the decode
+// graph (per tokens a call: 1, or a kernel graph's 8, each call taken as a
+// step) and next to nothing through the shared graph (a few chunks), which
 // then costs penalty of a step more for each token the rung decodes.
 // Compiling the shared graph costs no more than the decode graph (on the
 // AVX2 CPU above less: 8.0-8.6 against 13.8-17.3 s for the qwen2.5-0.5b
 // shapes), and it spares the prefill graph's compile and memory.
-func SharedPays(n, decoded int, penalty float64) bool {
-	return n > 1 && float64(n) > penalty*float64(decoded)
+func SharedPays(n, per, decoded int, penalty float64) bool {
+	return n > 1 && float64(promptCalls(n, per)) > penalty*float64(decoded)
+}
+
+// promptCalls are the decode graph's calls for a prompt of n tokens, per a
+// call (0: 1).
+func promptCalls(n, per int) int {
+	per = max(per, 1)
+	return (n + per - 1) / per
 }
 
 // SharedWhy says why SharedPays chose a shared graph, for the reasons that
 // summaries, generate and plan give.
-func SharedWhy(n, decoded int, penalty float64) string {
-	return fmt.Sprintf("auto: the %d-token prompt through the decode graph would take %d steps, more than a shared graph's steps, estimated %.0f%% longer for this model, cost over the %d tokens the rung decodes",
-		n, n, 100*penalty, decoded)
+func SharedWhy(n, per, decoded int, penalty float64) string {
+	return fmt.Sprintf("auto: the %d-token prompt through the decode graph would take %d calls, more than a shared graph's steps, estimated %.0f%% longer for this model, cost over the %d tokens the rung decodes",
+		n, promptCalls(n, per), 100*penalty, decoded)
 }

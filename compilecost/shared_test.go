@@ -36,8 +36,12 @@ func TestSharedStepPenalty(t *testing.T) {
 	if p := SharedStepPenalty(1000, 1); p != DefaultSharedStepPenalty {
 		t.Errorf("1000 layers and no weights: %.3f, want the default %.2f as the most", p, DefaultSharedStepPenalty)
 	}
-	if !SharedPays(16, 127, 0.117) || SharedPays(16, 127, 0.241) || SharedPays(1, 100, 0) {
+	if !SharedPays(16, 1, 127, 0.117) || SharedPays(16, 1, 127, 0.241) || SharedPays(1, 1, 100, 0) {
 		t.Error("SharedPays: want 16 prompt tokens against 127 decoded shared at 0.117, not at 0.241, and never a one-token prompt")
+	}
+	// 8 tokens a decode call: 16 tokens are 2 calls, 512 are 64.
+	if SharedPays(16, 8, 127, 0.117) || !SharedPays(512, 8, 127, 0.117) || SharedPays(128, 8, 127, 0.13) {
+		t.Error("SharedPays: want a kernel graph's 16 and 128 prompt tokens through the decode graph, 512 shared")
 	}
 }
 

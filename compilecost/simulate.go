@@ -222,8 +222,8 @@ func (p *plan) choosePrefill() {
 	switch {
 	case cfg.Prefill == PrefillShared:
 		p.share("prefill mode shared: the first rung is one graph that takes the prompt in chunks (taken to cost the prefill time) and decodes")
-	case cfg.Prefill == PrefillAuto && cfg.SharedGraphs && SharedPays(cfg.PromptTokens, decoded, cfg.sharedPenalty()):
-		p.share(SharedWhy(cfg.PromptTokens, decoded, cfg.sharedPenalty()))
+	case cfg.Prefill == PrefillAuto && cfg.SharedGraphs && SharedPays(cfg.PromptTokens, 1, decoded, cfg.sharedPenalty()):
+		p.share(SharedWhy(cfg.PromptTokens, 1, decoded, cfg.sharedPenalty()))
 	}
 	if p.used != "" {
 		return

@@ -21,6 +21,11 @@ const (
 	// paged layout of the graph's capacity. The runtime writes them when
 	// it binds a cache, which must stay mapped while the graph runs.
 	KVTable = "kv_table"
+	// TokenCount is the number of real tokens in a call of a graph whose
+	// static token axis is padded (Weights.StepTokens above the chunk):
+	// i64 [1], 1 to the axis's length. The tokens after them are neither
+	// multiplied nor attended nor written into the cache.
+	TokenCount = "token_count"
 )
 
 // The scheduling inputs of a batched paged graph (GraphSpec.Batch), i32,
@@ -133,6 +138,9 @@ func BuildIR(w *Weights, spec GraphSpec) ([]byte, error) {
 	if spec.DynamicTokens() {
 		b.T = -1
 	}
+	if b.kernelAttend() { // a few tokens a call, padded, counted by TokenCount
+		b.T, b.maxT = int64(w.StepTokens(spec)), int64(w.StepTokens(spec))
+	}
 	if spec.StaticBatch() { // one token per sequence, where a chunk's tokens stand
 		b.T = b.batch
 	}
@@ -165,6 +173,7 @@ type decoderBuilder struct {
 	tokens    port      // [1]: the chunk's length, when it is dynamic
 
 	kvTable port // u8 [layers*16]: the caches' addresses (KVTable), when kernelAttend
+	count   port // i64 [1]: the real tokens of the padded chunk (TokenCount), when kernelAttend
 
 	cos, sin port // [1, T, 1, D]; [T, D/2] in a kernel graph (layerOps)
 	mask     port // [T, P+T] additive f32
@@ -190,6 +199,7 @@ func (b *decoderBuilder) build() {
 	past := make([][2]port, cfg.NumHiddenLayers)
 	if b.kernelAttend() { // the caches' addresses: Weights.AttendsInKernel says why
 		b.kvTable = g.parameter(KVTable, u8, []int64{int64(16 * cfg.NumHiddenLayers)})
+		b.count = g.parameter(TokenCount, i64, []int64{1})
 	}
 	for i := range past {
 		if b.kernelAttend() {
@@ -272,12 +282,13 @@ func (b *decoderBuilder) build() {
 	}
 	last := g.op("Gather", "opset8", []attr{{"batch_dims", "0"}}, []int64{1, rows, H}, f32, x, li, g.scalarI64(1)) // [1, S, H]
 	last = b.reshape(last, []int64{rows, H})                                                                       // [S, H]
-	// A prompt fed token by token wants the logits of its last token
-	// only: one sequence's kernel lm_head skips its product when the
-	// index is negative (18% of SmolLM2's weights, read for nothing).
+	// A prompt's calls before its last want no logits: one sequence's
+	// kernel lm_head multiplies index+1 rows, none when the index is
+	// negative (18% of SmolLM2's weights, read for nothing).
 	logits, ok := port{}, false
 	if b.batch == 0 {
-		logits, ok = g.kernelLinear(last, "lm_head.weight", []int64{rows, V}, li) // [1, V]
+		want := b.add(li, g.constI64([]int64{1}, 1), []int64{1})                    // [1]: 1, or 0 for none
+		logits, ok = g.kernelLinear(last, "lm_head.weight", []int64{rows, V}, want) // [1, V]
 	}
 	if !ok {
 		logits = b.linear(last, "lm_head.weight", V) // [S, V]
@@ -647,7 +658,11 @@ func (b *decoderBuilder) projs(x port, prefixes []string, outs []int64, bias boo
 func (b *decoderBuilder) linear(x port, name string, out int64) port {
 	g := b.g
 	s := b.lastDim(x, out)
-	if y, ok := g.kernelLinear(x, name, s); ok {
+	var real []port // the padded chunk's real tokens, which alone the kernel multiplies
+	if b.kernelAttend() {
+		real = append(real, b.count)
+	}
+	if y, ok := g.kernelLinear(x, name, s, real...); ok {
 		return y
 	}
 	y := b.matmulT(x, g.weight(name), s) // [.., out]

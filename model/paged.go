@@ -131,6 +131,24 @@ func (w *Weights) AttendsInKernel(spec GraphSpec) bool {
 		(kv == "" || kv == "f32" || kv == "bf16")
 }
 
+// KernelStepTokens is the static token axis of a graph that attends
+// through Attend: a decode step is one real token of the 8 (TokenCount),
+// and a prompt goes through the same graph 8 tokens a call, each call
+// reading the weights once, with no second graph to compile. The padding
+// costs the layer's small operations 8 rows instead of 1; the products
+// and the attention skip it.
+const KernelStepTokens = 8
+
+// StepTokens is the most tokens one call of spec's graph over w takes:
+// KernelStepTokens where it attends through Attend (AttendsInKernel),
+// else the spec's chunk.
+func (w *Weights) StepTokens(spec GraphSpec) int {
+	if w.AttendsInKernel(spec) {
+		return KernelStepTokens
+	}
+	return spec.Chunk
+}
+
 // kernelAttend is AttendsInKernel for the graph being built.
 func (b *decoderBuilder) kernelAttend() bool { return b.g.w.AttendsInKernel(b.spec) }
 
@@ -167,7 +185,7 @@ func (b *decoderBuilder) attendPaged(layer int, q, k, v, cacheK, cacheV port) po
 			{"heads", fmt.Sprint(Nh)}, {"kv_heads", fmt.Sprint(Hkv)}, {"head_size", fmt.Sprint(D)},
 			{"block", fmt.Sprint(PagedBlock)}, {"blocks", fmt.Sprint((b.C + PagedBlock - 1) / PagedBlock)},
 			{"layer", fmt.Sprint(layer)}, {"cache_type", string(b.kv)},
-		}, []int64{1, T, Nh * D}, f32, q, k, v, b.kvTable, pa.first) // [1, T, Nh*D]
+		}, []int64{1, T, Nh * D}, f32, q, k, v, b.kvTable, pa.first, b.count) // [1, T, Nh*D]
 	}
 	inputs := []port{
 		b.reshape(q, []int64{T, Nh * D}), b.reshape(k, []int64{T, Hkv * D}), b.reshape(v, []int64{T, Hkv * D}),

@@ -94,13 +94,14 @@ func kernelXML(typ, act string, m, k, n, ids, rowBytes int) string {
 <net name="kernel" version="11"><layers>
 <layer id="0" name="x" type="Parameter" version="opset1"><data shape="%[3]d,%[4]d" element_type="f32"/><output><port id="0" precision="FP32" names="x"><dim>%[3]d</dim><dim>%[4]d</dim></port></output></layer>
 <layer id="1" name="w" type="Const" version="opset1"><data element_type="u8" shape="%[5]d,%[7]d" offset="0" size="%[8]d"/><output><port id="0" precision="U8"><dim>%[5]d</dim><dim>%[7]d</dim></port></output></layer>
-<layer id="2" name="lin" type="GGUFLinear" version="ovrun"><data type="%[1]s" activations="%[2]s"/><input><port id="0"><dim>%[3]d</dim><dim>%[4]d</dim></port><port id="1"><dim>%[5]d</dim><dim>%[7]d</dim></port></input><output><port id="2" precision="FP32" names="y"><dim>%[3]d</dim><dim>%[5]d</dim></port></output></layer>
+<layer id="2" name="lin" type="GGUFLinear" version="ovrun"><data type="%[1]s" activations="%[2]s"/><input><port id="0"><dim>%[3]d</dim><dim>%[4]d</dim></port><port id="1"><dim>%[5]d</dim><dim>%[7]d</dim></port><port id="2"><dim>1</dim></port></input><output><port id="3" precision="FP32" names="y"><dim>%[3]d</dim><dim>%[5]d</dim></port></output></layer>
 <layer id="3" name="y" type="Result" version="opset1"><input><port id="0"><dim>%[3]d</dim><dim>%[5]d</dim></port></input></layer>
 <layer id="4" name="ids" type="Parameter" version="opset1"><data shape="%[6]d" element_type="i64"/><output><port id="0" precision="I64" names="ids"><dim>%[6]d</dim></port></output></layer>
 <layer id="5" name="gather" type="GGUFGather" version="ovrun"><data type="%[1]s"/><input><port id="0"><dim>%[5]d</dim><dim>%[7]d</dim></port><port id="1"><dim>%[6]d</dim></port></input><output><port id="2" precision="FP32" names="rows"><dim>%[6]d</dim><dim>%[4]d</dim></port></output></layer>
 <layer id="6" name="rows" type="Result" version="opset1"><input><port id="0"><dim>%[6]d</dim><dim>%[4]d</dim></port></input></layer>
+<layer id="7" name="want" type="Parameter" version="opset1"><data shape="1" element_type="i64"/><output><port id="0" precision="I64" names="want"><dim>1</dim></port></output></layer>
 </layers><edges>
-<edge from-layer="0" from-port="0" to-layer="2" to-port="0"/><edge from-layer="1" from-port="0" to-layer="2" to-port="1"/><edge from-layer="2" from-port="2" to-layer="3" to-port="0"/>
+<edge from-layer="0" from-port="0" to-layer="2" to-port="0"/><edge from-layer="1" from-port="0" to-layer="2" to-port="1"/><edge from-layer="7" from-port="0" to-layer="2" to-port="2"/><edge from-layer="2" from-port="3" to-layer="3" to-port="0"/>
 <edge from-layer="1" from-port="0" to-layer="5" to-port="0"/><edge from-layer="4" from-port="0" to-layer="5" to-port="1"/><edge from-layer="5" from-port="2" to-layer="6" to-port="0"/>
 </edges></net>`, typ, act, m, k, n, ids, rowBytes, n*rowBytes)
 }
@@ -132,7 +133,9 @@ func quantized(x []float32) []float64 {
 // float64 references: exact products to f32 rounding; 8-bit ones against
 // the same quantization of x in float64 (the minimum's term with the
 // exact sum of x), so a wrong scale, sign or lane is caught, not hidden in
-// the quantization's error.
+// the quantization's error. The product's rows input (want) asks for the
+// first rows alone, as a padded decode graph does: 5 tokens with 3
+// wanted, and a call that wants none still runs.
 func TestKernelMatchesReference(t *testing.T) {
 	c := needCore(t)
 	if err := c.GGUFLinear(); err != nil {
@@ -184,6 +187,19 @@ func TestKernelMatchesReference(t *testing.T) {
 					}
 					defer it.Close()
 					copy(it.Int64s(), ids)
+					real := m // the rows wanted
+					if m == 5 {
+						real = 3
+					}
+					wt2, err := NewTensor(I64, []int64{1})
+					if err != nil {
+						t.Fatal(err)
+					}
+					defer wt2.Close()
+					wt2.Int64s()[0] = int64(real)
+					if err := req.SetTensor("want", wt2); err != nil {
+						t.Fatal(err)
+					}
 					if err := req.SetTensor("x", xt); err != nil {
 						t.Fatal(err)
 					}
@@ -194,7 +210,7 @@ func TestKernelMatchesReference(t *testing.T) {
 						t.Fatal(err)
 					}
 					y := outputOf(t, req, "y")
-					for tok := range m {
+					for tok := range real {
 						xs := make([]float64, k)
 						for e := range k {
 							xs[e] = float64(x[tok*k+e])
@@ -235,6 +251,11 @@ func TestKernelMatchesReference(t *testing.T) {
 								t.Fatalf("gathered id %d, element %d: %g, want %g", id, e, got, want)
 							}
 						}
+					}
+					// No rows wanted: the call runs and multiplies nothing.
+					wt2.Int64s()[0] = 0
+					if err := req.Infer(); err != nil {
+						t.Fatalf("a call that wants no rows: %v", err)
 					}
 				})
 			}

@@ -131,13 +131,18 @@ func paramXML(id int, name, et string, dims ...int) string {
 }
 
 // attendXML is Attend(q [1, T, nh*d], k, v [1, T, hkv*d], table u8 [16],
-// past i64 [1]) -> att over layer 0's caches of blocks blocks of et, every
-// input a parameter.
-func attendXML(tokens, nh, hkv, d, block, blocks int, et string) string {
+// past i64 [1] [, count i64 [1]]) -> att over layer 0's caches of blocks
+// blocks of et, every input a parameter.
+func attendXML(tokens, nh, hkv, d, block, blocks int, et string, counted bool) string {
 	param := paramXML
-	var edges string
+	var edges, countParam, countPort string
 	for i := range 5 {
 		edges += fmt.Sprintf(`<edge from-layer="%d" from-port="0" to-layer="5" to-port="%d"/>`, i, i)
+	}
+	outPort := 5
+	if counted {
+		countParam, countPort, outPort = param(7, "count", "i64", 1), `<port id="5"><dim>1</dim></port>`, 6
+		edges += `<edge from-layer="7" from-port="0" to-layer="5" to-port="5"/>`
 	}
 	out := fmt.Sprintf("<dim>1</dim><dim>%d</dim><dim>%d</dim>", tokens, nh*d)
 	return fmt.Sprintf(`<?xml version="1.0"?>
@@ -147,12 +152,13 @@ func attendXML(tokens, nh, hkv, d, block, blocks int, et string) string {
 %s
 %s
 %s
-<layer id="5" name="att" type="Attend" version="ovrun"><data heads="%d" kv_heads="%d" head_size="%d" block="%d" blocks="%d" layer="0" cache_type="%s"/><input><port id="0">%s</port><port id="1"><dim>1</dim><dim>%d</dim><dim>%d</dim></port><port id="2"><dim>1</dim><dim>%d</dim><dim>%d</dim></port><port id="3"><dim>16</dim></port><port id="4"><dim>1</dim></port></input><output><port id="5" precision="FP32" names="att">%s</port></output></layer>
+<layer id="5" name="att" type="Attend" version="ovrun"><data heads="%d" kv_heads="%d" head_size="%d" block="%d" blocks="%d" layer="0" cache_type="%s"/><input><port id="0">%s</port><port id="1"><dim>1</dim><dim>%d</dim><dim>%d</dim></port><port id="2"><dim>1</dim><dim>%d</dim><dim>%d</dim></port><port id="3"><dim>16</dim></port><port id="4"><dim>1</dim></port>%s</input><output><port id="%d" precision="FP32" names="att">%s</port></output></layer>
 <layer id="6" name="att_out" type="Result" version="opset1"><input><port id="0">%s</port></input></layer>
-</layers><edges>%s<edge from-layer="5" from-port="5" to-layer="6" to-port="0"/></edges></net>`,
+%s
+</layers><edges>%s<edge from-layer="5" from-port="%d" to-layer="6" to-port="0"/></edges></net>`,
 		param(0, "q", "f32", 1, tokens, nh*d), param(1, "k", "f32", 1, tokens, hkv*d), param(2, "v", "f32", 1, tokens, hkv*d),
 		param(3, "table", "u8", 16), param(4, "past", "i64", 1),
-		nh, hkv, d, block, blocks, et, out, tokens, hkv*d, tokens, hkv*d, out, out, edges)
+		nh, hkv, d, block, blocks, et, out, tokens, hkv*d, tokens, hkv*d, countPort, outPort, out, out, countParam, edges, outPort)
 }
 
 // TestAttendMatchesReference runs Attend on random queries and caches (the
@@ -163,7 +169,9 @@ func attendXML(tokens, nh, hkv, d, block, blocks int, et string) string {
 // into the caches at slots past.. (checked in place), then each query
 // head's softmax over slots 0..past+t of its KV head. A wrong slot, block
 // stride, head group, causal bound or chunk combination is caught; a table
-// with no cache in it fails the call.
+// with no cache in it fails the call. With a count (a padded token axis)
+// only the first count tokens are written and attended: the padding's
+// slots keep what they held.
 func TestAttendMatchesReference(t *testing.T) {
 	c := needCore(t)
 	if err := c.GGUFLinear(); err != nil {
@@ -185,13 +193,15 @@ func TestAttendMatchesReference(t *testing.T) {
 		et           string
 		tokens, past int
 		precision    string // the graph's INFERENCE_PRECISION_HINT
-	}{{"f32", 1, 300, "f32"}, {"f32", 1, 1100, "f32"}, {"f32", 3, 5, "f32"}, {"f32", 1, 0, "f32"}, {"bf16", 1, 40, "f32"}, {"bf16", 2, 260, "bf16"}} {
-		t.Run(fmt.Sprintf("%s-T%d-past%d-%s", tc.et, tc.tokens, tc.past, tc.precision), func(t *testing.T) {
+		count        int    // the real tokens of a padded axis; 0: no count input
+	}{{"f32", 1, 300, "f32", 0}, {"f32", 1, 1100, "f32", 0}, {"f32", 3, 5, "f32", 0}, {"f32", 1, 0, "f32", 0}, {"bf16", 1, 40, "f32", 0}, {"bf16", 2, 260, "bf16", 0},
+		{"f32", 8, 13, "f32", 3}, {"f32", 8, 0, "f32", 8}, {"bf16", 8, 70, "f32", 1}} {
+		t.Run(fmt.Sprintf("%s-T%d-past%d-%s-count%d", tc.et, tc.tokens, tc.past, tc.precision, tc.count), func(t *testing.T) {
 			if caps, err := c.Property("CPU", "OPTIMIZATION_CAPABILITIES"); tc.precision == "bf16" && (err != nil || !strings.Contains(caps, "BF16")) {
 				t.Skipf("no bf16 inference on this CPU (%q)", caps)
 			}
 			T, nb := tc.tokens, (tc.past+tc.tokens+block-1)/block+1
-			model, err := c.ReadModel([]byte(attendXML(tc.tokens, nh, hkv, d, block, nb, tc.et)), nil)
+			model, err := c.ReadModel([]byte(attendXML(tc.tokens, nh, hkv, d, block, nb, tc.et, tc.count > 0)), nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -217,6 +227,11 @@ func TestAttendMatchesReference(t *testing.T) {
 				}
 			}
 			set("past", I64, 1).Int64s()[0] = int64(tc.past)
+			real := T // the tokens written and attended
+			if tc.count > 0 {
+				real = tc.count
+				set("count", I64, 1).Int64s()[0] = int64(tc.count)
+			}
 			table := set("table", U8, 16) // the caches' addresses, K then V
 			// caches[0], caches[1]: K and V as the reference reads them,
 			// [slot][h][d]; slot s sits at ((s/block*hkv+h)*block+s%block)*d.
@@ -261,7 +276,7 @@ func TestAttendMatchesReference(t *testing.T) {
 				return float64(v)
 			}
 			for ci, src := range []*Tensor{kt, vt} {
-				for tok := range T {
+				for tok := range real {
 					for h := range hkv {
 						for e := range d {
 							caches[ci][((tc.past+tok)*hkv+h)*d+e] = round(src.Float32s()[(tok*hkv+h)*d+e])
@@ -298,7 +313,7 @@ func TestAttendMatchesReference(t *testing.T) {
 			}
 			worst := 0.0
 			defer func() { t.Logf("max abs error %.3g", worst) }()
-			for tok := range T {
+			for tok := range real {
 				for n := range nh {
 					h := n / (nh / hkv)
 					seen := tc.past + tok + 1

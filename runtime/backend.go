@@ -192,6 +192,38 @@ type Feeder interface {
 	Feed(ids []int64, start int) error
 }
 
+// StepTokener is an Executable whose calls take more tokens than its
+// spec's chunk: ovexec's kernel decode graphs, whose static token axis of
+// model.KernelStepTokens is padded and counted, so a prompt goes through
+// the decode graph that many tokens a call (each call reading the weights
+// once). StepTokens without it is the spec's chunk.
+type StepTokener interface {
+	StepTokens() int
+}
+
+// StepTokens is the most tokens one call of exe takes.
+func StepTokens(exe Executable) int {
+	if s, ok := exe.(StepTokener); ok {
+		return s.StepTokens()
+	}
+	return exe.Spec().Chunk
+}
+
+// SpecStepTokener is a Compiler that says how many tokens one call of a
+// spec's graph will take (StepTokens of what it compiles), which auto
+// mode weighs before the compile. Without it, the spec's chunk.
+type SpecStepTokener interface {
+	StepTokens(spec model.GraphSpec) int
+}
+
+// specStepTokens is the most tokens one call of comp's graph of spec takes.
+func specStepTokens(comp Compiler, spec model.GraphSpec) int {
+	if s, ok := comp.(SpecStepTokener); ok {
+		return s.StepTokens(spec)
+	}
+	return spec.Chunk
+}
+
 // OriginReporter is an Executable that knows its Origin.
 type OriginReporter interface {
 	Origin() Origin

@@ -163,7 +163,8 @@ func (l *CompiledLadder) shareFirstRung(i, n, decode int) (why string, shared bo
 	if l.prefillMode != PrefillAuto || l.cfg.KeepRungs {
 		return "", false, 0
 	}
-	if why, shared, penalty = autoShared(l.comp, n, min(decode, l.caps[i]-n), l.cfg.PrefillChunk); !shared {
+	per := specStepTokens(l.comp, DecodeSpec(l.caps[i], PrefillDecode, l.cfg.PrefillChunk))
+	if why, shared, penalty = autoShared(l.comp, n, per, min(decode, l.caps[i]-n), l.cfg.PrefillChunk); !shared {
 		return "", false, penalty
 	}
 	l.mu.Lock()

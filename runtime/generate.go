@@ -84,12 +84,13 @@ func Generate(ctx context.Context, comp Compiler, shape KVShape, cfg GenerateCon
 	res := &GenerateResult{}
 	beside := false // the prefill graph compiled beside the decode graph
 	if mode == PrefillAuto {
-		why, shared, penalty := autoShared(comp, P, M-1, cfg.PrefillChunk)
+		per := specStepTokens(comp, DecodeSpec(cfg.Capacity, PrefillDecode, cfg.PrefillChunk))
+		why, shared, penalty := autoShared(comp, P, per, M-1, cfg.PrefillChunk)
 		res.SharedStepPenalty = penalty
 		switch {
 		case shared && sharesWeights(comp):
 			mode, beside = PrefillGraph, true
-			res.PrefillReason = fmt.Sprintf("%s; the prefill graph (up to %d tokens per call) compiles beside the decode graph, whose weights it reads in the same memory", compilecost.SharedWhy(P, M-1, penalty), cfg.PrefillChunk)
+			res.PrefillReason = fmt.Sprintf("%s; the prefill graph (up to %d tokens per call) compiles beside the decode graph, whose weights it reads in the same memory", compilecost.SharedWhy(P, per, M-1, penalty), cfg.PrefillChunk)
 		case shared:
 			mode, res.PrefillReason = PrefillShared, why
 		}
@@ -227,24 +228,25 @@ func Generate(ctx context.Context, comp Compiler, shape KVShape, cfg GenerateCon
 	return res, nil
 }
 
-// generatePrefillAuto feeds the prompt through dec one token at a time
-// and, when prefillGraphPays says so, compiles the prefill graph and runs
+// generatePrefillAuto feeds the prompt through dec a call at a time (one
+// token, or StepTokens) and, when prefillGraphPays says so, compiles the prefill graph and runs
 // the rest through it (the decode graph's compile time, res.CompileS so
 // far, is the estimate of the prefill graph's: fromDecodeGraph). Compile time goes to
 // res.CompileS, the rest to res.PrefillS.
 func generatePrefillAuto(res *GenerateResult, comp Compiler, dec Executable, kv *KV, cfg GenerateConfig, compilePrefill func() (Executable, error)) ([]float32, error) {
 	prompt := cfg.Prompt
 	feed := fromDecodeGraph(dec, res.CompileS, model.GraphSpec{Capacity: cfg.Capacity, Chunk: cfg.PrefillChunk}, comp)
-	feed.chunk = cfg.PrefillChunk
+	feed.chunk, feed.per = cfg.PrefillChunk, StepTokens(dec)
 	var logits []float32
 	t1 := time.Now()
-	for k := range prompt {
+	for k := 0; k < len(prompt); k += feed.calls() {
+		end := min(k+feed.calls(), len(prompt))
 		t := time.Now()
 		var err error
-		if logits, err = promptStep(dec, prompt, k, k+1); err != nil {
-			return nil, fmt.Errorf("prompt token %d through the decode graph: %w", k, err)
+		if logits, err = promptStep(dec, prompt, k, end); err != nil {
+			return nil, fmt.Errorf("prompt tokens %d..%d through the decode graph: %w", k, end-1, err)
 		}
-		why, pays := feed.fed(k, time.Since(t).Seconds(), len(prompt))
+		why, pays := feed.fed(k, end, time.Since(t).Seconds(), len(prompt))
 		if !pays {
 			continue
 		}
@@ -258,7 +260,7 @@ func generatePrefillAuto(res *GenerateResult, comp Compiler, dec Executable, kv 
 			return nil, err
 		}
 		t2 := time.Now()
-		logits, err = PrefillFrom(pre, prompt, k+1)
+		logits, err = PrefillFrom(pre, prompt, end)
 		res.PrefillS += time.Since(t2).Seconds()
 		return logits, err
 	}

@@ -115,18 +115,23 @@ func TestPrefillGraphPays(t *testing.T) {
 	for _, tc := range []struct {
 		name       string
 		rest       int
+		per        int // tokens a decode call
 		step, est  float64
 		wantPays   bool
 		wantGraphS float64
+		wantFeedS  float64
 	}{
-		{name: "short rest: feed it", rest: 15, step: 0.02, est: 2.5, wantPays: false, wantGraphS: 2.52},
-		{name: "long rest: compile", rest: 510, step: 0.02, est: 2.5, wantPays: true, wantGraphS: 2.66},
-		{name: "a tie feeds", rest: 64, step: 0.5, est: 31.5, wantPays: false, wantGraphS: 32},
+		{name: "short rest: feed it", rest: 15, per: 1, step: 0.02, est: 2.5, wantPays: false, wantGraphS: 2.52, wantFeedS: 0.3},
+		{name: "long rest: compile", rest: 510, per: 1, step: 0.02, est: 2.5, wantPays: true, wantGraphS: 2.66, wantFeedS: 10.2},
+		{name: "a tie feeds", rest: 64, per: 1, step: 0.5, est: 31.5, wantPays: false, wantGraphS: 32, wantFeedS: 32},
+		// 8 tokens a decode call: 64 calls for 510 tokens, the last one short.
+		{name: "8 a call: feed it", rest: 510, per: 8, step: 0.03, est: 2.5, wantPays: false, wantGraphS: 2.74, wantFeedS: 1.92},
+		{name: "8 a call: compile", rest: 510, per: 8, step: 0.03, est: 1.5, wantPays: true, wantGraphS: 1.74, wantFeedS: 1.92},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			feed, graph, pays := prefillGraphPays(tc.rest, 64, tc.step, tc.est)
-			if pays != tc.wantPays || abs(graph-tc.wantGraphS) > 1e-9 || abs(feed-float64(tc.rest)*tc.step) > 1e-9 {
-				t.Errorf("prefillGraphPays(%d, 64, %g, %g) = %g, %g, %v; want graph %g, pays %v", tc.rest, tc.step, tc.est, feed, graph, pays, tc.wantGraphS, tc.wantPays)
+			feed, graph, pays := prefillGraphPays(tc.rest, tc.per, 64, tc.step, tc.est)
+			if pays != tc.wantPays || abs(graph-tc.wantGraphS) > 1e-9 || abs(feed-tc.wantFeedS) > 1e-9 {
+				t.Errorf("prefillGraphPays(%d, %d, 64, %g, %g) = %g, %g, %v; want feed %g, graph %g, pays %v", tc.rest, tc.per, tc.step, tc.est, feed, graph, pays, tc.wantFeedS, tc.wantGraphS, tc.wantPays)
 			}
 		})
 	}
@@ -175,8 +180,8 @@ func TestPrefillEstimate(t *testing.T) {
 			a.chunk = 64
 			// 400 tokens left at 10 ms a step: 4 s through the decode graph
 			// against 0.11 s + 7 calls: the lower bound pays.
-			a.fed(0, 0.01, 402)
-			_, pays := a.fed(1, 0.01, 402)
+			a.fed(0, 1, 0.01, 402)
+			_, pays := a.fed(1, 2, 0.01, 402)
 			if a.est != tc.want || pays != (tc.want < 1) {
 				t.Errorf("estimate %g (%q), pays %v; want %g", a.est, a.source, pays, tc.want)
 			}
@@ -184,7 +189,7 @@ func TestPrefillEstimate(t *testing.T) {
 	}
 	a := autoFeed{chunk: 64, est: math.Inf(1), source: "unknown"}
 	for k := range 20 {
-		if _, pays := a.fed(k, 0.01, 500); pays {
+		if _, pays := a.fed(k, k+1, 0.01, 500); pays {
 			t.Fatalf("an unknown compile cost paid after %d tokens", k+1)
 		}
 	}

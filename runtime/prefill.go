@@ -78,15 +78,15 @@ const (
 // compiles shared graphs, where compilecost.SharedPays with the compiler's
 // estimate of the shared graph's slower steps; it says why, and returns the
 // estimate it weighed (0 on a compiler without shared graphs).
-func autoShared(comp Compiler, n, decoded, chunk int) (why string, shared bool, penalty float64) {
+func autoShared(comp Compiler, n, per, decoded, chunk int) (why string, shared bool, penalty float64) {
 	if !sharedGraphs(comp) {
 		return "", false, 0
 	}
 	penalty = sharedPenalty(comp)
-	if !compilecost.SharedPays(n, decoded, penalty) {
+	if !compilecost.SharedPays(n, per, decoded, penalty) {
 		return "", false, penalty
 	}
-	return fmt.Sprintf("%s; the rung compiles as a shared graph (up to %d tokens per call)", compilecost.SharedWhy(n, decoded, penalty), chunk), true, penalty
+	return fmt.Sprintf("%s; the rung compiles as a shared graph (up to %d tokens per call)", compilecost.SharedWhy(n, per, decoded, penalty), chunk), true, penalty
 }
 
 // DecodeSpec is the spec of the graph a rung of this capacity decodes
@@ -214,8 +214,9 @@ func fromDecodeGraph(dec Executable, decS float64, pre model.GraphSpec, comp Com
 	return autoFeed{est: decS, source: fmt.Sprintf("at least the %.2f s the decode graph's import took", decS), exact: exact}
 }
 
-// prefillAuto feeds the prompt through the first rung's decode graph one
-// token at a time. After every token (from the second on: the first call
+// prefillAuto feeds the prompt through the first rung's decode graph a
+// call at a time (one token, or a kernel graph's StepTokens). After every
+// call (from the second on: the first call
 // pays one-time costs) it compares the rest of the prompt through the
 // decode graph, at the measured step time, with compiling the prefill graph
 // and running the rest through it; when the prefill graph wins it is
@@ -228,16 +229,17 @@ func (q *Sequence) prefillAuto(ctx context.Context) (compileS float64, err error
 	prompt, chunk := q.cfg.Prompt, q.l.cfg.PrefillChunk
 	r, exe := q.l.rungs[q.cur], q.exe
 	feed := q.prefillEstimate()
-	feed.chunk = chunk
+	feed.chunk, feed.per = chunk, StepTokens(exe)
 	failed := false // the prefill graph failed to compile: the decode graph takes the rest
-	for k := range prompt {
+	for k := 0; k < len(prompt); k += feed.calls() {
 		if err := ctx.Err(); err != nil {
 			return 0, err
 		}
+		end := min(k+feed.calls(), len(prompt))
 		var dt float64
 		err := r.run(exe, q.kv, func() error {
 			t0 := q.now()
-			logits, err := promptStep(exe, prompt, k, k+1)
+			logits, err := promptStep(exe, prompt, k, end)
 			dt = q.now().Sub(t0).Seconds()
 			if logits != nil {
 				q.logits = append(q.logits[:0], logits...)
@@ -245,10 +247,10 @@ func (q *Sequence) prefillAuto(ctx context.Context) (compileS float64, err error
 			return err
 		})
 		if err != nil {
-			return 0, fmt.Errorf("prompt token %d through the decode graph: %w", k, err)
+			return 0, fmt.Errorf("prompt tokens %d..%d through the decode graph: %w", k, end-1, err)
 		}
-		q.s.PrefillDecodeTokens = k + 1
-		why, pays := feed.fed(k, dt, len(prompt))
+		q.s.PrefillDecodeTokens = end
+		why, pays := feed.fed(k, end, dt, len(prompt))
 		if !pays || failed {
 			continue
 		}
@@ -264,12 +266,12 @@ func (q *Sequence) prefillAuto(ctx context.Context) (compileS float64, err error
 			// costs time, not the run.
 			failed = true
 			q.note("prefill graph failed to compile (%v); the rest of the prompt goes through the decode graph", err)
-			q.choosePrefill(PrefillUsedDecode, "the prefill graph failed to compile after %d prompt tokens; the decode graph took the rest", k+1)
+			q.choosePrefill(PrefillUsedDecode, "the prefill graph failed to compile after %d prompt tokens; the decode graph took the rest", end)
 			continue
 		}
 		q.pre = pr
 		err = pr.run(pexe, q.kv, func() error {
-			logits, err := PrefillFrom(pexe, prompt, k+1)
+			logits, err := PrefillFrom(pexe, prompt, end)
 			q.logits = append(q.logits[:0], logits...)
 			return err
 		})
@@ -283,12 +285,13 @@ func (q *Sequence) prefillAuto(ctx context.Context) (compileS float64, err error
 	return 0, nil
 }
 
-// autoFeed is auto mode's account of a prompt fed token by token through
-// the decode graph, shared by sequences and Generate: the mean step time
-// (the first call pays one-time costs and is left out) and, after each
-// token, whether the prefill graph now pays for the rest (prefillGraphPays)
-// and why.
+// autoFeed is auto mode's account of a prompt fed through the decode graph
+// a call at a time (per tokens each, StepTokens), shared by sequences and
+// Generate: the mean call time (the first call pays one-time costs and is
+// left out) and, after each call, whether the prefill graph now pays for
+// the rest (prefillGraphPays) and why.
 type autoFeed struct {
+	per    int     // tokens per decode call (0: 1)
 	chunk  int     // tokens per prefill call
 	est    float64 // the prefill graph's compile, estimated, s
 	source string  // where est comes from
@@ -299,56 +302,70 @@ type autoFeed struct {
 	steps   int
 }
 
-// fed records the step time dt of prompt token k of n; when the prefill
-// graph should take the tokens left, pays is true and why says so.
-func (a *autoFeed) fed(k int, dt float64, n int) (why string, pays bool) {
-	if k > 0 {
+// calls is a's tokens per decode call.
+func (a *autoFeed) calls() int { return max(a.per, 1) }
+
+// fed records the time dt of the decode call that took prompt tokens
+// s..end-1 of n; when the prefill graph should take the tokens left, pays
+// is true and why says so.
+func (a *autoFeed) fed(s, end int, dt float64, n int) (why string, pays bool) {
+	if s > 0 {
 		a.stepSum += dt
 		a.steps++
 	}
-	rest := n - k - 1
+	rest := n - end
 	if rest == 0 || a.steps == 0 {
 		return "", false
 	}
 	step := a.stepSum / float64(a.steps)
-	feed, graph, pays := prefillGraphPays(rest, a.chunk, step, a.est)
+	feed, graph, pays := prefillGraphPays(rest, a.calls(), a.chunk, step, a.est)
 	if pays && a.exact != nil {
 		a.est, a.source = a.exact()
 		a.exact = nil
-		feed, graph, pays = prefillGraphPays(rest, a.chunk, step, a.est)
+		feed, graph, pays = prefillGraphPays(rest, a.calls(), a.chunk, step, a.est)
 	}
 	if !pays {
 		return "", false
 	}
-	return fmt.Sprintf("after %d prompt tokens through the decode graph (%.1f ms each), the %d left would take %.2f s there against %.2f s to compile the prefill graph (%.2f s, %s) and run them through it",
-		k+1, 1000*step, rest, feed, graph, a.est, a.source), true
+	return fmt.Sprintf("after %d prompt tokens through the decode graph (%s), the %d left would take %.2f s there against %.2f s to compile the prefill graph (%.2f s, %s) and run them through it",
+		end, a.pace(), rest, feed, graph, a.est, a.source), true
+}
+
+// pace is the mean decode call's time, as a prompt's tokens saw it.
+func (a *autoFeed) pace() string {
+	ms := 1000 * a.stepSum / float64(max(a.steps, 1))
+	if a.calls() == 1 {
+		return fmt.Sprintf("%.1f ms each", ms)
+	}
+	return fmt.Sprintf("%.1f ms a call of up to %d", ms, a.calls())
 }
 
 // stayedReason says why all n prompt tokens stayed on the decode graph.
 func (a *autoFeed) stayedReason(n int) string {
 	if math.IsInf(a.est, 1) {
-		return fmt.Sprintf("the %d prompt tokens went through the decode graph (%.1f ms each): what compiling the prefill graph would cost is %s",
-			n, 1000*a.stepSum/float64(max(a.steps, 1)), a.source)
+		return fmt.Sprintf("the %d prompt tokens went through the decode graph (%s): what compiling the prefill graph would cost is %s",
+			n, a.pace(), a.source)
 	}
-	return fmt.Sprintf("the %d prompt tokens went through the decode graph (%.1f ms each) in less time than the prefill graph would take to compile (%.2f s, %s)",
-		n, 1000*a.stepSum/float64(max(a.steps, 1)), a.est, a.source)
+	return fmt.Sprintf("the %d prompt tokens went through the decode graph (%s) in less time than the prefill graph would take to compile (%.2f s, %s)",
+		n, a.pace(), a.est, a.source)
 }
 
 // prefillGraphPays is auto mode's one rule: the rest of a prompt goes
-// through the decode graph at step seconds a token (feed) unless compiling
-// the prefill graph (est seconds) and running the rest through it in
-// chunks, each taken to cost one decode step (graph), is faster.
-func prefillGraphPays(rest, chunk int, step, est float64) (feed, graph float64, pays bool) {
-	feed = float64(rest) * step
+// through the decode graph in calls of per tokens at step seconds a call
+// (feed) unless compiling the prefill graph (est seconds) and running the
+// rest through it in chunks, each taken to cost one decode call (graph),
+// is faster.
+func prefillGraphPays(rest, per, chunk int, step, est float64) (feed, graph float64, pays bool) {
+	feed = float64((rest+per-1)/per) * step
 	graph = est + float64((rest+chunk-1)/chunk)*step
 	return feed, graph, feed > graph
 }
 
-// PrefillFrom feeds prompt[start:] through exe in chunks of its spec, at
+// PrefillFrom feeds prompt[start:] through exe in calls of StepTokens, at
 // their positions, and returns the logits after the last prompt token; the
 // cache must already hold the rows of positions before start.
 func PrefillFrom(exe Executable, prompt []int64, start int) ([]float32, error) {
-	chunk := exe.Spec().Chunk
+	chunk := StepTokens(exe)
 	var logits []float32
 	for s := start; s < len(prompt); s += chunk {
 		var err error

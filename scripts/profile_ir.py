@@ -29,7 +29,7 @@ def main():
     ap.add_argument("xml")
     ap.add_argument("--live", type=int, default=144, help="tokens already in the cache (first position)")
     ap.add_argument("--steps", type=int, default=30)
-    ap.add_argument("--tokens", type=int, default=1, help="tokens per call of a shared graph")
+    ap.add_argument("--tokens", type=int, default=1, help="tokens per call of a shared graph, or the real ones of a kernel decode graph's 8")
     ap.add_argument("--precision", default="", help="INFERENCE_PRECISION_HINT (default: the device's)")
     ap.add_argument("--top", type=int, default=20)
     a = ap.parse_args()
@@ -50,6 +50,9 @@ def main():
 
     req = cm.create_infer_request()
     feeds = {}
+    # A kernel decode graph's token axis is padded (8): token_count says
+    # how many of them are real, --tokens of them (default 1, a decode step).
+    counted = any(p.get_any_name() == "token_count" for p in m.inputs)
     for p in m.inputs:  # as declared: the plugin may relax a paged cache's shape
         # Dynamic dimensions: a shared graph's token axis takes --tokens
         # (default 1, a decode step); a bounded graph's past inputs
@@ -67,7 +70,11 @@ def main():
             feeds[name] = (a.live + np.arange(shape[1])).reshape(shape).astype(np.int64)
         elif name == "logits_index":
             T = feeds["input_ids"].shape[1]
-            feeds[name] = np.array([T - 1], dtype=np.int64)  # the last token of the chunk
+            if counted:
+                T = min(T, a.tokens)
+            feeds[name] = np.array([T - 1], dtype=np.int64)  # the last (real) token of the chunk
+        elif name == "token_count":
+            feeds[name] = np.array([min(feeds["input_ids"].shape[1], a.tokens)], dtype=np.int64)
         elif name == "kv_table":  # a kernel decode graph's caches, by address
             feeds[name], caches = kv_table(m, random_cache)
         elif p.get_element_type() == ov.Type.bf16:  # a cache stored in bf16

@@ -2,10 +2,12 @@
 // own Q4_1, Q4_0 and Q8_0 blocks, the way llama.cpp does: ovrun's kernel
 // (--weights kernel and kernel-q8).
 //
-//   GGUFLinear(x f32 [..., K], blocks u8 [N, K/32*B] [, row i32|i64 [1]]) -> y f32 [..., N]
-//     y[.., n] = sum over k of x[.., k] * w[n, k]; with the optional row
-//     input negative, nothing is computed and y is left as it was (the
-//     lm_head of a decode graph whose caller wants no logits this call)
+//   GGUFLinear(x f32 [..., K], blocks u8 [N, K/32*B] [, rows i32|i64 [1]]) -> y f32 [..., N]
+//     y[.., n] = sum over k of x[.., k] * w[n, k] for the first `rows`
+//     rows of x (all without the input); the rows after them are left as
+//     they were, and with rows 0 or less nothing is computed: the padding
+//     of a decode graph's token axis, and its lm_head when the caller
+//     wants no logits this call
 //   GGUFGather(blocks u8 [V, K/32*B], ids i32|i64 [...]) -> f32 [..., K]
 //     the rows ids name (an embedding), zeros for an id out of range
 //
@@ -447,12 +449,12 @@ public:
         NODE_VALIDATION_CHECK(this, formatOf(m_type, m_format), "type must be q4_1x8, q4_0x8 or q8_0x8, not ", m_type);
         NODE_VALIDATION_CHECK(this, m_activations == "f32" || m_activations == "q8", "activations must be f32 or q8, not ",
                               m_activations);
-        NODE_VALIDATION_CHECK(this, get_input_size() == 2 || get_input_size() == 3, "takes x, blocks and optionally row");
+        NODE_VALIDATION_CHECK(this, get_input_size() == 2 || get_input_size() == 3, "takes x, blocks and optionally rows");
         NODE_VALIDATION_CHECK(this, get_input_element_type(0) == ov::element::f32, "x must be f32");
         NODE_VALIDATION_CHECK(this, get_input_element_type(1) == ov::element::u8, "blocks must be u8");
         if (get_input_size() == 3) {
             const ov::element::Type rt = get_input_element_type(2);
-            NODE_VALIDATION_CHECK(this, rt == ov::element::i32 || rt == ov::element::i64, "row must be i32 or i64");
+            NODE_VALIDATION_CHECK(this, rt == ov::element::i32 || rt == ov::element::i64, "rows must be i32 or i64");
         }
         const ov::PartialShape& ws = get_input_partial_shape(1);
         const size_t K = checkBlocks(this, ws, m_format);
@@ -483,11 +485,14 @@ public:
         const ov::Tensor& w = inputs[1];
         const ov::Shape xs = x.get_shape();
         const size_t K = xs.back(), N = w.get_shape()[0];
-        const size_t M = K == 0 ? 0 : x.get_size() / K;
+        size_t M = K == 0 ? 0 : x.get_size() / K;
         ov::Shape ys = xs;
         ys.back() = N;
         outputs[0].set_shape(ys);
-        if (inputs.size() == 3 && inputs[2].get_size() > 0 && ovrun::intAt(inputs[2], 0) < 0) {
+        if (inputs.size() == 3 && inputs[2].get_size() > 0) {  // the first rows alone
+            M = static_cast<size_t>(std::clamp<int64_t>(ovrun::intAt(inputs[2], 0), 0, static_cast<int64_t>(M)));
+        }
+        if (M == 0) {
             return true;  // no product wanted this call
         }
         const float* xp = x.data<const float>();

@@ -10,7 +10,8 @@
 //     a*cos - b*sin and b*cos + a*sin (the rotate-half form of Hugging
 //     Face's Llama), attribute head_size D
 //   Attend(q f32 [1, T, Nh*D], k f32 [1, T, Hkv*D], v f32 [1, T, Hkv*D],
-//          table u8 [layers*16], past i64|i32 [1]) -> [1, T, Nh*D] f32
+//          table u8 [layers*16], past i64|i32 [1] [, count i64|i32 [1]])
+//          -> [1, T, Nh*D] f32
 //     one sequence's attention over the caches of layer `layer`, whose
 //     addresses the table holds (K then V, 8 bytes little-endian each),
 //     each [blocks, Hkv, block, D] of cache_type f32 or bf16 (slot s in
@@ -19,7 +20,10 @@
 //     PagedAttention does), then each query token t attends over slots
 //     0..past+t, query head n over KV head n/(Nh/Hkv), scaled by
 //     1/sqrt(D); attributes heads, kv_heads, head_size, block, blocks,
-//     layer, cache_type
+//     layer, cache_type. With count, only the first count tokens of the
+//     chunk are real: the rest (a static token axis's padding) are
+//     neither written nor attended, and their rows of the output are left
+//     as they were
 //
 // Written out in opset operations these are 7 and 8 nodes with their
 // constants, which the CPU plugin's compile matches back into its own RMS
@@ -277,7 +281,7 @@ public:
     }
 
     void validate_and_infer_types() override {
-        NODE_VALIDATION_CHECK(this, get_input_size() == 5, "Attend takes q, k, v, the cache table and past");
+        NODE_VALIDATION_CHECK(this, get_input_size() == 5 || get_input_size() == 6, "Attend takes q, k, v, the cache table, past and optionally count");
         for (size_t i = 0; i < 3; ++i) {
             NODE_VALIDATION_CHECK(this, get_input_element_type(i) == ov::element::f32, "q, k and v must be f32");
         }
@@ -294,6 +298,10 @@ public:
         // The CPU plugin runs i64 as i32.
         const ov::element::Type pe = get_input_element_type(4);
         NODE_VALIDATION_CHECK(this, pe == ov::element::i64 || pe == ov::element::i32, "past must be i64 or i32");
+        if (get_input_size() == 6) {
+            const ov::element::Type ce = get_input_element_type(5);
+            NODE_VALIDATION_CHECK(this, ce == ov::element::i64 || ce == ov::element::i32, "count must be i64 or i32");
+        }
         const ov::PartialShape& qs = get_input_partial_shape(0);
         NODE_VALIDATION_CHECK(this, qs.rank().compatible(3) && (qs.rank().is_dynamic() || qs[2].compatible(m_heads * m_headSize)),
                               "q must be [1, T, heads*head_size]");
@@ -328,7 +336,15 @@ private:
         using T = typename E::T;
         const size_t Hkv = static_cast<size_t>(m_kvHeads), B = static_cast<size_t>(m_block), D = static_cast<size_t>(m_headSize);
         const size_t Nh = static_cast<size_t>(m_heads), G = Nh / Hkv;
-        const size_t T_ = inputs[0].get_size() / (Nh * D);
+        const size_t rows = inputs[0].get_size() / (Nh * D);
+        size_t T_ = rows;  // the chunk's real tokens
+        if (inputs.size() == 6) {
+            const int64_t count = intAt(inputs[5], 0);
+            if (count < 1 || static_cast<size_t>(count) > rows) {
+                return false;
+            }
+            T_ = static_cast<size_t>(count);
+        }
         const int64_t past = intAt(inputs[4], 0);
         const uint8_t* table = static_cast<const uint8_t*>(inputs[3].data());
         uint64_t addr[2] = {0, 0};
@@ -337,7 +353,7 @@ private:
         }
         std::memcpy(addr, table + 16 * m_layer, sizeof addr);  // little-endian, as the runtime wrote them
         if (addr[0] == 0 || addr[1] == 0 || past < 0 || static_cast<size_t>(past) + T_ > static_cast<size_t>(m_blocks) * B ||
-            inputs[1].get_size() != T_ * Hkv * D || inputs[2].get_size() != T_ * Hkv * D) {
+            inputs[1].get_size() != rows * Hkv * D || inputs[2].get_size() != rows * Hkv * D) {
             return false;  // no cache bound, or the chunk does not fit it
         }
         outputs[0].set_shape(inputs[0].get_shape());

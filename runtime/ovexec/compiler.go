@@ -171,6 +171,11 @@ type Compiler struct {
 	reused map[model.GraphSpec]*reusedGraph
 }
 
+// StepTokens is the most tokens one call of spec's graph takes
+// (runtime.SpecStepTokener): a kernel decode graph's padded axis, else
+// the chunk.
+func (c *Compiler) StepTokens(spec model.GraphSpec) int { return c.weights.StepTokens(c.Spec(spec)) }
+
 // The capabilities the runtime looks for, checked at compile time.
 var (
 	_ runtime.Compiler        = (*Compiler)(nil)
@@ -567,7 +572,7 @@ func (c *Compiler) executableOn(spec model.GraphSpec, cm *ov.CompiledModel, irBy
 	shape := c.shape
 	shape.ElemBytes = kvElement(spec.KVPrecision).Size()
 	shape.Block = spec.Attention.CacheBlock()
-	return &executable{spec: spec, compiled: cm, shape: shape, vocab: c.vocab, inPlace: c.keepsWeights(), fixedCache: c.weights.AttendsInKernel(spec), irBytes: irBytes, origin: origin, notes: notes}
+	return &executable{spec: spec, compiled: cm, shape: shape, vocab: c.vocab, inPlace: c.keepsWeights(), fixedCache: c.weights.AttendsInKernel(spec), stepT: c.weights.StepTokens(spec), irBytes: irBytes, origin: origin, notes: notes}
 }
 
 // Close frees the core and the weights; every Executable must be closed first.

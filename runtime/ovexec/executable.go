@@ -28,6 +28,11 @@ type executable struct {
 	// even its warm-up binds them whole; table holds them.
 	fixedCache bool
 	table      *ov.HostBuffer
+	// stepT is the most tokens a call takes (model.Weights.StepTokens):
+	// the spec's chunk, or a fixedCache graph's padded token axis, whose
+	// real tokens count holds (model.TokenCount).
+	stepT int
+	count *ov.HostBuffer
 
 	ids, pos, idx *ov.HostBuffer // i64 [1,T], [1,T], [1]
 	logits        *ov.HostBuffer // f32 [1,V]
@@ -61,6 +66,9 @@ func (e *executable) IRBytes() int { return e.irBytes }
 
 func (e *executable) Spec() model.GraphSpec { return e.spec }
 
+// StepTokens is the most tokens a call takes (runtime.StepTokener).
+func (e *executable) StepTokens() int { return e.stepT }
+
 func (e *executable) prepare() error {
 	var err error
 	if e.req, err = e.compiled.NewInferRequest(); err != nil {
@@ -76,7 +84,7 @@ func (e *executable) prepare() error {
 		}
 		return ov.AllocHost(n)
 	}
-	T := int64(e.spec.Chunk)
+	T := int64(e.stepT)
 	if e.ids, err = alloc(ov.I64, 1, T); err != nil {
 		return err
 	}
@@ -116,6 +124,10 @@ func (e *executable) prepare() error {
 			return err
 		}
 		binds = append(binds, binding{model.KVTable, ov.U8, []int64{n}, e.table})
+		if e.count, err = alloc(ov.I64, 1); err != nil {
+			return err
+		}
+		binds = append(binds, binding{model.TokenCount, ov.I64, []int64{1}, e.count})
 	}
 	for _, b := range binds {
 		t, err := e.bind(b.name, b.et, b.shape, b.buf.Ptr())
@@ -126,8 +138,8 @@ func (e *executable) prepare() error {
 	}
 	// A shared or paged graph takes 1 to Chunk tokens: Step binds the
 	// count each call has; a static graph takes Chunk (padded) on every
-	// call.
-	n := e.spec.Chunk
+	// call, a fixedCache one stepT (padded, and counted).
+	n := e.stepT
 	if e.spec.DynamicTokens() {
 		n = 1
 	}
@@ -153,7 +165,7 @@ func (e *executable) bind(name string, et ov.ElementType, shape []int64, ptr uns
 }
 
 // bindTokens binds the token ids, positions and present K/V rows as n
-// tokens' worth of their buffers (which hold Chunk).
+// tokens' worth of their buffers (which hold stepT).
 func (e *executable) bindTokens(n int) error {
 	for _, t := range e.tokenTensors {
 		t.Close()
@@ -328,8 +340,8 @@ func (e *executable) step(ids []int64, start int, logits bool) ([]float32, error
 		return nil, fmt.Errorf("graph %s: step after it was closed", e.spec.Name())
 	case e.kv == nil:
 		return nil, fmt.Errorf("graph %s: step before a cache was bound", e.spec.Name())
-	case n == 0 || n > e.spec.Chunk:
-		return nil, fmt.Errorf("graph %s takes 1 to %d tokens per step, got %d", e.spec.Name(), e.spec.Chunk, n)
+	case n == 0 || n > e.stepT:
+		return nil, fmt.Errorf("graph %s takes 1 to %d tokens per step, got %d", e.spec.Name(), e.stepT, n)
 	case start+n > e.spec.Capacity:
 		return nil, fmt.Errorf("%w: tokens %d..%d in graph %s", runtime.ErrCapacity, start, start+n-1, e.spec.Name())
 	}
@@ -360,6 +372,9 @@ func (e *executable) step(ids []int64, start int, logits bool) ([]float32, error
 		row = -1
 	}
 	binary.LittleEndian.PutUint64(e.idx.Bytes(), uint64(row))
+	if e.count != nil {
+		binary.LittleEndian.PutUint64(e.count.Bytes(), uint64(n))
+	}
 	if err := e.req.Infer(); err != nil {
 		return nil, fmt.Errorf("infer graph %s: %w", e.spec.Name(), err)
 	}
@@ -423,12 +438,12 @@ func (e *executable) Close() error {
 	case e.compiled != nil:
 		e.compiled.Close()
 	}
-	for _, b := range append([]*ov.HostBuffer{e.ids, e.pos, e.idx, e.logits, e.table}, e.present...) {
+	for _, b := range append([]*ov.HostBuffer{e.ids, e.pos, e.idx, e.logits, e.table, e.count}, e.present...) {
 		if b != nil {
 			b.Free()
 		}
 	}
 	e.req, e.compiled, e.present = nil, nil, nil
-	e.ids, e.pos, e.idx, e.logits, e.table = nil, nil, nil, nil, nil
+	e.ids, e.pos, e.idx, e.logits, e.table, e.count = nil, nil, nil, nil, nil, nil
 	return errors.Join(errs...)
 }

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"testing"
+	"unsafe"
 
 	"github.com/ovtoolkit/ovrun/internal/testenv"
 	"github.com/ovtoolkit/ovrun/model"
@@ -297,5 +298,73 @@ func TestKernelFeedSkipsLogits(t *testing.T) {
 	}
 	if d > 1e-5 {
 		t.Errorf("the prompt's last logits differ by %g when its middle tokens are fed", d)
+	}
+}
+
+// TestKernelDecodeGraphTakesEightTokens puts a prompt through a kernel
+// decode graph 8 tokens a call (runtime.PrefillFrom, model.KernelStepTokens:
+// the padded token axis and its count) and a token a call, at a capacity
+// the last call's padding runs past: the prompt's last logits agree (the
+// products' sums only reordered) and the cache holds the same rows, so the
+// padding was neither attended nor written.
+func TestKernelDecodeGraphTakesEightTokens(t *testing.T) {
+	path := testenv.SmolLM2(t)
+	ck, err := model.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ck.Close()
+	comp, err := NewCompiler(ck, Options{Device: "CPU", Precision: "f32", Weights: model.WeightsKernel})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer comp.Close()
+	const capacity = 60 // the last call: tokens 56..59, padding at 60..63
+	exe, err := comp.Compile(context.Background(), model.GraphSpec{Capacity: capacity, Chunk: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer exe.Close()
+	if got := runtime.StepTokens(exe); got != model.KernelStepTokens {
+		t.Fatalf("the kernel decode graph takes %d tokens a call, want %d", got, model.KernelStepTokens)
+	}
+	if _, err := exe.Step(make([]int64, model.KernelStepTokens+1), 0); err == nil {
+		t.Error("a call of 9 tokens ran")
+	}
+	prompt := runtime.SeededTokens(7, capacity, 49152)
+	run := func(per int) (last []float32, kv []byte) {
+		buf, err := runtime.AllocKV(comp.KVShape(), capacity, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer buf.Free()
+		view, err := buf.View(capacity)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := exe.Bind(view); err != nil {
+			t.Fatal(err)
+		}
+		var out []float32
+		for s := 0; s < len(prompt); s += per {
+			if out, err = exe.Step(prompt[s:min(s+per, len(prompt))], s); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return slices.Clone(out), slices.Clone(view.K[0])
+	}
+	one, kvOne := run(1)
+	eight, kvEight := run(model.KernelStepTokens)
+	var d, dk float64
+	for i := range one {
+		d = max(d, math.Abs(float64(one[i]-eight[i])))
+	}
+	f32s := func(b []byte) []float32 { return unsafe.Slice((*float32)(unsafe.Pointer(&b[0])), len(b)/4) }
+	a, b := f32s(kvOne), f32s(kvEight)
+	for i := range a {
+		dk = max(dk, math.Abs(float64(a[i]-b[i])))
+	}
+	if d > 1e-3 || dk > 1e-4 || runtime.Argmax(one) != runtime.Argmax(eight) {
+		t.Errorf("8 tokens a call against 1: logits differ by %g (argmax %d, %d), layer 0's K cache by %g", d, runtime.Argmax(eight), runtime.Argmax(one), dk)
 	}
 }
