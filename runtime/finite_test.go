@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"math"
 	"strconv"
 	"strings"
 	"testing"
@@ -89,6 +90,34 @@ func TestParseCPUList(t *testing.T) {
 	} {
 		if _, err := ParseCPUList("compile-cpus", tc.in); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%q: %v, want %q", tc.in, err, tc.want)
+		}
+	}
+}
+
+// TestFirstNonFinite finds a NaN, an infinity of either sign and the
+// largest exponent's other values at every position of a slice whose
+// length is not a multiple of the scan's four, and nothing in finite
+// values up to the largest.
+func TestFirstNonFinite(t *testing.T) {
+	const n = 13
+	v := make([]float32, n)
+	for i := range v {
+		v[i] = float32(i) - 6.5
+	}
+	v[3], v[7] = math.MaxFloat32, -math.MaxFloat32
+	if got := firstNonFinite(v); got != -1 {
+		t.Fatalf("finite values: %d, want -1", got)
+	}
+	for _, bad := range []float32{float32(math.NaN()), float32(math.Inf(1)), float32(math.Inf(-1)), math.Float32frombits(0x7fc00001)} {
+		for at := range n {
+			w := append([]float32(nil), v...)
+			w[at] = bad
+			if at+2 < n {
+				w[at+2] = bad // a later one is not the first
+			}
+			if got := firstNonFinite(w); got != at {
+				t.Errorf("%v at %d: found at %d", bad, at, got)
+			}
 		}
 	}
 }

@@ -229,10 +229,11 @@ func Generate(ctx context.Context, comp Compiler, shape KVShape, cfg GenerateCon
 }
 
 // generatePrefillAuto feeds the prompt through dec a call at a time (one
-// token, or StepTokens) and, when prefillGraphPays says so, compiles the prefill graph and runs
-// the rest through it (the decode graph's compile time, res.CompileS so
-// far, is the estimate of the prefill graph's: fromDecodeGraph). Compile time goes to
-// res.CompileS, the rest to res.PrefillS.
+// token, or StepTokens) and, when prefillGraphPays says so, compiles the
+// prefill graph and runs the rest through it (the decode graph's compile
+// time, res.CompileS so far, is the estimate of the prefill graph's:
+// fromDecodeGraph). Compile time goes to res.CompileS, the rest to
+// res.PrefillS.
 func generatePrefillAuto(res *GenerateResult, comp Compiler, dec Executable, kv *KV, cfg GenerateConfig, compilePrefill func() (Executable, error)) ([]float32, error) {
 	prompt := cfg.Prompt
 	feed := fromDecodeGraph(dec, res.CompileS, model.GraphSpec{Capacity: cfg.Capacity, Chunk: cfg.PrefillChunk}, comp)

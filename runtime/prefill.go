@@ -216,9 +216,9 @@ func fromDecodeGraph(dec Executable, decS float64, pre model.GraphSpec, comp Com
 
 // prefillAuto feeds the prompt through the first rung's decode graph a
 // call at a time (one token, or a kernel graph's StepTokens). After every
-// call (from the second on: the first call
-// pays one-time costs) it compares the rest of the prompt through the
-// decode graph, at the measured step time, with compiling the prefill graph
+// call (from the second on: the first call pays one-time costs) it
+// compares the rest of the prompt through the decode graph, at the
+// measured call time, with compiling the prefill graph
 // and running the rest through it; when the prefill graph wins it is
 // compiled (in the foreground: the first token waits for it) and takes the
 // rest of the prompt. A short prompt never waits for a prefill graph; on a

@@ -233,22 +233,7 @@ func TestCompileLeavesWeightsOut(t *testing.T) {
 // skipped), while the cache took the tokens: the prompt's last logits
 // equal those of stepping through every token.
 func TestKernelFeedSkipsLogits(t *testing.T) {
-	path := testenv.SmolLM2(t)
-	ck, err := model.Load(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ck.Close()
-	comp, err := NewCompiler(ck, Options{Device: "CPU", Precision: "f32", Weights: model.WeightsKernel})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer comp.Close()
-	exe, err := comp.Compile(context.Background(), model.GraphSpec{Capacity: 64, Chunk: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer exe.Close()
+	comp, exe := smolKernelDecode(t, 64)
 	prompt := smolPrompt[:6]
 	// run returns the prompt's last logits and whether the logits of the
 	// first token were still in the graph's buffer after the middle ones.
@@ -308,23 +293,8 @@ func TestKernelFeedSkipsLogits(t *testing.T) {
 // products' sums only reordered) and the cache holds the same rows, so the
 // padding was neither attended nor written.
 func TestKernelDecodeGraphTakesEightTokens(t *testing.T) {
-	path := testenv.SmolLM2(t)
-	ck, err := model.Load(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ck.Close()
-	comp, err := NewCompiler(ck, Options{Device: "CPU", Precision: "f32", Weights: model.WeightsKernel})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer comp.Close()
 	const capacity = 60 // the last call: tokens 56..59, padding at 60..63
-	exe, err := comp.Compile(context.Background(), model.GraphSpec{Capacity: capacity, Chunk: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer exe.Close()
+	comp, exe := smolKernelDecode(t, capacity)
 	if got := runtime.StepTokens(exe); got != model.KernelStepTokens {
 		t.Fatalf("the kernel decode graph takes %d tokens a call, want %d", got, model.KernelStepTokens)
 	}
@@ -367,4 +337,26 @@ func TestKernelDecodeGraphTakesEightTokens(t *testing.T) {
 	if d > 1e-3 || dk > 1e-4 || runtime.Argmax(one) != runtime.Argmax(eight) {
 		t.Errorf("8 tokens a call against 1: logits differ by %g (argmax %d, %d), layer 0's K cache by %g", d, runtime.Argmax(eight), runtime.Argmax(one), dk)
 	}
+}
+
+// smolKernelDecode is SmolLM2's exact-kernel (f32 activations) decode
+// graph of capacity, closed with the test.
+func smolKernelDecode(t *testing.T, capacity int) (*Compiler, runtime.Executable) {
+	t.Helper()
+	ck, err := model.Load(testenv.SmolLM2(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ck.Close() })
+	comp, err := NewCompiler(ck, Options{Device: "CPU", Precision: "f32", Weights: model.WeightsKernel})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { comp.Close() })
+	exe, err := comp.Compile(context.Background(), model.GraphSpec{Capacity: capacity, Chunk: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { exe.Close() })
+	return comp, exe
 }
