@@ -48,6 +48,8 @@ type fakeCompiler struct {
 	shared   bool                  // compiles shared graphs (SharedGrapher)
 	penalty  float64               // SharedStepPenalty (SharedCoster); 0: the default
 	oneCopy  bool                  // its graphs share one copy of the weights (WeightSharer)
+	perCall  int                   // tokens a decode graph's call takes (StepTokener, SpecStepTokener); 0: 1
+	sizes    []int                 // the tokens of every decode graph's call, in order
 	exes     []*fakeExecutable     // every executable made, in order
 }
 
@@ -94,6 +96,15 @@ func (f *fakeCompiler) Compile(ctx context.Context, spec model.GraphSpec) (Execu
 	f.exes = append(f.exes, e)
 	f.mu.Unlock()
 	return e, nil
+}
+
+// StepTokens makes the fake a SpecStepTokener: a decode graph takes
+// f.perCall tokens a call, as ovexec's kernel decode graphs take 8.
+func (f *fakeCompiler) StepTokens(spec model.GraphSpec) int {
+	if f.perCall > 0 && spec.Chunk == 1 && !spec.Shared {
+		return f.perCall
+	}
+	return spec.Chunk
 }
 
 // SharedGraphs makes the fake a SharedGrapher that answers f.shared.
@@ -158,6 +169,9 @@ type fakeExecutable struct {
 
 func (e *fakeExecutable) Spec() model.GraphSpec { return e.spec }
 
+// StepTokens makes the fake a StepTokener (fakeCompiler.StepTokens).
+func (e *fakeExecutable) StepTokens() int { return e.f.StepTokens(e.spec) }
+
 func (e *fakeExecutable) Bind(kv *KV) error {
 	if kv.Capacity != e.spec.Capacity {
 		return fmt.Errorf("fake: bind %d slots to %s", kv.Capacity, e.spec.Name())
@@ -172,8 +186,13 @@ func (e *fakeExecutable) Step(ids []int64, start int) ([]float32, error) {
 	if e.closed.Load() {
 		return nil, errors.New("fake: step on a closed executable")
 	}
-	if len(ids) == 0 || len(ids) > e.spec.Chunk {
+	if len(ids) == 0 || len(ids) > e.StepTokens() {
 		return nil, fmt.Errorf("fake: %d tokens to %s", len(ids), e.spec.Name())
+	}
+	if e.spec.Chunk == 1 && !e.spec.Shared {
+		e.f.mu.Lock()
+		e.f.sizes = append(e.f.sizes, len(ids))
+		e.f.mu.Unlock()
 	}
 	if start+len(ids) > e.spec.Capacity {
 		return nil, fmt.Errorf("%w: fake step at %d", ErrCapacity, start)

@@ -3,6 +3,7 @@ package runtime
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -345,5 +346,67 @@ func TestPrefillAutoSurvivesAFailedPrefillGraph(t *testing.T) {
 	}
 	if fg, _ := prefillCompiles(s); fg != 1 || len(s.Notes) == 0 {
 		t.Errorf("%d prefill compiles recorded, notes %v; want the failed one and a note", fg, s.Notes)
+	}
+}
+
+// TestDecodeGraphOfSeveralTokensACall runs prompts through decode graphs
+// that take 8 tokens a call (StepTokener, as ovexec's kernel decode
+// graphs do) in Generate and on the ladder, in modes decode and auto:
+// the same tokens as a token a call, every decode-graph call of the
+// prompt full but the last, and the decode steps one token each.
+func TestDecodeGraphOfSeveralTokensACall(t *testing.T) {
+	for _, n := range []int{1, 5, 8, 17, 40} {
+		prompt := SeededTokens(9, n, 97)
+		for _, mode := range []PrefillMode{PrefillDecode, PrefillAuto} {
+			var want, wantRun []int64
+			for _, per := range []int{1, 8} {
+				name := fmt.Sprintf("prompt %d, %s, %d a call", n, mode, per)
+				f := newFakeCompiler(testShape, 97, nil)
+				f.perCall = per
+				res, err := Generate(context.Background(), f, testShape, GenerateConfig{
+					Capacity: 64, PrefillChunk: 16, Prefill: mode, Prompt: prompt, MaxNewTokens: 10})
+				if err != nil {
+					t.Fatalf("%s: %v", name, err)
+				}
+				if want == nil {
+					want = res.Tokens
+				} else if !slices.Equal(res.Tokens, want) {
+					t.Errorf("%s: Generate gave %v, a token a call %v", name, res.Tokens, want)
+				}
+				if mode == PrefillDecode {
+					checkCallSizes(t, name, f.sizes, n, per, 9)
+				}
+
+				clock := newFakeClock()
+				g := newFakeCompiler(testShape, 97, clock)
+				g.perCall, g.compileT, g.stepT = per, 10*time.Millisecond, time.Millisecond
+				s, err := fakeRun(t, g, RunConfig{Ladder: Ladder{64, 128}, Policy: Policies[0], Prompt: prompt,
+					DecodeTokens: 30, PrefillChunk: 16, Prefill: mode})
+				if err != nil {
+					t.Fatalf("%s, ladder: %v", name, err)
+				}
+				if wantRun == nil {
+					wantRun = s.Predictions
+				} else if !slices.Equal(s.Predictions, wantRun) {
+					t.Errorf("%s, ladder: predicts %v..., a token a call %v...", name, s.Predictions[:4], wantRun[:4])
+				}
+			}
+		}
+	}
+}
+
+// checkCallSizes checks the decode graph's calls of a prompt of n tokens
+// fed per a call, then steps one token each.
+func checkCallSizes(t *testing.T, name string, sizes []int, n, per, steps int) {
+	t.Helper()
+	var want []int
+	for k := 0; k < n; k += per {
+		want = append(want, min(per, n-k))
+	}
+	for range steps {
+		want = append(want, 1)
+	}
+	if !slices.Equal(sizes, want) {
+		t.Errorf("%s: decode graph calls of %v tokens, want %v", name, sizes, want)
 	}
 }
