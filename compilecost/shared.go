@@ -76,12 +76,12 @@ func stepPenalty(layers int, weightBytes int64, overheadS float64) float64 {
 // AVX2 CPU above less: 8.0-8.6 against 13.8-17.3 s for the qwen2.5-0.5b
 // shapes), and it spares the prefill graph's compile and memory.
 func SharedPays(n, per, decoded int, penalty float64) bool {
-	return n > 1 && float64(promptCalls(n, per)) > penalty*float64(decoded)
+	return n > 1 && float64(PromptCalls(n, per)) > penalty*float64(decoded)
 }
 
-// promptCalls are the decode graph's calls for a prompt of n tokens, per a
+// PromptCalls are the decode graph's calls for n prompt tokens, per a
 // call (0: 1).
-func promptCalls(n, per int) int {
+func PromptCalls(n, per int) int {
 	per = max(per, 1)
 	return (n + per - 1) / per
 }
@@ -90,5 +90,5 @@ func promptCalls(n, per int) int {
 // summaries, generate and plan give.
 func SharedWhy(n, per, decoded int, penalty float64) string {
 	return fmt.Sprintf("auto: the %d-token prompt through the decode graph would take %d calls, more than a shared graph's steps, estimated %.0f%% longer for this model, cost over the %d tokens the rung decodes",
-		n, promptCalls(n, per), 100*penalty, decoded)
+		n, PromptCalls(n, per), 100*penalty, decoded)
 }

@@ -356,7 +356,7 @@ func (a *autoFeed) stayedReason(n int) string {
 // rest through it in chunks, each taken to cost one decode call (graph),
 // is faster.
 func prefillGraphPays(rest, per, chunk int, step, est float64) (feed, graph float64, pays bool) {
-	feed = float64((rest+per-1)/per) * step
+	feed = float64(compilecost.PromptCalls(rest, per)) * step
 	graph = est + float64((rest+chunk-1)/chunk)*step
 	return feed, graph, feed > graph
 }

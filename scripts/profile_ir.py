@@ -53,6 +53,7 @@ def main():
     # A kernel decode graph's token axis is padded (8): token_count says
     # how many of them are real, --tokens of them (default 1, a decode step).
     counted = any(p.get_any_name() == "token_count" for p in m.inputs)
+    real = lambda T: min(T, a.tokens) if counted else T  # the chunk's real tokens
     for p in m.inputs:  # as declared: the plugin may relax a paged cache's shape
         # Dynamic dimensions: a shared graph's token axis takes --tokens
         # (default 1, a decode step); a bounded graph's past inputs
@@ -69,12 +70,9 @@ def main():
         elif name == "position_ids":
             feeds[name] = (a.live + np.arange(shape[1])).reshape(shape).astype(np.int64)
         elif name == "logits_index":
-            T = feeds["input_ids"].shape[1]
-            if counted:
-                T = min(T, a.tokens)
-            feeds[name] = np.array([T - 1], dtype=np.int64)  # the last (real) token of the chunk
+            feeds[name] = np.array([real(feeds["input_ids"].shape[1]) - 1], dtype=np.int64)  # the last (real) token of the chunk
         elif name == "token_count":
-            feeds[name] = np.array([min(feeds["input_ids"].shape[1], a.tokens)], dtype=np.int64)
+            feeds[name] = np.array([real(feeds["input_ids"].shape[1])], dtype=np.int64)
         elif name == "kv_table":  # a kernel decode graph's caches, by address
             feeds[name], caches = kv_table(m, random_cache)
         elif p.get_element_type() == ov.Type.bf16:  # a cache stored in bf16

@@ -452,10 +452,7 @@ public:
         NODE_VALIDATION_CHECK(this, get_input_size() == 2 || get_input_size() == 3, "takes x, blocks and optionally rows");
         NODE_VALIDATION_CHECK(this, get_input_element_type(0) == ov::element::f32, "x must be f32");
         NODE_VALIDATION_CHECK(this, get_input_element_type(1) == ov::element::u8, "blocks must be u8");
-        if (get_input_size() == 3) {
-            const ov::element::Type rt = get_input_element_type(2);
-            NODE_VALIDATION_CHECK(this, rt == ov::element::i32 || rt == ov::element::i64, "rows must be i32 or i64");
-        }
+        NODE_VALIDATION_CHECK(this, get_input_size() == 2 || ovrun::intType(get_input_element_type(2)), "rows must be i32 or i64");
         const ov::PartialShape& ws = get_input_partial_shape(1);
         const size_t K = checkBlocks(this, ws, m_format);
         ov::PartialShape ys = get_input_partial_shape(0);
@@ -594,8 +591,7 @@ public:
     void validate_and_infer_types() override {
         NODE_VALIDATION_CHECK(this, formatOf(m_type, m_format), "type must be q4_1x8, q4_0x8 or q8_0x8, not ", m_type);
         NODE_VALIDATION_CHECK(this, get_input_element_type(0) == ov::element::u8, "blocks must be u8");
-        const ov::element::Type it = get_input_element_type(1);
-        NODE_VALIDATION_CHECK(this, it == ov::element::i32 || it == ov::element::i64, "ids must be i32 or i64");
+        NODE_VALIDATION_CHECK(this, ovrun::intType(get_input_element_type(1)), "ids must be i32 or i64");
         const size_t K = checkBlocks(this, get_input_partial_shape(0), m_format);
         ov::PartialShape ys = get_input_partial_shape(1);
         if (ys.rank().is_static()) {

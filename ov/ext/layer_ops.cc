@@ -295,13 +295,8 @@ public:
         NODE_VALIDATION_CHECK(this, get_input_element_type(3) == ov::element::u8 && ts.rank().compatible(1) &&
                                         (ts.is_dynamic() || ts[0].get_length() >= 16 * (m_layer + 1)),
                               "the table must be u8 [16 * layers], with layer ", m_layer, "'s row");
-        // The CPU plugin runs i64 as i32.
-        const ov::element::Type pe = get_input_element_type(4);
-        NODE_VALIDATION_CHECK(this, pe == ov::element::i64 || pe == ov::element::i32, "past must be i64 or i32");
-        if (get_input_size() == 6) {
-            const ov::element::Type ce = get_input_element_type(5);
-            NODE_VALIDATION_CHECK(this, ce == ov::element::i64 || ce == ov::element::i32, "count must be i64 or i32");
-        }
+        NODE_VALIDATION_CHECK(this, intType(get_input_element_type(4)), "past must be i64 or i32");
+        NODE_VALIDATION_CHECK(this, get_input_size() == 5 || intType(get_input_element_type(5)), "count must be i64 or i32");
         const ov::PartialShape& qs = get_input_partial_shape(0);
         NODE_VALIDATION_CHECK(this, qs.rank().compatible(3) && (qs.rank().is_dynamic() || qs[2].compatible(m_heads * m_headSize)),
                               "q must be [1, T, heads*head_size]");

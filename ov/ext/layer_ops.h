@@ -21,8 +21,11 @@ inline float hsum(__m256 v) {
     return _mm_cvtss_f32(s);
 }
 
-// intAt is element i of an i64 or i32 tensor (the CPU plugin may hand an
-// operation's i64 input over as i32).
+// intType reports whether intAt reads tensors of type t: i64, or i32 (the
+// CPU plugin may hand an operation's i64 input over as i32).
+inline bool intType(const ov::element::Type& t) { return t == ov::element::i64 || t == ov::element::i32; }
+
+// intAt is element i of an i64 or i32 tensor (intType).
 inline int64_t intAt(const ov::Tensor& t, size_t i) {
     return t.get_element_type() == ov::element::i64 ? t.data<const int64_t>()[i] : t.data<const int32_t>()[i];
 }
