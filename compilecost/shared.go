@@ -68,15 +68,17 @@ func stepPenalty(layers int, weightBytes int64, overheadS float64) float64 {
 // SharedPays is auto mode's choice of a shared graph for the rung that takes
 // a prompt of n tokens and then decodes decoded tokens, on a device that
 // compiles shared graphs, whose steps are penalty longer than the decode
-// graph's (SharedStepPenalty): the prompt costs n/per calls of the decode
-// graph (per tokens a call: 1, or a kernel graph's 8, each call taken as a
-// step) and next to nothing through the shared graph (a few chunks), which
-// then costs penalty of a step more for each token the rung decodes.
-// Compiling the shared graph costs no more than the decode graph (on the
-// AVX2 CPU above less: 8.0-8.6 against 13.8-17.3 s for the qwen2.5-0.5b
-// shapes), and it spares the prefill graph's compile and memory.
-func SharedPays(n, per, decoded int, penalty float64) bool {
-	return n > 1 && float64(PromptCalls(n, per)) > penalty*float64(decoded)
+// graph's (SharedStepPenalty): the prompt costs PromptCalls(n, per) calls
+// of the decode graph (per tokens a call: 1, or a kernel graph's 8 or 16,
+// each call taken as a step) and PromptCalls(n, chunk) through the shared
+// graph, which then costs penalty of a step more for each token the rung
+// decodes; the calls it saves must outweigh that. Compiling the shared
+// graph costs no more than the decode graph (on the AVX2 CPU above less:
+// 8.0-8.6 against 13.8-17.3 s for the qwen2.5-0.5b shapes), and it spares
+// the prefill graph's compile and memory.
+func SharedPays(n, per, chunk, decoded int, penalty float64) bool {
+	saved := PromptCalls(n, per) - PromptCalls(n, chunk)
+	return saved > 0 && float64(saved) > penalty*float64(decoded)
 }
 
 // PromptCalls are the decode graph's calls for n prompt tokens, per a
@@ -88,7 +90,7 @@ func PromptCalls(n, per int) int {
 
 // SharedWhy says why SharedPays chose a shared graph, for the reasons that
 // summaries, generate and plan give.
-func SharedWhy(n, per, decoded int, penalty float64) string {
-	return fmt.Sprintf("auto: the %d-token prompt through the decode graph would take %d calls, more than a shared graph's steps, estimated %.0f%% longer for this model, cost over the %d tokens the rung decodes",
-		n, PromptCalls(n, per), 100*penalty, decoded)
+func SharedWhy(n, per, chunk, decoded int, penalty float64) string {
+	return fmt.Sprintf("auto: the %d-token prompt through the decode graph would take %d calls, %d more than through a shared graph, estimated %.0f%% longer a step for this model, cost over the %d tokens the rung decodes",
+		n, PromptCalls(n, per), PromptCalls(n, per)-PromptCalls(n, chunk), 100*penalty, decoded)
 }

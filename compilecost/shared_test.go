@@ -36,12 +36,18 @@ func TestSharedStepPenalty(t *testing.T) {
 	if p := SharedStepPenalty(1000, 1); p != DefaultSharedStepPenalty {
 		t.Errorf("1000 layers and no weights: %.3f, want the default %.2f as the most", p, DefaultSharedStepPenalty)
 	}
-	if !SharedPays(16, 1, 127, 0.117) || SharedPays(16, 1, 127, 0.241) || SharedPays(1, 1, 100, 0) {
-		t.Error("SharedPays: want 16 prompt tokens against 127 decoded shared at 0.117, not at 0.241, and never a one-token prompt")
+	// A token a decode call: 16 calls against 1 of the shared graph.
+	if !SharedPays(16, 1, 512, 127, 0.11) || SharedPays(16, 1, 512, 127, 0.241) || SharedPays(1, 1, 512, 100, 0) {
+		t.Error("SharedPays: want 16 prompt tokens against 127 decoded shared at 0.11, not at 0.241, and never a one-token prompt")
 	}
 	// 8 tokens a decode call: 16 tokens are 2 calls, 512 are 64.
-	if SharedPays(16, 8, 127, 0.117) || !SharedPays(512, 8, 127, 0.117) || SharedPays(128, 8, 127, 0.13) {
+	if SharedPays(16, 8, 512, 127, 0.117) || !SharedPays(512, 8, 512, 127, 0.117) || SharedPays(128, 8, 512, 127, 0.13) {
 		t.Error("SharedPays: want a kernel graph's 16 and 128 prompt tokens through the decode graph, 512 shared")
+	}
+	// A prompt the decode graph takes in as few calls as the shared graph
+	// is never worth its slower steps, however few they are.
+	if SharedPays(16, 16, 512, 7, 0.001) || SharedPays(40, 16, 16, 7, 0) {
+		t.Error("SharedPays: want a prompt of no more calls through the decode graph than through the shared graph not shared")
 	}
 }
 

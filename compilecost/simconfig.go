@@ -95,6 +95,10 @@ type SimConfig struct {
 	// SharedPenalty longer; PrefillAuto chooses that where SharedPays,
 	// as the runtime does, when SharedGraphs is set.
 	SharedGraphs bool
+	// PrefillChunk is the most prompt tokens a call of the prefill or a
+	// shared graph takes (`--prefill-chunk`); 0 takes the whole prompt in
+	// one call.
+	PrefillChunk int
 	// SharedPenalty is how much longer a shared graph's decode step is
 	// than the decode graph's, as a fraction (SharedStepPenalty of the
 	// model); 0 takes DefaultSharedStepPenalty.

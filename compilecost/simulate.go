@@ -222,8 +222,8 @@ func (p *plan) choosePrefill() {
 	switch {
 	case cfg.Prefill == PrefillShared:
 		p.share("prefill mode shared: the first rung is one graph that takes the prompt in chunks (taken to cost the prefill time) and decodes")
-	case cfg.Prefill == PrefillAuto && cfg.SharedGraphs && SharedPays(cfg.PromptTokens, 1, decoded, cfg.sharedPenalty()):
-		p.share(SharedWhy(cfg.PromptTokens, 1, decoded, cfg.sharedPenalty()))
+	case cfg.Prefill == PrefillAuto && cfg.SharedGraphs && SharedPays(cfg.PromptTokens, 1, cfg.chunk(), decoded, cfg.sharedPenalty()):
+		p.share(SharedWhy(cfg.PromptTokens, 1, cfg.chunk(), decoded, cfg.sharedPenalty()))
 	}
 	if p.used != "" {
 		return
@@ -257,6 +257,15 @@ func (p *plan) choosePrefill() {
 func (p *plan) share(reason string) {
 	p.used, p.prefillS, p.reason = PrefillShared, p.cfg.PrefillS, reason
 	p.decodeStep[p.r0] *= 1 + p.cfg.sharedPenalty()
+}
+
+// chunk is the most prompt tokens a call of the prefill or a shared graph
+// takes: PrefillChunk, or the whole prompt.
+func (cfg SimConfig) chunk() int {
+	if cfg.PrefillChunk > 0 {
+		return cfg.PrefillChunk
+	}
+	return max(cfg.PromptTokens, 1)
 }
 
 // sharedPenalty is SharedPenalty, or the default where none is given.

@@ -139,7 +139,8 @@ func BuildIR(w *Weights, spec GraphSpec) ([]byte, error) {
 		b.T = -1
 	}
 	if b.kernelAttend() { // a few tokens a call, padded, counted by TokenCount
-		b.T, b.maxT = KernelStepTokens, KernelStepTokens
+		b.T = int64(w.StepTokens(spec))
+		b.maxT = b.T
 	}
 	if spec.StaticBatch() { // one token per sequence, where a chunk's tokens stand
 		b.T = b.batch

@@ -141,3 +141,18 @@ func BenchmarkPackRowKernel(b *testing.B) {
 		})
 	}
 }
+
+// TestKernelStepTokens: the kernel decode graph's token axis is 8 for
+// SmolLM2 135M's weights (about 140 MB a step, where 16 costs its decode
+// 10%) and 16 for the 0.5B class (526 MB at Q8_0, where it costs nothing
+// and a 16-token prompt is one call).
+func TestKernelStepTokens(t *testing.T) {
+	for _, tc := range []struct {
+		stepBytes int64
+		want      int
+	}{{0, 8}, {140e6, 8}, {kernelWideBytes - 1, 8}, {kernelWideBytes, 16}, {526e6, 16}, {8e9, 16}} {
+		if got := KernelStepTokens(tc.stepBytes); got != tc.want {
+			t.Errorf("KernelStepTokens(%d) = %d, want %d", tc.stepBytes, got, tc.want)
+		}
+	}
+}

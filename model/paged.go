@@ -132,19 +132,35 @@ func (w *Weights) AttendsInKernel(spec GraphSpec) bool {
 }
 
 // KernelStepTokens is the static token axis of a graph that attends
-// through Attend: a decode step is one real token of the 8 (TokenCount),
-// and a prompt goes through the same graph 8 tokens a call, each call
-// reading the weights once, with no second graph to compile. The padding
-// costs the layer's small operations 8 rows instead of 1; the products
-// and the attention skip it.
-const KernelStepTokens = 8
+// through Attend, for weights of which a decode step reads stepBytes
+// (Weights.StepBytes): a decode step is one real token of the axis
+// (TokenCount), and a prompt goes through the same graph that many
+// tokens a call, each call reading the weights once, with no second graph
+// to compile. The padding costs the layer's small operations (norms,
+// rotary, element-wise) the axis's rows instead of 1, about the same time
+// whatever the weights (their rows are the hidden size); the products and
+// the attention skip it. So the axis is 16 where reading the weights
+// dwarfs that cost, 8 below kernelWideBytes. Measured on AVX2, a decode
+// step of the graph with 16 against 8 (scripts/profile_ir.py): SmolLM2
+// 135M (about 140 MB a step) 10% slower; the 0.5B shapes (526 MB) equal,
+// and their 16-token prompt one call of 117 ms instead of two of 98.
+func KernelStepTokens(stepBytes int64) int {
+	if stepBytes >= kernelWideBytes {
+		return 16
+	}
+	return 8
+}
+
+// kernelWideBytes is the decode step's weight reading from which a kernel
+// decode graph takes 16 tokens a call (KernelStepTokens).
+const kernelWideBytes = 256 << 20
 
 // StepTokens is the most tokens one call of spec's graph over w takes:
 // KernelStepTokens where it attends through Attend (AttendsInKernel),
 // else the spec's chunk.
 func (w *Weights) StepTokens(spec GraphSpec) int {
 	if w.AttendsInKernel(spec) {
-		return KernelStepTokens
+		return KernelStepTokens(w.StepBytes())
 	}
 	return spec.Chunk
 }

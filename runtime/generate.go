@@ -90,7 +90,7 @@ func Generate(ctx context.Context, comp Compiler, shape KVShape, cfg GenerateCon
 		switch {
 		case shared && sharesWeights(comp):
 			mode, beside = PrefillGraph, true
-			res.PrefillReason = fmt.Sprintf("%s; the prefill graph (up to %d tokens per call) compiles beside the decode graph, whose weights it reads in the same memory", compilecost.SharedWhy(P, per, M-1, penalty), cfg.PrefillChunk)
+			res.PrefillReason = fmt.Sprintf("%s; the prefill graph (up to %d tokens per call) compiles beside the decode graph, whose weights it reads in the same memory", compilecost.SharedWhy(P, per, cfg.PrefillChunk, M-1, penalty), cfg.PrefillChunk)
 		case shared:
 			mode, res.PrefillReason = PrefillShared, why
 		}

@@ -196,4 +196,10 @@ func TestPrefillEstimate(t *testing.T) {
 	if r := a.stayedReason(500); strings.Contains(r, "Inf") {
 		t.Errorf("reason %q prints an infinity", r)
 	}
+	// A prompt of one call of a kernel graph: its pace is that call's.
+	one := autoFeed{per: 16, chunk: 512, est: 0.2, source: "measured"}
+	one.fed(0, 16, 0.12, 16)
+	if r := one.stayedReason(16); !strings.Contains(r, "120.0 ms a call of up to 16") {
+		t.Errorf("reason %q: want the one call's 120.0 ms", r)
+	}
 }

@@ -83,10 +83,10 @@ func autoShared(comp Compiler, n, per, decoded, chunk int) (why string, shared b
 		return "", false, 0
 	}
 	penalty = sharedPenalty(comp)
-	if !compilecost.SharedPays(n, per, decoded, penalty) {
+	if !compilecost.SharedPays(n, per, chunk, decoded, penalty) {
 		return "", false, penalty
 	}
-	return fmt.Sprintf("%s; the rung compiles as a shared graph (up to %d tokens per call)", compilecost.SharedWhy(n, per, decoded, penalty), chunk), true, penalty
+	return fmt.Sprintf("%s; the rung compiles as a shared graph (up to %d tokens per call)", compilecost.SharedWhy(n, per, chunk, decoded, penalty), chunk), true, penalty
 }
 
 // DecodeSpec is the spec of the graph a rung of this capacity decodes
@@ -300,6 +300,7 @@ type autoFeed struct {
 	exact   func() (float64, string)
 	stepSum float64
 	steps   int
+	first   float64 // the first call's time, s: the pace when it was the only one
 }
 
 // calls is a's tokens per decode call.
@@ -312,6 +313,8 @@ func (a *autoFeed) fed(s, end int, dt float64, n int) (why string, pays bool) {
 	if s > 0 {
 		a.stepSum += dt
 		a.steps++
+	} else {
+		a.first = dt
 	}
 	rest := n - end
 	if rest == 0 || a.steps == 0 {
@@ -331,9 +334,13 @@ func (a *autoFeed) fed(s, end int, dt float64, n int) (why string, pays bool) {
 		end, a.pace(), rest, feed, graph, a.est, a.source), true
 }
 
-// pace is the mean decode call's time, as a prompt's tokens saw it.
+// pace is the mean decode call's time, as a prompt's tokens saw it (the
+// first call's where it was the only one).
 func (a *autoFeed) pace() string {
 	ms := 1000 * a.stepSum / float64(max(a.steps, 1))
+	if a.steps == 0 {
+		ms = 1000 * a.first
+	}
 	if a.calls() == 1 {
 		return fmt.Sprintf("%.1f ms each", ms)
 	}

@@ -239,6 +239,7 @@ func planAction(c *cli.Context) error {
 		KVBytesPerToken:    kvPerToken,
 		BackgroundSlowdown: backgroundSlowdownFlag.Get(c),
 		SharedGraphs:       runtime.DynamicShapes(prof.Device),
+		PrefillChunk:       prefillChunkFlag.Get(c),
 		SharedPenalty:      prof.SharedPenalty(),
 		ReuseGraphs:        prof.Attention == string(model.AttentionPaged) && !graphPerRungFlag.Get(c),
 	}

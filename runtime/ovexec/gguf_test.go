@@ -287,18 +287,19 @@ func TestKernelFeedSkipsLogits(t *testing.T) {
 }
 
 // TestKernelDecodeGraphTakesEightTokens puts a prompt through a kernel
-// decode graph 8 tokens a call (runtime.PrefillFrom, model.KernelStepTokens:
-// the padded token axis and its count) and a token a call, at a capacity
+// decode graph 8 tokens a call (runtime.PrefillFrom, model.KernelStepTokens
+// for SmolLM2's 140 MB: the padded token axis and its count) and a token a call, at a capacity
 // the last call's padding runs past: the prompt's last logits agree (the
 // products' sums only reordered) and the cache holds the same rows, so the
 // padding was neither attended nor written.
 func TestKernelDecodeGraphTakesEightTokens(t *testing.T) {
 	const capacity = 60 // the last call: tokens 56..59, padding at 60..63
 	comp, exe := smolKernelDecode(t, capacity)
-	if got := runtime.StepTokens(exe); got != model.KernelStepTokens {
-		t.Fatalf("the kernel decode graph takes %d tokens a call, want %d", got, model.KernelStepTokens)
+	const axis = 8
+	if got := runtime.StepTokens(exe); got != axis {
+		t.Fatalf("the kernel decode graph takes %d tokens a call, want %d", got, axis)
 	}
-	if _, err := exe.Step(make([]int64, model.KernelStepTokens+1), 0); err == nil {
+	if _, err := exe.Step(make([]int64, axis+1), 0); err == nil {
 		t.Error("a call of 9 tokens ran")
 	}
 	prompt := runtime.SeededTokens(7, capacity, 49152)
@@ -324,7 +325,7 @@ func TestKernelDecodeGraphTakesEightTokens(t *testing.T) {
 		return slices.Clone(out), slices.Clone(view.K[0])
 	}
 	one, kvOne := run(1)
-	eight, kvEight := run(model.KernelStepTokens)
+	eight, kvEight := run(axis)
 	var d, dk float64
 	for i := range one {
 		d = max(d, math.Abs(float64(one[i]-eight[i])))
