@@ -31,9 +31,13 @@ Definitions, the same for both:
                  the GGUF's weights dequantized; --no-reference skips it)
 
 Prints a Markdown table of medians with ratios ovrun / llama.cpp (decode:
-llama.cpp / ovrun, so that above 1 is always llama.cpp ahead), then where
+llama.cpp / ovrun, so that above 1 is always llama.cpp ahead), each ratio
+the median of the rounds' own (paired: a round's runs follow one another,
+so a VM whose speed drifts over the case slows both sides of a ratio alike,
+where it would skew a ratio of medians), then where
 ovrun's memory is mid-answer (generate --json "memory", medians of the cold
-runs). Raw JSON of every run goes to --out. Used by
+runs). Raw JSON of every run goes to --out, and each case's figures to
+--out/pP-cC-runs.json. Used by
 scripts/bench-vs-llama.sh, which also runs both on AVX2 kernels alone
 (--isa avx2: ONEDNN_MAX_CPU_ISA=AVX2 for OpenVINO, a llama.cpp built
 without AVX-512).
@@ -169,7 +173,8 @@ def main():
                   f"(ready {runs['ovrun'][-1]['ready_s']:.2f} s cold, {runs['ovrun-warm'][-1]['ready_s']:.2f} s warm), "
                   f"llama.cpp {runs['llama.cpp'][-1]['decode_tok_s']:.1f} tok/s (ready {runs['llama.cpp'][-1]['ready_s']:.2f} s)",
                   file=log, flush=True)
-        med = lambda tool, k: statistics.median(x[k] for x in runs[tool])
+        with open(f"{a.out}/p{P}-c{C}-runs.json", "w") as f:
+            json.dump(runs, f)
         mems.append((P, C, {k: statistics.median(x["memory"].get(k, 0) for x in runs["ovrun"]) for k in MEMORY_PARTS}))
         o, l = runs["ovrun"][0]["tokens"], runs["llama.cpp"][0]["tokens"]
         n = min(len(o), len(l))
@@ -177,18 +182,8 @@ def main():
         if not a.no_reference:
             ref = reference(sys.executable, a.model, ids_all[:P], a.new_tokens, a.out, f"c{C}")
             agrees += f"; reference: ovrun {agree(o, ref)}, llama.cpp {agree(l, ref)}"
-        m = {k: (med("ovrun", k), med("llama.cpp", k)) for k in ("decode_tok_s", "prefill_s", "ready_s", "peak_rss_bytes")}
-        m["warm"] = (med("ovrun-warm", "ready_s"), med("ovrun-warm", "peak_rss_bytes"))
-        rows.append((P, C, m, agrees))
-    print(f"| prompt, context | decode tok/s ovrun / llama.cpp | llama.cpp ahead | prefill s | ovrun / llama.cpp "
-          f"| ready s cold / warm / llama.cpp | ovrun / llama.cpp cold, warm | peak RSS MiB cold / warm / llama.cpp "
-          f"| ovrun / llama.cpp cold, warm | leading tokens equal: ovrun = llama.cpp; each = float64 reference |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
-    for P, C, m, agrees in rows:
-        d, p, r, s, w = m["decode_tok_s"], m["prefill_s"], m["ready_s"], m["peak_rss_bytes"], m["warm"]
-        print(f"| {P}, {C} | {d[0]:.1f} / {d[1]:.1f} | {d[1] / d[0]:.2f}x | {p[0]:.3f} / {p[1]:.3f} | {p[0] / p[1]:.2f}x "
-              f"| {r[0]:.2f} / {w[0]:.2f} / {r[1]:.2f} | {r[0] / r[1]:.1f}x, {w[0] / r[1]:.1f}x "
-              f"| {s[0] / 2**20:.0f} / {w[1] / 2**20:.0f} / {s[1] / 2**20:.0f} | {s[0] / s[1]:.2f}x, {w[1] / s[1]:.2f}x | {agrees} |")
+        rows.append((P, C, runs, agrees))
+    print_table(rows)
     print()
     print("ovrun's resident memory mid-answer, MiB (generate --json \"memory\", medians of the cold runs):")
     print()
@@ -196,6 +191,32 @@ def main():
     print("|---|" + "---|" * len(MEMORY_PARTS))
     for P, C, v in mems:
         print(f"| {P}, {C} | " + " | ".join(f"{v[k] / 2**20:.0f}" for k in MEMORY_PARTS) + " |")
+
+
+def paired(runs, tool, k, other, inverse=False):
+    """The median over rounds of tool's k over other's k in the same round
+    (other's over tool's where inverse)."""
+    return statistics.median((y[k] / x[k]) if inverse else (x[k] / y[k]) for x, y in zip(runs[tool], runs[other]))
+
+
+def print_table(rows):
+    """Each case's medians and paired ratios, a Markdown table."""
+    print(f"| prompt, context | decode tok/s ovrun / llama.cpp | llama.cpp ahead | prefill s | ovrun / llama.cpp "
+          f"| ready s cold / warm / llama.cpp | ovrun / llama.cpp cold, warm | peak RSS MiB cold / warm / llama.cpp "
+          f"| ovrun / llama.cpp cold, warm | leading tokens equal: ovrun = llama.cpp; each = float64 reference |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for P, C, runs, agrees in rows:
+        med = lambda k, *tools: [statistics.median(x[k] for x in runs[t]) for t in tools]
+        ratio = lambda tool, k, inverse=False: paired(runs, tool, k, "llama.cpp", inverse)
+        d = med("decode_tok_s", "ovrun", "llama.cpp")
+        p = med("prefill_s", "ovrun", "llama.cpp")
+        r = med("ready_s", "ovrun", "ovrun-warm", "llama.cpp")
+        s = [v / 2**20 for v in med("peak_rss_bytes", "ovrun", "ovrun-warm", "llama.cpp")]
+        print(f"| {P}, {C} | {d[0]:.1f} / {d[1]:.1f} | {ratio('ovrun', 'decode_tok_s', True):.2f}x "
+              f"| {p[0]:.3f} / {p[1]:.3f} | {ratio('ovrun', 'prefill_s'):.2f}x "
+              f"| {r[0]:.2f} / {r[1]:.2f} / {r[2]:.2f} | {ratio('ovrun', 'ready_s'):.1f}x, {ratio('ovrun-warm', 'ready_s'):.1f}x "
+              f"| {s[0]:.0f} / {s[1]:.0f} / {s[2]:.0f} | {ratio('ovrun', 'peak_rss_bytes'):.2f}x, "
+              f"{ratio('ovrun-warm', 'peak_rss_bytes'):.2f}x | {agrees} |")
 
 
 if __name__ == "__main__":
