@@ -244,11 +244,20 @@ func (e *executable) Bind(kv *runtime.KV) error {
 // and it is not warmed (SmolLM2 kernel-q8, 16-token prompt, AVX2, warm
 // start from the rung cache, four interleaved pairs: compile 0.12-0.17 ->
 // 0.10-0.12 s, the prompt the same 0.03-0.05 s; cold, three pairs: the
-// prompt 5-10 ms longer, the first token 0-0.12 s sooner).
+// prompt 5-10 ms longer, the first token 0-0.12 s sooner). Nor is any
+// other graph whose weights are all read in place (inPlace) and whose
+// token axis is dynamic (a shared or paged prefill graph of the kernel):
+// a one-token call lays out nothing a prompt's call of hundreds of tokens
+// could use (that call sets up its own shapes either way), and cost the
+// first token a decode step (SmolLM2 kernel-q8, 512-token prompt, shared
+// graph imported from the rung cache, AVX2, four interleaved pairs:
+// compile 0.33-0.34 -> 0.27-0.29 s, the prompt 1.55-1.71 against
+// 1.63-1.67 s, the first token 2.17-2.28 -> 2.08-2.17 s, the decode steps
+// the same).
 func (e *executable) warmUp() error {
 	var slots int
 	switch {
-	case e.fixedCache:
+	case e.fixedCache, e.inPlace && e.spec.DynamicTokens():
 		return nil
 	case e.paged():
 		slots = e.shape.Slots(min(warmTokens, e.spec.Capacity))
@@ -274,7 +283,7 @@ func (e *executable) warmUp() error {
 		return err
 	}
 	calls := []int{1}
-	if n := min(e.spec.Chunk, warmTokens, e.spec.Capacity); e.spec.DynamicTokens() && n > 1 && !e.inPlace {
+	if n := min(e.spec.Chunk, warmTokens, e.spec.Capacity); e.spec.DynamicTokens() && n > 1 {
 		calls = append(calls, n)
 	}
 	for _, n := range calls {
@@ -291,7 +300,7 @@ func (e *executable) warmUp() error {
 // whose weights are all read in place by ovrun's kernel has no such
 // layout and skips the call (SmolLM2 kernel-q8, 512-token prompt through
 // a shared graph: ready 0.66-0.69 -> 0.58-0.63 s, the prompt's time the
-// same, three interleaved runs).
+// same, three interleaved runs), and since then the first call too.
 const warmTokens = 16
 
 // bindPast binds the first slots of every layer's K/V cache (a prefix view
