@@ -6,6 +6,7 @@ import (
 	"math"
 	"math/bits"
 	"slices"
+	"unsafe"
 )
 
 // The field reader of the GGUF parser: every length and count is checked
@@ -68,22 +69,53 @@ func (r *ggufReader) count(what string, n, minSize uint64) error {
 // str reads a length-prefixed string of at most limit bytes; what names it
 // in errors, with [idx] appended when idx >= 0 (formatted only on error).
 func (r *ggufReader) str(what string, idx int, limit uint64) (string, error) {
+	b, err := r.strBytes(what, idx, limit)
+	return string(b), err
+}
+
+// strBytes is str's bytes, in place in r.b.
+func (r *ggufReader) strBytes(what string, idx int, limit uint64) ([]byte, error) {
 	if idx >= 0 && r.err == nil && (r.remaining() < 8 || binary.LittleEndian.Uint64(r.b[r.off:]) > min(limit, r.remaining()-8)) {
 		what = fmt.Sprintf("%s[%d]", what, idx)
 	}
-	b := r.take(8, what+" length")
+	if r.err == nil && r.remaining() < 8 { // what+" length" is built only then
+		r.take(8, what+" length")
+	}
+	b := r.take(8, what)
 	if b == nil {
-		return "", r.err
+		return nil, r.err
 	}
 	n := binary.LittleEndian.Uint64(b)
 	if n > limit {
-		return "", r.bad("%s length %d exceeds the limit %d", what, n, limit)
+		return nil, r.bad("%s length %d exceeds the limit %d", what, n, limit)
 	}
 	s := r.take(n, what)
 	if s == nil {
-		return "", r.err
+		return nil, r.err
 	}
-	return string(s), nil
+	return s, nil
+}
+
+// strs reads n length-prefixed strings into one allocation that they all
+// share (a vocabulary's 50,000-150,000 tokens: one copy, not one each).
+func (r *ggufReader) strs(what string, n int) ([]string, error) {
+	parts := make([][]byte, n)
+	total := 0
+	for i := range parts {
+		b, err := r.strBytes(what, i, uint64(len(r.b)))
+		if err != nil {
+			return nil, err
+		}
+		parts[i], total = b, total+len(b)
+	}
+	pool := make([]byte, 0, total)
+	out := make([]string, n)
+	for i, b := range parts {
+		start := len(pool)
+		pool = append(pool, b...)
+		out[i] = unsafe.String(unsafe.SliceData(pool[start:]), len(b))
+	}
+	return out, nil
 }
 
 func (r *ggufReader) keyValue(i uint64) (GGUFKV, error) {
@@ -165,15 +197,7 @@ func (r *ggufReader) scalar(what string, t GGUFType) (any, error) {
 // the bytes left.
 func (r *ggufReader) array(what string, t GGUFType, n int) (any, error) {
 	if t == GGUFString {
-		out := make([]string, n)
-		for i := range out {
-			s, err := r.str(what, i, uint64(len(r.b)))
-			if err != nil {
-				return nil, err
-			}
-			out[i] = s
-		}
-		return out, nil
+		return r.strs(what, n)
 	}
 	b := r.take(uint64(n)*uint64(t.size()), what)
 	if b == nil {

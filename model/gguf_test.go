@@ -7,6 +7,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -418,4 +419,54 @@ func FuzzGGUFHeader(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestGGUFVocabAllocs: a vocabulary's strings are read into one shared
+// allocation, and no string is built per token to name it in errors
+// (SmolLM2's 49,152 tokens and 48,900 merges took 200,000 allocations and
+// 19 ms to parse, 3,700 and 7-9 ms since; a start parses its GGUF twice).
+func TestGGUFVocabAllocs(t *testing.T) {
+	s := tinyLlama()
+	for i := range s.kvs {
+		if s.kvs[i].key == "tokenizer.ggml.tokens" {
+			s.kvs[i].val = shortTokens(20000)
+		}
+	}
+	b := s.bytes()
+	g, err := ParseGGUF(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, err := g.Strings("tokenizer.ggml.tokens"); err != nil || len(v) != 20000 || v[27] != "t27" || v[19999] != "t19999" {
+		t.Fatalf("tokens read back wrong: %d of them (%v)", len(v), err)
+	}
+	if n := testing.AllocsPerRun(5, func() { ParseGGUF(b) }); n > 1000 {
+		t.Errorf("parsing a 20000-token vocabulary took %.0f allocations, want at most 1000 (one or two a token before)", n)
+	}
+}
+
+// BenchmarkParseGGUFVocab parses a header with a 50,000-token vocabulary.
+func BenchmarkParseGGUFVocab(b *testing.B) {
+	s := tinyLlama()
+	for i := range s.kvs {
+		if s.kvs[i].key == "tokenizer.ggml.tokens" {
+			s.kvs[i].val = shortTokens(50000)
+		}
+	}
+	buf := s.bytes()
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := ParseGGUF(buf); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// shortTokens are n distinct tokens of a few bytes, as a BPE vocabulary's.
+func shortTokens(n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = "t" + strconv.Itoa(i)
+	}
+	return out
 }
