@@ -6,9 +6,18 @@ package tokenizer
 // U+0100 upward in byte order, so ' ' is 'Ġ' and '\n' is 'Ċ'.
 var byteRune, runeByte = byteAlphabet()
 
-func byteAlphabet() ([256]rune, map[rune]byte) {
+// alphabetEnd bounds the alphabet's runes: 256 bytes, 68 of them moved to
+// U+0100 upward.
+const alphabetEnd = 0x200
+
+// byteAlphabet is the rune of every byte, and the byte of every rune below
+// alphabetEnd (-1 for a rune outside the alphabet).
+func byteAlphabet() ([256]rune, [alphabetEnd]int16) {
 	var br [256]rune
-	rb := make(map[rune]byte, 256)
+	var rb [alphabetEnd]int16
+	for i := range rb {
+		rb[i] = -1
+	}
 	printable := func(b int) bool {
 		return ('!' <= b && b <= '~') || (0xA1 <= b && b <= 0xAC) || (0xAE <= b && b <= 0xFF)
 	}
@@ -20,7 +29,7 @@ func byteAlphabet() ([256]rune, map[rune]byte) {
 			n++
 		}
 		br[b] = r
-		rb[r] = byte(b)
+		rb[r] = int16(b)
 	}
 	return br, rb
 }
@@ -28,17 +37,24 @@ func byteAlphabet() ([256]rune, map[rune]byte) {
 // byteLevelDecode maps a vocabulary string back to the bytes it spells. A
 // rune outside the alphabet (a malformed vocabulary) is kept as its UTF-8.
 func byteLevelDecode(s string) (string, bool) {
-	out := make([]byte, 0, len(s))
+	out, clean := appendByteLevelDecoded(make([]byte, 0, len(s)), s)
+	return string(out), clean
+}
+
+// appendByteLevelDecoded is byteLevelDecode appending to dst, through a
+// table rather than a map: it runs for every token of a vocabulary when a
+// tokenizer is built.
+func appendByteLevelDecoded(dst []byte, s string) ([]byte, bool) {
 	clean := true
 	for _, r := range s {
-		if b, ok := runeByte[r]; ok {
-			out = append(out, b)
+		if r >= 0 && r < alphabetEnd && runeByte[r] >= 0 {
+			dst = append(dst, byte(runeByte[r]))
 			continue
 		}
 		clean = false
-		out = append(out, string(r)...)
+		dst = append(dst, string(r)...)
 	}
-	return string(out), clean
+	return dst, clean
 }
 
 // byteLevelEncode spells bytes in the alphabet.

@@ -3,6 +3,7 @@ package tokenizer
 import (
 	"fmt"
 	"strings"
+	"unsafe"
 )
 
 // GGUFVocab is the tokenizer metadata of a GGUF file, as its keys hold it.
@@ -169,10 +170,12 @@ func rankMerges(pairs [][2]string, ids map[string]int64) (map[uint64]merge, erro
 		return nil, fmt.Errorf("%w: %d merges (limit %d)", ErrInvalid, len(pairs), maxMerges)
 	}
 	merges := make(map[uint64]merge, len(pairs))
+	var both []byte // the merged token's text, looked up without a string of its own
 	for i, p := range pairs {
 		l, ok1 := ids[p[0]]
 		r, ok2 := ids[p[1]]
-		m, ok3 := ids[p[0]+p[1]]
+		both = append(append(both[:0], p[0]...), p[1]...)
+		m, ok3 := ids[string(both)]
 		if !ok1 || !ok2 || !ok3 {
 			missing := p[0]
 			switch {
@@ -202,17 +205,27 @@ func newBPEModel(tokens []string, raw []bool, merges map[uint64]merge, ignoreMer
 	for i := range m.byteID {
 		m.byteID[i] = -1
 	}
+	// The decoded pieces share one buffer (no token decodes to more bytes
+	// than its text has), and it is never written again once sliced.
+	total := 0
+	for _, tok := range tokens {
+		total += len(tok)
+	}
+	buf := make([]byte, 0, total)
 	for id, tok := range tokens {
 		if raw[id] {
 			pieces[id] = tok
 			continue
 		}
-		b, clean := byteLevelDecode(tok)
+		start := len(buf)
+		var clean bool
+		buf, clean = appendByteLevelDecoded(buf, tok)
+		b := unsafe.String(unsafe.SliceData(buf[start:]), len(buf)-start)
 		pieces[id] = b
 		if !clean || b == "" {
 			continue
 		}
-		if _, seen := m.whole[b]; !seen {
+		if _, seen := m.whole[b]; !seen && ignoreMerges {
 			m.whole[b] = int64(id)
 		}
 		if len(b) == 1 && m.byteID[b[0]] < 0 {
@@ -220,7 +233,7 @@ func newBPEModel(tokens []string, raw []bool, merges map[uint64]merge, ignoreMer
 		}
 	}
 	if !ignoreMerges {
-		m.whole = nil
+		m.whole = nil // filled only for a vocabulary that ignores its merges
 	}
 	return m, pieces
 }
