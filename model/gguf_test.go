@@ -426,13 +426,7 @@ func FuzzGGUFHeader(f *testing.F) {
 // (SmolLM2's 49,152 tokens and 48,900 merges took 200,000 allocations and
 // 19 ms to parse, 3,700 and 7-9 ms since; a start parses its GGUF twice).
 func TestGGUFVocabAllocs(t *testing.T) {
-	s := tinyLlama()
-	for i := range s.kvs {
-		if s.kvs[i].key == "tokenizer.ggml.tokens" {
-			s.kvs[i].val = shortTokens(20000)
-		}
-	}
-	b := s.bytes()
+	b := vocabGGUF(20000)
 	g, err := ParseGGUF(b)
 	if err != nil {
 		t.Fatal(err)
@@ -447,13 +441,7 @@ func TestGGUFVocabAllocs(t *testing.T) {
 
 // BenchmarkParseGGUFVocab parses a header with a 50,000-token vocabulary.
 func BenchmarkParseGGUFVocab(b *testing.B) {
-	s := tinyLlama()
-	for i := range s.kvs {
-		if s.kvs[i].key == "tokenizer.ggml.tokens" {
-			s.kvs[i].val = shortTokens(50000)
-		}
-	}
-	buf := s.bytes()
+	buf := vocabGGUF(50000)
 	b.ReportAllocs()
 	for b.Loop() {
 		if _, err := ParseGGUF(buf); err != nil {
@@ -462,7 +450,19 @@ func BenchmarkParseGGUFVocab(b *testing.B) {
 	}
 }
 
-// shortTokens are n distinct tokens of a few bytes, as a BPE vocabulary's.
+// vocabGGUF is tinyLlama's file with a vocabulary of n distinct tokens of
+// a few bytes, as a BPE vocabulary's ("t0", "t1", ...).
+func vocabGGUF(n int) []byte {
+	s := tinyLlama()
+	for i := range s.kvs {
+		if s.kvs[i].key == "tokenizer.ggml.tokens" {
+			s.kvs[i].val = shortTokens(n)
+		}
+	}
+	return s.bytes()
+}
+
+// shortTokens are n distinct tokens of a few bytes.
 func shortTokens(n int) []string {
 	out := make([]string, n)
 	for i := range out {
