@@ -34,16 +34,10 @@ func byteAlphabet() ([256]rune, [alphabetEnd]int16) {
 	return br, rb
 }
 
-// byteLevelDecode maps a vocabulary string back to the bytes it spells. A
-// rune outside the alphabet (a malformed vocabulary) is kept as its UTF-8.
-func byteLevelDecode(s string) (string, bool) {
-	out, clean := appendByteLevelDecoded(make([]byte, 0, len(s)), s)
-	return string(out), clean
-}
-
-// appendByteLevelDecoded is byteLevelDecode appending to dst, through a
-// table rather than a map: it runs for every token of a vocabulary when a
-// tokenizer is built.
+// appendByteLevelDecoded appends the bytes a vocabulary string spells to
+// dst, and whether every rune was in the alphabet (a rune outside it, in
+// a malformed vocabulary, is kept as its UTF-8). A table rather than a
+// map: it runs for every token of a vocabulary when a tokenizer is built.
 func appendByteLevelDecoded(dst []byte, s string) ([]byte, bool) {
 	clean := true
 	for _, r := range s {
