@@ -194,9 +194,10 @@ type Feeder interface {
 
 // StepTokener is an Executable whose calls take more tokens than its
 // spec's chunk: ovexec's kernel decode graphs, whose static token axis
-// (model.KernelStepTokens: 8, or 16 for larger weights) is padded and counted, so a prompt goes through
-// the decode graph that many tokens a call (each call reading the weights
-// once). StepTokens without it is the spec's chunk.
+// (model.KernelStepTokens: 8, or 16 for larger weights) is padded and
+// counted, so a prompt goes through the decode graph that many tokens a
+// call (each call reading the weights once). StepTokens without it is the
+// spec's chunk.
 type StepTokener interface {
 	StepTokens() int
 }

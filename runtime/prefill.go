@@ -364,7 +364,7 @@ func (a *autoFeed) stayedReason(n int) string {
 // is faster.
 func prefillGraphPays(rest, per, chunk int, step, est float64) (feed, graph float64, pays bool) {
 	feed = float64(compilecost.PromptCalls(rest, per)) * step
-	graph = est + float64((rest+chunk-1)/chunk)*step
+	graph = est + float64(compilecost.PromptCalls(rest, chunk))*step
 	return feed, graph, feed > graph
 }
 

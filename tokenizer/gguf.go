@@ -200,7 +200,10 @@ func rankMerges(pairs [][2]string, ids map[string]int64) (map[uint64]merge, erro
 // id. raw marks ids whose text is literal (special tokens) rather than
 // spelt in the byte alphabet.
 func newBPEModel(tokens []string, raw []bool, merges map[uint64]merge, ignoreMerges bool) (*bpeModel, []string) {
-	m := &bpeModel{merges: merges, ignoreMerges: ignoreMerges, whole: map[string]int64{}}
+	m := &bpeModel{merges: merges, ignoreMerges: ignoreMerges}
+	if ignoreMerges {
+		m.whole = map[string]int64{} // the only vocabulary that looks tokens up whole
+	}
 	pieces := make([]string, len(tokens))
 	for i := range m.byteID {
 		m.byteID[i] = -1
@@ -225,15 +228,12 @@ func newBPEModel(tokens []string, raw []bool, merges map[uint64]merge, ignoreMer
 		if !clean || b == "" {
 			continue
 		}
-		if _, seen := m.whole[b]; !seen && ignoreMerges {
+		if _, seen := m.whole[b]; m.whole != nil && !seen {
 			m.whole[b] = int64(id)
 		}
 		if len(b) == 1 && m.byteID[b[0]] < 0 {
 			m.byteID[b[0]] = int64(id)
 		}
-	}
-	if !ignoreMerges {
-		m.whole = nil // filled only for a vocabulary that ignores its merges
 	}
 	return m, pieces
 }

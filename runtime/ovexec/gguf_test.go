@@ -288,8 +288,8 @@ func TestKernelFeedSkipsLogits(t *testing.T) {
 
 // TestKernelDecodeGraphTakesEightTokens puts a prompt through a kernel
 // decode graph 8 tokens a call (runtime.PrefillFrom, model.KernelStepTokens
-// for SmolLM2's 140 MB: the padded token axis and its count) and a token a call, at a capacity
-// the last call's padding runs past: the prompt's last logits agree (the
+// for SmolLM2's 140 MB: the padded token axis and its count) and a token a
+// call, at a capacity the last call's padding runs past: the prompt's last logits agree (the
 // products' sums only reordered) and the cache holds the same rows, so the
 // padding was neither attended nor written.
 func TestKernelDecodeGraphTakesEightTokens(t *testing.T) {
